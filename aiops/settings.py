@@ -1,0 +1,59 @@
+"""Typed settings in one place: environment variables with prefix AIOPS_, secrets as SecretStr.
+
+Nested groups use a double underscore: AIOPS_KAFKA__BOOTSTRAP=broker:9092,
+AIOPS_INFLUX__URL=http://influxdb:8086. Printing settings masks every secret.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class KafkaSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    bootstrap: str = "127.0.0.1:9092"
+    telemetry_topic: str = "aiops.telemetry"
+    deadletter_topic: str = "aiops.deadletter"
+    anomalies_topic: str = "aiops.anomalies"
+    predictions_topic: str = "aiops.predictions"
+    incidents_topic: str = "aiops.incidents"
+    ingest_group: str = "aiops-ingest"
+    # How long one poll waits and how much it may return; a poll becomes one decoded batch.
+    poll_timeout_ms: int = Field(default=500, ge=1)
+    max_poll_records: int = Field(default=50_000, ge=1)
+
+
+class InfluxSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    url: str = "http://127.0.0.1:8086"
+    # InfluxDB 1.x takes "user:password" as the token (empty user for no auth), org "-", and
+    # "database/retention-policy" as the bucket.
+    token: SecretStr = SecretStr("aiops:aiops")
+    org: str = "-"
+    database: str = "aiops"
+    retention_policy: str = "autogen"
+    batch_lines: int = Field(default=20_000, ge=1)
+    max_buffered_lines: int = Field(default=2_000_000, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    retry_initial_s: float = Field(default=0.2, gt=0)
+    retry_max_s: float = Field(default=10.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0)
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.database}/{self.retention_policy}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AIOPS_", env_nested_delimiter="__", frozen=True)
+
+    kafka: KafkaSettings = KafkaSettings()
+    influx: InfluxSettings = InfluxSettings()
+    http_port: int = 8080
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]

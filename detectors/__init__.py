@@ -1,0 +1,1 @@
+"""detectors stage (see DESIGN.md); built by later issues."""

@@ -1,0 +1,101 @@
+"""Encode frames as line protocol, the way Telegraf's serializer writes it.
+
+Whole columns are formatted at once with Arrow kernels (number-to-text, escaping, joining), so
+the generator can emit a 100,000-GPU tick without a per-value Python loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aiops.catalog import FieldType
+from ingest.frames import Frame
+
+
+class EncodeError(ValueError):
+    """A frame that line protocol cannot represent (a newline in a key, a row with no field)."""
+
+
+def _escape(values: pa.Array, specials: str) -> pa.Array:
+    out = pc.replace_substring(values, "\\", "\\\\")
+    for ch in specials:
+        out = pc.replace_substring(out, ch, "\\" + ch)
+    return out
+
+
+def _check_no_newline(values: pa.Array, what: str) -> None:
+    if pc.any(pc.match_substring_regex(values, "[\\n\\r]")).as_py():
+        raise EncodeError(f"{what} contains a newline, which line protocol cannot carry")
+
+
+def _escape_key(key: str, what: str, specials: str = ",= ") -> str:
+    if not key or "\n" in key or "\r" in key:
+        raise EncodeError(f"{what} {key!r} is empty or contains a newline")
+    out = key.replace("\\", "\\\\")
+    for ch in specials:
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def _field_text(ftype: FieldType, values: np.ndarray) -> pa.Array:
+    if ftype == FieldType.FLOAT:
+        if not np.isfinite(values).all():
+            raise EncodeError("non-finite float among present values")
+        # Arrow prints the shortest text that parses back to the same double.
+        return pc.cast(pa.array(values, pa.float64()), pa.string())
+    if ftype == FieldType.INT:
+        return pc.binary_join_element_wise(pc.cast(pa.array(values, pa.int64()), pa.string()), "i", "")
+    if ftype == FieldType.UINT:
+        return pc.binary_join_element_wise(pc.cast(pa.array(values, pa.uint64()), pa.string()), "u", "")
+    if ftype == FieldType.BOOL:
+        return pc.if_else(pa.array(values, pa.bool_()), "true", "false")
+    text = pa.array(values, pa.string())
+    _check_no_newline(text, "string field")
+    return pc.binary_join_element_wise("\"", pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"'), "\"", "")
+
+
+def encode_frame(frame: Frame) -> list[bytes]:
+    """One line per row, in row order."""
+    n = len(frame)
+    if n == 0:
+        return []
+    measurement = _escape_key(frame.measurement, "measurement", ", ")
+    head = pa.array(np.full(n, measurement, dtype=object), pa.string())
+    for key in frame.tags:
+        values = pa.array(frame.tags[key], pa.string())
+        _check_no_newline(values, f"tag {key!r}")
+        pair = pc.binary_join_element_wise("," + _escape_key(key, "tag key") + "=", _escape(values, ",= "), "")
+        # an empty tag value means the row lacks the tag
+        head = pc.binary_join_element_wise(head, pc.if_else(pc.equal(values, ""), "", pair), "")
+    pairs: list[pa.Array] = []
+    for key, col in frame.fields.items():
+        present = np.asarray(col.present)
+        if present.all():
+            text = _field_text(col.type, col.values)
+        elif present.any():
+            formatted = _field_text(col.type, col.values[present])
+            # spread the formatted values back to their rows; absent rows become nulls
+            slot = np.where(present, np.cumsum(present) - 1, 0)
+            text = formatted.take(pa.array(slot, mask=~present))
+        else:
+            continue
+        pairs.append(pc.binary_join_element_wise(_escape_key(key, "field key") + "=", text, "", null_handling="emit_null"))
+    if not pairs:
+        raise EncodeError("frame has no fields")
+    fields = pc.binary_join_element_wise(*pairs, ",", null_handling="skip")
+    if pc.any(pc.equal(fields, "")).as_py():
+        raise EncodeError("a row has no field values")
+    stamps = pc.cast(pa.array(frame.time_ns, pa.int64()), pa.string())
+    lines = pc.binary_join_element_wise(head, fields, stamps, " ")
+    return [s.encode() for s in lines.to_pylist()]
+
+
+def encode(frames: dict[str, Frame] | list[Frame]) -> bytes:
+    """Frames as newline-terminated line protocol."""
+    items = frames.values() if isinstance(frames, dict) else frames
+    out: list[bytes] = []
+    for frame in items:
+        out.extend(encode_frame(frame))
+    return b"".join(line + b"\n" for line in out)

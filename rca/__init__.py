@@ -1,0 +1,1 @@
+"""rca stage (see DESIGN.md); built by later issues."""

@@ -1,0 +1,1 @@
+"""telemetry_gen stage (see DESIGN.md); built by later issues."""
