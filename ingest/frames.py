@@ -91,6 +91,13 @@ class Frame:
             {k: c.take(index) for k, c in self.fields.items()},
         )
 
+    def with_values_only(self) -> Frame:
+        """The rows that carry at least one field value (all-blank readings have nothing to store)."""
+        has_value = np.zeros(len(self), dtype=np.bool_)
+        for col in self.fields.values():
+            has_value |= col.present
+        return self if has_value.all() else self.take(np.flatnonzero(has_value))
+
     def tag(self, key: str) -> NDArray[np.object_]:
         values = self.tags.get(key)
         return values if values is not None else np.full(len(self), "", dtype=object)

@@ -51,6 +51,16 @@ class Decoded:
     rejects: list[Reject] = field(default_factory=list)
     lines: int = 0  # non-blank, non-comment lines seen
     fast_lines: int = 0  # of which decoded by the vectorised path
+    # For each frame, the batch line each row came from, so later stages can dead-letter the
+    # original line rather than a re-encoding of it.
+    line_no: dict[str, NDArray[np.int64]] = field(default_factory=dict)
+    _batch: _Tokens | None = None
+
+    def line(self, line_no: int) -> bytes:
+        """The original bytes of a batch line (without its newline)."""
+        if self._batch is None:
+            raise IndexError(line_no)
+        return self._batch.line(line_no)
 
     @property
     def value_count(self) -> int:
@@ -65,17 +75,24 @@ class _Part:
     frame: Frame
 
 
-def decode(data: bytes, default_time_ns: int | None = None) -> Decoded:
+DefaultTime = int | NDArray[np.int64] | None
+
+
+def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
     """Decode newline-separated line protocol.
 
-    Lines without a timestamp get `default_time_ns` (the Kafka message time, say); without a
-    default they are rejected. Blank lines and `#` comments are skipped. Rows come out in input
+    Lines without a timestamp get `default_time_ns`: one time for the batch, or one per line
+    (each Kafka message's time, say); without a default they are rejected. Blank lines and `#` comments are skipped. Rows come out in input
     order within each measurement.
     """
     out = Decoded()
     if not data:
         return out
     batch = _Tokens(data)
+    out._batch = batch
+    if default_time_ns is not None and not isinstance(default_time_ns, int):
+        if len(default_time_ns) < len(batch.line_end):
+            raise ValueError(f"{len(default_time_ns)} default times for {len(batch.line_end)} lines")
     out.lines = int((~batch.skip).sum())
     parts: dict[str, list[_Part]] = defaultdict(list)
     slow = np.flatnonzero(~batch.skip & batch.complex_)
@@ -96,9 +113,10 @@ def decode(data: bytes, default_time_ns: int | None = None) -> Decoded:
     for part in _decode_scalar(batch, slow.tolist(), default_time_ns, out.rejects):
         parts[part.frame.measurement].append(part)
     for name, group_parts in parts.items():
-        frame = _merge(group_parts, batch, out.rejects)
+        frame, rows = _merge(group_parts, batch, out.rejects)
         if len(frame):
             out.frames[name] = frame
+            out.line_no[name] = rows
     out.rejects.sort(key=lambda r: r.line_no)
     return out
 
@@ -197,7 +215,7 @@ class _Tokens:
         lines: NDArray[np.int64],
         index: NDArray[np.int64],
         layout: _Layout,
-        default_time_ns: int | None,
+        default_time_ns: DefaultTime,
     ) -> tuple[_Part | None, NDArray[np.int64]]:
         """Convert a group's columns at once; lines failing a check go to the scalar parser."""
         n = len(lines)
@@ -228,12 +246,18 @@ class _Tokens:
             valid &= ok & (time_ns != _NO_TIMESTAMP)
         else:
             assert default_time_ns is not None
-            time_ns = np.full(n, default_time_ns, dtype=np.int64)
+            time_ns = _default_times(default_time_ns, lines)
         frame = Frame(layout.measurement, time_ns.astype(np.int64), tags, fields)
         if valid.all():
             return _Part(lines, frame), np.zeros(0, dtype=np.int64)
         keep = np.flatnonzero(valid)
         return _Part(lines[keep], frame.take(keep)), lines[~valid]
+
+
+def _default_times(default: int | NDArray[np.int64], lines: NDArray[np.int64]) -> NDArray[np.int64]:
+    if isinstance(default, int):
+        return np.full(len(lines), default, dtype=np.int64)
+    return np.asarray(default, dtype=np.int64)[lines]
 
 
 def _layout(pattern: bytes, texts: list[str | None]) -> _Layout | None:
@@ -339,7 +363,7 @@ def _convert_field(values: pa.Array) -> tuple[Column, NDArray[np.bool_]] | None:
 
 
 def _decode_scalar(
-    batch: _Tokens, which: list[int], default_time_ns: int | None, rejects: list[Reject]
+    batch: _Tokens, which: list[int], default_time_ns: DefaultTime, rejects: list[Reject]
 ) -> list[_Part]:
     """Parse lines one by one and assemble frames of what parsed."""
     by_measurement: dict[str, list[tuple[int, ParsedLine]]] = defaultdict(list)
@@ -350,17 +374,19 @@ def _decode_scalar(
         except LineError as exc:
             rejects.append(Reject(i, raw, str(exc)))
             continue
-        if parsed.time_ns is None and default_time_ns is None:
-            rejects.append(Reject(i, raw, "missing timestamp"))
-            continue
+        if parsed.time_ns is None:
+            if default_time_ns is None:
+                rejects.append(Reject(i, raw, "missing timestamp"))
+                continue
+            default = default_time_ns if isinstance(default_time_ns, int) else int(default_time_ns[i])
+            parsed = ParsedLine(parsed.measurement, parsed.tags, parsed.fields, default)
         by_measurement[parsed.measurement].append((i, parsed))
-    return [_frame_of_parsed(name, rows, default_time_ns, batch, rejects) for name, rows in by_measurement.items()]
+    return [_frame_of_parsed(name, rows, batch, rejects) for name, rows in by_measurement.items()]
 
 
 def _frame_of_parsed(
     name: str,
     rows: list[tuple[int, ParsedLine]],
-    default_time_ns: int | None,
     batch: _Tokens,
     rejects: list[Reject],
 ) -> _Part:
@@ -388,9 +414,7 @@ def _frame_of_parsed(
                 col.values[r] = p.fields[key][1]
                 col.present[r] = True
         fields[key] = col
-    time_ns = np.array(
-        [p.time_ns if p.time_ns is not None else default_time_ns for _, p in kept], dtype=np.int64
-    )
+    time_ns = np.array([p.time_ns for _, p in kept], dtype=np.int64)
     return _Part(np.array([i for i, _ in kept], dtype=np.int64), Frame(name, time_ns, tags, fields))
 
 
@@ -401,7 +425,7 @@ def _conflict_reason(key: str, first: FieldType, got: FieldType) -> str:
 # ---------------------------------------------------------------- merge
 
 
-def _merge(parts: list[_Part], batch: _Tokens, rejects: list[Reject]) -> Frame:
+def _merge(parts: list[_Part], batch: _Tokens, rejects: list[Reject]) -> tuple[Frame, NDArray[np.int64]]:
     """Concatenate parts of one measurement in input order, rejecting field type conflicts.
 
     The first line (in input order) that carries a field fixes its type for the batch, as a
@@ -440,7 +464,11 @@ def _merge(parts: list[_Part], batch: _Tokens, rejects: list[Reject]) -> Frame:
         if len(part.line_no):
             kept.append(part)
     if not kept:
-        return Frame(parts[0].frame.measurement, np.zeros(0, dtype=np.int64))
-    order_src = np.concatenate([p.line_no for p in kept])
+        empty = np.zeros(0, dtype=np.int64)
+        return Frame(parts[0].frame.measurement, empty), empty
+    rows = np.concatenate([p.line_no for p in kept])
     merged = concat([p.frame for p in kept])
-    return merged.take(np.argsort(order_src, kind="stable")) if len(kept) > 1 else merged
+    if len(kept) == 1:
+        return merged, rows
+    order = np.argsort(rows, kind="stable")
+    return merged.take(order), rows[order]

@@ -1,0 +1,39 @@
+"""Entity ids -> dense integer indices, so per-entity state can live in numpy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+
+class EntityIndex:
+    """Assigns each distinct id a stable index, in order of first appearance.
+
+    Lookups are vectorised (pandas' hash table); new ids are appended, so indices never move and
+    arrays indexed by them only ever grow.
+    """
+
+    def __init__(self) -> None:
+        self._index = pd.Index([], dtype=object)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @property
+    def ids(self) -> NDArray[np.object_]:
+        return np.asarray(self._index, dtype=object)
+
+    def lookup(self, ids: NDArray[np.object_]) -> NDArray[np.int64]:
+        """Indices of known ids, -1 for unknown ones."""
+        return np.asarray(self._index.get_indexer(ids), dtype=np.int64)
+
+    def add(self, ids: NDArray[np.object_]) -> NDArray[np.int64]:
+        """Indices of ids, registering the ones not seen before."""
+        found = self.lookup(ids)
+        missing = found < 0
+        if missing.any():
+            new = pd.unique(np.asarray(ids, dtype=object)[missing])
+            self._index = self._index.append(pd.Index(new, dtype=object))
+            found[missing] = self._index.get_indexer(np.asarray(ids, dtype=object)[missing])
+        return found

@@ -1,0 +1,240 @@
+"""Kafka edges: publish telemetry, consume it at least once, dead-letter what cannot be used.
+
+Messages carry line protocol, one or more lines each (Telegraf writes one; we group the lines of
+one node or switch at one tick, which keeps per-entity order and cuts per-message overhead). The
+key is the node or switch id, so all of a node's telemetry lands on one partition in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from aiops.catalog import measurement
+from aiops.settings import KafkaSettings
+from ingest.deadletter import DeadLetter, Source
+from ingest.lineprotocol import decode
+from ingest.pipeline import DeadLetterSink, FrameSink, IngestCore
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+class KafkaIOError(RuntimeError):
+    """Kafka could not be reached or refused a request."""
+
+
+def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 6) -> None:
+    """Create topics that do not exist yet (idempotent)."""
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
+    except KafkaError as exc:
+        raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+        if new:
+            try:
+                admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+# ---------------------------------------------------------------- producing
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int | None
+
+
+def messages_from_lines(data: bytes, max_bytes: int = 1 << 20) -> Iterator[Message]:
+    """Group a line-protocol file into messages: one per (partition key, timestamp), in file order.
+
+    Lines whose key cannot be told (unknown measurement, not valid line protocol) are still sent,
+    alone and without a key, so the consumer can dead-letter them with the reason.
+    """
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    decoded = decode(data)
+    n = len(lines)
+    keys = np.full(n, "", dtype=object)
+    stamps = np.full(n, -1, dtype=np.int64)
+    for name, frame in decoded.frames.items():
+        spec = measurement(name)
+        rows = decoded.line_no[name]
+        stamps[rows] = frame.time_ns
+        if spec is not None:
+            keys[rows] = frame.tag(spec.partition_tag)
+    # A message per (key, timestamp) run; codes in order of first appearance keep file order.
+    group, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, stamps]))
+    order = np.argsort(group, kind="stable")
+    bounds = np.flatnonzero(np.diff(group[order])) + 1
+    for members in np.split(order, bounds):
+        first = int(members[0])
+        key = str(keys[first])
+        chunk: list[bytes] = []
+        size = 0
+        for i in members.tolist():
+            line = lines[i]
+            if not line.strip() or line.startswith(b"#"):
+                continue
+            if not key:  # unkeyed lines travel one per message
+                yield Message(None, line, None)
+                continue
+            if chunk and size + len(line) > max_bytes:
+                yield Message(key.encode(), b"\n".join(chunk), int(stamps[first] // 1_000_000))
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line) + 1
+        if chunk:
+            yield Message(key.encode(), b"\n".join(chunk), int(stamps[first] // 1_000_000))
+
+
+class TelemetryProducer:
+    def __init__(self, bootstrap: str, client_id: str = "aiops-producer") -> None:
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=bootstrap,
+                client_id=client_id,
+                acks="all",
+                linger_ms=20,
+                batch_size=1 << 20,
+                max_request_size=MAX_MESSAGE_BYTES,
+                buffer_memory=256 << 20,
+            )
+        except KafkaError as exc:
+            raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+
+    def send(self, topic: str, messages: Iterator[Message] | Sequence[Message]) -> int:
+        count = 0
+        for m in messages:
+            self._producer.send(topic, key=m.key, value=m.value, timestamp_ms=m.timestamp_ms)
+            count += 1
+        return count
+
+    def send_raw(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        self._producer.send(topic, key=key, value=value)
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        self._producer.flush(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+class KafkaDeadLetterSink:
+    """Dead letters to a topic as JSON (stage, reason, the line, where it came from)."""
+
+    def __init__(self, producer: TelemetryProducer, topic: str) -> None:
+        self._producer = producer
+        self._topic = topic
+
+    def add(self, letters: Sequence[DeadLetter]) -> None:
+        for letter in letters:
+            self._producer.send_raw(self._topic, letter.to_json(), key=letter.category.encode())
+
+    def flush(self) -> None:
+        self._producer.flush()
+
+
+# ---------------------------------------------------------------- consuming
+
+
+class TelemetryConsumer:
+    """A consumer-group member that commits only after a batch was fully processed."""
+
+    def __init__(self, settings: KafkaSettings, topic: str | None = None, group: str | None = None) -> None:
+        try:
+            self._consumer = KafkaConsumer(
+                topic or settings.telemetry_topic,
+                bootstrap_servers=settings.bootstrap,
+                group_id=group or settings.ingest_group,
+                client_id="aiops-ingest",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=settings.max_poll_records,
+                fetch_max_bytes=64 << 20,
+                max_partition_fetch_bytes=16 << 20,
+            )
+        except KafkaError as exc:
+            raise KafkaIOError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from exc
+        self._timeout_ms = settings.poll_timeout_ms
+
+    def poll(self) -> list[tuple[Source, int, bytes]]:
+        """Messages of one poll as (where, timestamp ms, value), in partition order."""
+        records = self._consumer.poll(timeout_ms=self._timeout_ms)
+        out: list[tuple[Source, int, bytes]] = []
+        for tp, messages in records.items():
+            for m in messages:
+                if m.value is not None:
+                    out.append((Source(tp.topic, tp.partition, m.offset), m.timestamp, m.value))
+        return out
+
+    def commit(self) -> None:
+        self._consumer.commit()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def join_messages(
+    messages: Sequence[tuple[Source, int, bytes]],
+) -> tuple[bytes, NDArray[np.int64], Callable[[int], Source | None]]:
+    """One decodable batch from many messages, each line's default time (its message's
+    timestamp, for lines that carry none, as Telegraf does), and a map from line to message."""
+    values = [v if v.endswith(b"\n") else v + b"\n" for _, _, v in messages]
+    counts = np.array([v.count(b"\n") for v in values], dtype=np.int64)
+    ends = np.cumsum(counts)
+    default_times = np.repeat(np.array([ts for _, ts, _ in messages], dtype=np.int64) * 1_000_000, counts)
+
+    def source_of(line_no: int) -> Source | None:
+        i = int(np.searchsorted(ends, line_no, side="right"))
+        return messages[i][0] if i < len(messages) else None
+
+    return b"".join(values), default_times, source_of
+
+
+def consume(
+    consumer: TelemetryConsumer,
+    core: IngestCore,
+    frames: FrameSink,
+    deadletters: DeadLetterSink,
+    should_stop: Callable[[], bool],
+    idle_stop_s: float | None = None,
+    on_batch: Callable[[dict[str, object]], None] | None = None,
+) -> None:
+    """Poll, process, flush both sinks, then commit: a crash anywhere before the commit means
+    the batch is read again (at-least-once); the database and the topics tolerate the repeat."""
+    idle_since = time.monotonic()
+    while not should_stop():
+        messages = consumer.poll()
+        if not messages:
+            if idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
+                return
+            continue
+        idle_since = time.monotonic()
+        data, default_times, source_of = join_messages(messages)
+        batch = core.process(data, default_time_ns=default_times, source_of=source_of)
+        frames.write(batch.frames)
+        deadletters.add(batch.deadletters)
+        frames.flush()
+        deadletters.flush()
+        consumer.commit()
+        if on_batch is not None:
+            on_batch({"messages": len(messages), "values": batch.value_count, "deadletters": len(batch.deadletters)})
