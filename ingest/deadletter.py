@@ -44,4 +44,7 @@ class DeadLetter:
     @property
     def category(self) -> str:
         """A short, stable label for counting (the reason up to its first detail)."""
-        return self.reason.split(":")[0].split(" at column")[0].split(" '")[0]
+        head = self.reason.split(" at column")[0]
+        for cut in (":", " for ", " '", " ("):
+            head = head.split(cut)[0]
+        return head

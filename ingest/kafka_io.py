@@ -116,7 +116,6 @@ class TelemetryProducer:
                 linger_ms=20,
                 batch_size=1 << 20,
                 max_request_size=MAX_MESSAGE_BYTES,
-                buffer_memory=256 << 20,
             )
         except KafkaError as exc:
             raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc

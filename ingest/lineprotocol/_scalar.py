@@ -94,11 +94,11 @@ class _Parser:
             if not key:
                 raise self.fail("missing tag key")
             if self.peek() != "=":
-                raise self.fail(f"missing '=' after tag key {key!r}")
+                raise self.fail(f"missing tag separator after key {key!r}")
             self.i += 1
             value = self.token(",= ")
             if self.peek() == "=":
-                raise self.fail(f"unescaped '=' in tag value of {key!r}")
+                raise self.fail(f"unescaped equals sign in tag value of {key!r}")
             if not value:
                 raise self.fail(f"missing tag value for {key!r}")
             if key in tags:
@@ -113,7 +113,7 @@ class _Parser:
             if not key:
                 raise self.fail("missing field key")
             if self.peek() != "=":
-                raise self.fail(f"missing '=' after field key {key!r}")
+                raise self.fail(f"missing field separator after key {key!r}")
             self.i += 1
             value = self.field_value(key)
             if key in fields:

@@ -1,0 +1,173 @@
+"""`aiops bench ...`: throughput measured on this machine, printed as tables.
+
+Tests check behaviour; this is where speed is measured. Every figure is the best of a few runs
+(the least disturbed by whatever else the machine is doing), stated with its inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from aiops.sample_cluster import FlatCluster
+from aiops.settings import InfluxSettings, KafkaSettings
+from ingest.lineprotocol import decode, encode
+
+T0_NS = 1_767_225_600 * 10**9
+TICK_NS = 10 * 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    what: str
+    values: int
+    seconds: float
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.values / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _best(repeat: int, fn: Callable[[], int]) -> tuple[int, float]:
+    best = float("inf")
+    count = 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        count = fn()
+        best = min(best, time.perf_counter() - started)
+    return count, best
+
+
+def bench_ingest(args: argparse.Namespace, console: Console) -> list[Row]:
+    cluster = FlatCluster(args.gpus, seed=1)
+    tick = cluster.tick(T0_NS)
+    data = encode(tick)
+    values = sum(f.value_count for f in tick)
+    console.print(
+        f"synthetic tick: {args.gpus:,} GPUs, {cluster.entity_count:,} entities, "
+        f"{values:,} field values, {len(data) / 1e6:.1f} MB of line protocol"
+    )
+    rows: list[Row] = []
+    decoded_values, seconds = _best(args.repeat, lambda: decode(data).value_count)
+    rows.append(Row("decode (one core)", decoded_values, seconds, "one tick, vectorised path"))
+    _, seconds = _best(args.repeat, lambda: len(encode(tick)))
+    rows.append(Row("encode (one core)", values, seconds, "frames -> line protocol"))
+    ticks = [encode(cluster.tick(T0_NS + (i + 1) * TICK_NS)) for i in range(args.ticks)]
+    if args.kafka:
+        rows += bench_kafka(args.kafka, ticks)
+    if args.influx:
+        rows += bench_influx(args.influx, ticks)
+    return rows
+
+
+def _produce(bootstrap: str, topic: str, ticks: list[bytes]) -> int:
+    from ingest.kafka_io import TelemetryProducer, messages_from_lines
+
+    producer = TelemetryProducer(bootstrap)
+    sent = sum(producer.send(topic, messages_from_lines(t)) for t in ticks)
+    producer.flush()
+    producer.close()
+    return sent
+
+
+def _consume_all(settings: KafkaSettings, total_values: int) -> tuple[int, float]:
+    """Consume and decode until every value arrived; returns (values, seconds from first poll)."""
+    from ingest.kafka_io import TelemetryConsumer, join_messages
+    from ingest.pipeline import IngestCore
+
+    consumer = TelemetryConsumer(settings)
+    core = IngestCore()
+    started = time.perf_counter()
+    deadline = started + 300
+    while core.stats.values < total_values and time.perf_counter() < deadline:
+        messages = consumer.poll()
+        if messages:
+            data, default_times, source_of = join_messages(messages)
+            core.process(data, default_times, source_of)
+            consumer.commit()
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return core.stats.values, seconds
+
+
+def bench_kafka(bootstrap: str, ticks: list[bytes]) -> list[Row]:
+    """Producer alone, consumer alone, then both at once in two processes (as deployed: the
+    exporter side and the ingest side are different processes, here on the machine's 2 cores)."""
+    import multiprocessing
+
+    from ingest.kafka_io import ensure_topics
+
+    suffix = uuid.uuid4().hex[:8]
+    first = KafkaSettings(bootstrap=bootstrap, telemetry_topic=f"bench.a.{suffix}", ingest_group=f"bench-a-{suffix}")
+    second = KafkaSettings(bootstrap=bootstrap, telemetry_topic=f"bench.b.{suffix}", ingest_group=f"bench-b-{suffix}")
+    ensure_topics(bootstrap, [first.telemetry_topic, second.telemetry_topic])
+    total = sum(decode(t).value_count for t in ticks)
+    note = f"{len(ticks)} ticks"
+
+    started = time.perf_counter()
+    sent = _produce(bootstrap, first.telemetry_topic, ticks)
+    produce_s = time.perf_counter() - started
+    consumed, consume_s = _consume_all(first, total)
+
+    context = multiprocessing.get_context("fork")
+    producer = context.Process(target=_produce, args=(bootstrap, second.telemetry_topic, ticks), daemon=True)
+    started = time.perf_counter()
+    producer.start()
+    piped, _ = _consume_all(second, total)
+    pipeline_s = time.perf_counter() - started
+    producer.join(timeout=60)
+    return [
+        Row("kafka produce", total, produce_s, f"{sent:,} messages, {note}"),
+        Row("kafka consume + decode + validate", consumed, consume_s, note),
+        Row("kafka end to end, pipelined", piped, pipeline_s, f"producer process ∥ ingest, {note}"),
+    ]
+
+
+def bench_influx(url: str, ticks: list[bytes]) -> list[Row]:
+    import requests
+
+    from ingest.influx_writer import InfluxWriter
+    from ingest.pipeline import IngestCore
+
+    database = f"bench_{uuid.uuid4().hex[:8]}"
+    requests.post(f"{url}/query", params={"q": f'CREATE DATABASE "{database}"'}, timeout=30).raise_for_status()
+    core = IngestCore()
+    batches = [core.process(t).frames for t in ticks]
+    writer = InfluxWriter(InfluxSettings(url=url, database=database), core.stats)
+    values = sum(f.value_count for b in batches for f in b.values())
+    started = time.perf_counter()
+    for frames in batches:
+        writer.write(frames)
+        writer.flush()
+    seconds = time.perf_counter() - started
+    writer.close()
+    requests.post(f"{url}/query", params={"q": f'DROP DATABASE "{database}"'}, timeout=60)
+    return [Row("influxdb write (encode + HTTP)", values, seconds, f"{core.stats.written:,} lines, {len(ticks)} ticks")]
+
+
+def print_rows(title: str, rows: list[Row], console: Console) -> None:
+    table = Table(title=title)
+    table.add_column("stage")
+    table.add_column("values", justify="right")
+    table.add_column("seconds", justify="right")
+    table.add_column("values/s", justify="right")
+    table.add_column("note")
+    for r in rows:
+        table.add_row(r.what, f"{r.values:,}", f"{r.seconds:.3f}", f"{r.rate:,.0f}", r.note)
+    console.print(table)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    console = Console()
+    if args.bench == "ingest":
+        print_rows("aiops bench ingest", bench_ingest(args, console), console)
+        return 0
+    console.print(f"unknown benchmark {args.bench!r}")
+    return 2
