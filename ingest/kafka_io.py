@@ -81,8 +81,7 @@ def messages_from_lines(data: bytes, max_bytes: int = 1 << 20) -> Iterator[Messa
         stamps[rows] = frame.time_ns
         if spec is not None:
             keys[rows] = frame.tag(spec.partition_tag)
-    # A message per (key, timestamp) run; codes in order of first appearance keep file order.
-    group, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, stamps]))
+    group = _runs_per_key(keys, stamps)
     order = np.argsort(group, kind="stable")
     bounds = np.flatnonzero(np.diff(group[order])) + 1
     for members in np.split(order, bounds):
@@ -104,6 +103,21 @@ def messages_from_lines(data: bytes, max_bytes: int = 1 << 20) -> Iterator[Messa
             size += len(line) + 1
         if chunk:
             yield Message(key.encode(), b"\n".join(chunk), int(stamps[first] // 1_000_000))
+
+
+def _runs_per_key(keys: NDArray[np.object_], stamps: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Group ids for lines: one group per run of equal timestamps within each key's own lines,
+    numbered in order of first appearance. A line that comes back to an old timestamp later in
+    the file starts a new group, so grouping never moves a line ahead of its key's later lines."""
+    key_code, _ = pd.factorize(keys)
+    order = np.argsort(key_code, kind="stable")
+    k, t = key_code[order], stamps[order]
+    new_run = np.ones(len(order), dtype=np.bool_)
+    new_run[1:] = (k[1:] != k[:-1]) | (t[1:] != t[:-1])
+    run = np.empty(len(order), dtype=np.int64)
+    run[order] = np.cumsum(new_run)
+    group, _ = pd.factorize(run)
+    return np.asarray(group, dtype=np.int64)
 
 
 class TelemetryProducer:

@@ -33,9 +33,6 @@ from ._scalar import (
     parse_line,
 )
 
-_NO_TIMESTAMP = np.iinfo(np.int64).min  # internal marker; int64 min itself is rejected on input
-
-
 @dataclass(frozen=True, slots=True)
 class Reject:
     """A line that was not accepted, with why. `line_no` counts from 0 within the batch."""
@@ -243,7 +240,7 @@ class _Tokens:
             if stamps is None:
                 return None, lines
             time_ns, ok = stamps
-            valid &= ok & (time_ns != _NO_TIMESTAMP)
+            valid &= ok
         else:
             assert default_time_ns is not None
             time_ns = _default_times(default_time_ns, lines)

@@ -61,6 +61,8 @@ def encode_frame(frame: Frame) -> list[bytes]:
     n = len(frame)
     if n == 0:
         return []
+    if frame.measurement.startswith("#"):
+        raise EncodeError("a measurement starting with '#' would read back as a comment")
     measurement = _escape_key(frame.measurement, "measurement", ", ")
     head = pa.array(np.full(n, measurement, dtype=object), pa.string())
     for key in frame.tags:

@@ -1,0 +1,234 @@
+"""Line-protocol codec: table-driven cases for the grammar, and properties over generated input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiops.catalog import FieldType
+from ingest.frames import Column, Frame, frame_differences
+from ingest.lineprotocol import EncodeError, LineError, decode, encode, parse_line
+
+T = 1_767_225_600_000_000_000
+
+
+# ---------------------------------------------------------------- grammar, line by line
+
+ACCEPTED = [
+    # (line, measurement, tags, fields, time)
+    (b"m f=1 5", "m", {}, {"f": (FieldType.FLOAT, 1.0)}, 5),
+    (b"m,t=a f=1i", "m", {"t": "a"}, {"f": (FieldType.INT, 1)}, None),
+    (b"m f=-9223372036854775808i 1", "m", {}, {"f": (FieldType.INT, -(2**63))}, 1),
+    (b"m f=18446744073709551615u 1", "m", {}, {"f": (FieldType.UINT, 2**64 - 1)}, 1),
+    (b"m a=t,b=FALSE,c=True 1", "m", {}, {"a": (FieldType.BOOL, True), "b": (FieldType.BOOL, False),
+                                         "c": (FieldType.BOOL, True)}, 1),
+    (b"m f=1.5e-3,g=.5,h=2. 1", "m", {}, {"f": (FieldType.FLOAT, 0.0015), "g": (FieldType.FLOAT, 0.5),
+                                          "h": (FieldType.FLOAT, 2.0)}, 1),
+    (b'm s="a \\"q\\" \\\\ b, c=d" 1', "m", {}, {"s": (FieldType.STRING, 'a "q" \\ b, c=d')}, 1),
+    (b"my\\ meas\\,x,t\\ k=v\\=1\\,2 f\\=x=1 1", "my meas,x", {"t k": "v=1,2"}, {"f=x": (FieldType.FLOAT, 1.0)}, 1),
+    (b"m,t=a\\b f=1 1", "m", {"t": "a\\b"}, {"f": (FieldType.FLOAT, 1.0)}, 1),  # lone backslash is literal
+    (b"m f=1 -5", "m", {}, {"f": (FieldType.FLOAT, 1.0)}, -5),
+    (b"  m f=1 1", "m", {}, {"f": (FieldType.FLOAT, 1.0)}, 1),
+    (b"m f=1 1\r", "m", {}, {"f": (FieldType.FLOAT, 1.0)}, 1),
+    ("m,host=北京-01 f=1 1".encode(), "m", {"host": "北京-01"}, {"f": (FieldType.FLOAT, 1.0)}, 1),
+]
+
+
+@pytest.mark.parametrize(("line", "measurement", "tags", "fields", "time_ns"), ACCEPTED)
+def test_scalar_parser_accepts(
+    line: bytes, measurement: str, tags: dict[str, str], fields: dict[str, tuple[FieldType, object]], time_ns: int | None
+) -> None:
+    parsed = parse_line(line)
+    assert (parsed.measurement, parsed.tags, parsed.fields, parsed.time_ns) == (measurement, tags, fields, time_ns)
+
+
+REJECTED = [
+    (b"m", "missing fields"),
+    (b"m ", "missing field key"),
+    (b",t=a f=1 1", "missing measurement"),
+    (b"m,t f=1 1", "missing tag separator"),
+    (b"m,t= f=1 1", "missing tag value"),
+    (b"m,t=a=b f=1 1", "unescaped equals sign"),
+    (b"m,t=a,t=b f=1 1", "duplicate tag key"),
+    (b"m f 1", "missing field separator"),
+    (b"m f= 1", "missing value"),
+    (b"m f=1,f=2 1", "duplicate field key"),
+    (b"m f=abc 1", "invalid value"),
+    (b"m f=1.2.3 1", "invalid value"),
+    (b"m f=+1 1", "invalid value"),
+    (b"m f=1e999 1", "float out of range"),
+    (b"m f=NaN 1", "invalid value"),
+    (b"m f=9223372036854775808i 1", "out of int64 range"),
+    (b"m f=-1u 1", "invalid value"),
+    (b"m f=18446744073709551616u 1", "out of uint64 range"),
+    (b'm s="open 1', "unterminated string"),
+    (b"m f=1 12x", "invalid timestamp"),
+    (b"m f=1 99999999999999999999", "timestamp out of int64 range"),
+    (b"m f=1 1 2", "invalid timestamp"),
+    (b"m f=1  1", "invalid timestamp"),
+    (b"m f=1\xff 1", "not valid UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("line", "reason"), REJECTED)
+def test_scalar_parser_rejects_with_reason(line: bytes, reason: str) -> None:
+    with pytest.raises(LineError, match=reason):
+        parse_line(line)
+
+
+@pytest.mark.parametrize(("line", "reason"), REJECTED)
+def test_batch_decoder_rejects_the_same_line_and_keeps_its_neighbours(line: bytes, reason: str) -> None:
+    good = b"m,t=a f=1 1\n"
+    decoded = decode(good + line + b"\n" + good.replace(b" 1\n", b" 2\n"))
+    assert [(r.line_no, r.line) for r in decoded.rejects] == [(1, line)]
+    assert reason in decoded.rejects[0].reason
+    assert list(decoded.frames["m"].time_ns) == [1, 2]
+
+
+def test_comments_and_blank_lines_are_skipped_not_rejected() -> None:
+    decoded = decode(b"# header\n\nm f=1 1\n   \n")
+    assert decoded.lines == 2  # the whitespace-only line is a line, and it is bad
+    assert len(decoded.frames["m"]) == 1
+    assert [r.line_no for r in decoded.rejects] == [3]
+
+
+def test_default_time_applies_to_lines_without_timestamp_per_line() -> None:
+    data = b"m f=1\nm f=2 7\nm f=3\n"
+    assert not decode(data).frames or len(decode(data).rejects) == 2
+    per_line = decode(data, default_time_ns=np.array([10, 20, 30], dtype=np.int64))
+    assert list(per_line.frames["m"].time_ns) == [10, 7, 30]
+    assert list(decode(data, default_time_ns=99).frames["m"].time_ns) == [99, 7, 99]
+
+
+def test_fast_path_handles_regular_batches_and_marks_missing_fields() -> None:
+    data = b"gpu,gpu=g0 a=1,b=2i 1\ngpu,gpu=g1 a=1.5 1\ngpu,gpu=g2 a=2,b=3i 1\nnic,nic=x c=true 1\n"
+    decoded = decode(data)
+    assert decoded.fast_lines == 4
+    gpu = decoded.frames["gpu"]
+    assert list(gpu.tags["gpu"]) == ["g0", "g1", "g2"]  # input order kept across shapes
+    assert list(gpu.fields["b"].present) == [True, False, True]
+    assert gpu.fields["b"].type is FieldType.INT
+    assert list(decoded.line_no["gpu"]) == [0, 1, 2]
+
+
+def test_field_type_conflict_rejects_the_later_line() -> None:
+    decoded = decode(b"m f=1 1\nm f=1i 2\nm f=2 3\n")
+    assert [r.line_no for r in decoded.rejects] == [1]
+    assert "field type conflict" in decoded.rejects[0].reason
+    assert list(decoded.frames["m"].fields["f"].values) == [1.0, 2.0]
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def test_encode_escapes_and_skips_absent_values() -> None:
+    frame = Frame(
+        "my meas,x",
+        np.array([1, 2], dtype=np.int64),
+        {"t k": np.array(["a=b", ""], dtype=object)},
+        {
+            "f": Column(FieldType.FLOAT, np.array([1.5, np.nan]), np.array([True, False])),
+            "s": Column.of(FieldType.STRING, ['say "hi"', "back\\slash"]),
+            "n": Column.of(FieldType.UINT, [3, 4]),
+        },
+    )
+    assert encode([frame]).splitlines() == [
+        b'my\\ meas\\,x,t\\ k=a\\=b f=1.5,s="say \\"hi\\"",n=3u 1',
+        b'my\\ meas\\,x s="back\\\\slash",n=4u 2',
+    ]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        Frame("m", np.array([1], dtype=np.int64), {"t": np.array(["a\nb"], dtype=object)}, {"f": Column.of(FieldType.INT, [1])}),
+        Frame("m", np.array([1], dtype=np.int64), {}, {"f": Column(FieldType.INT, np.array([1]), np.array([False]))}),
+        Frame("#m", np.array([1], dtype=np.int64), {}, {"f": Column.of(FieldType.INT, [1])}),
+        Frame("m", np.array([1], dtype=np.int64), {}, {"f": Column.of(FieldType.FLOAT, [np.inf])}),
+    ],
+    ids=["newline-in-tag", "row-without-fields", "comment-measurement", "infinite-float"],
+)
+def test_encode_refuses_what_line_protocol_cannot_carry(frame: Frame) -> None:
+    with pytest.raises(EncodeError):
+        encode([frame])
+
+
+# ---------------------------------------------------------------- properties
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\t"), min_size=1, max_size=12)
+_KEY = _TEXT
+_MEASUREMENT = _TEXT.filter(lambda s: not s.startswith("#"))
+_TAG_VALUE = st.one_of(st.just(""), _TEXT)
+_VALUES = {
+    FieldType.FLOAT: st.floats(allow_nan=False, allow_infinity=False),
+    FieldType.INT: st.integers(-(2**63), 2**63 - 1),
+    FieldType.UINT: st.integers(0, 2**64 - 1),
+    FieldType.BOOL: st.booleans(),
+    FieldType.STRING: st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=12),
+}
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> Frame:
+    n = draw(st.integers(1, 6))
+    tag_keys = draw(st.lists(_KEY, max_size=3, unique=True))
+    field_keys = draw(st.lists(_KEY, min_size=1, max_size=4, unique=True))
+    tags = {k: np.array(draw(st.lists(_TAG_VALUE, min_size=n, max_size=n)), dtype=object) for k in tag_keys}
+    fields: dict[str, Column] = {}
+    for key in field_keys:
+        ftype = draw(st.sampled_from(list(FieldType)))
+        values = draw(st.lists(_VALUES[ftype], min_size=n, max_size=n))
+        present = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=np.bool_)
+        col = Column.of(ftype, values)
+        fields[key] = Column(ftype, col.values, present)
+    # every row needs at least one value to be a line
+    first = fields[field_keys[0]]
+    first.present = first.present | ~np.any([c.present for c in fields.values()], axis=0)
+    time_ns = np.array(draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=n, max_size=n)), dtype=np.int64)
+    return Frame(draw(_MEASUREMENT), time_ns, tags, fields)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(frames(), min_size=1, max_size=3))
+def test_encode_then_decode_round_trips_any_valid_frame(generated: list[Frame]) -> None:
+    by_name: dict[str, Frame] = {}
+    for f in generated:  # one frame per measurement, as decode returns them
+        by_name.setdefault(f.measurement, f)
+    decoded = decode(encode(list(by_name.values())))
+    assert decoded.rejects == []
+    assert frame_differences(by_name, decoded.frames) == []
+
+
+_GARBAGE_PIECES = st.sampled_from(
+    [b",", b"=", b" ", b"\\", b'"', b"\n", b"#", b"m", b"t", b"f", b"1", b"-", b".", b"e", b"i", b"u", b"\xff", b"\r"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.binary(max_size=200), st.lists(_GARBAGE_PIECES, max_size=80).map(b"".join)))
+def test_arbitrary_bytes_never_raise_and_every_line_is_accounted_for(data: bytes) -> None:
+    decoded = decode(data)
+    rows = sum(len(f) for f in decoded.frames.values())
+    assert rows + len(decoded.rejects) == decoded.lines
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.lists(_GARBAGE_PIECES, max_size=30).map(b"".join), frames().map(lambda f: encode([f]))), max_size=8))
+def test_batch_decoder_agrees_with_the_scalar_parser_line_by_line(chunks: list[bytes]) -> None:
+    """The vectorised path may only ever decide a line is simple; results must match the
+    reference parser's, including which lines are rejected (type conflicts aside)."""
+    data = b"\n".join(chunks)
+    decoded = decode(data)
+    rejected = {r.line_no for r in decoded.rejects if "field type conflict" not in r.reason}
+    for i, line in enumerate(data.split(b"\n")):
+        if not line or line.startswith(b"#") or i in {r.line_no for r in decoded.rejects if "conflict" in r.reason}:
+            continue
+        try:
+            parse_line(line)
+            ok = True
+        except LineError:
+            ok = False
+        missing_time = ok and parse_line(line).time_ns is None
+        assert (i in rejected) == (not ok or missing_time), line

@@ -1,0 +1,112 @@
+"""Catalog validation, DCGM sentinels and per-entity event-time order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, DCGM_INT64_BLANK, FieldType
+from aiops.entities import EntityIndex
+from ingest.deadletter import DeadLetter, Source
+from ingest.lineprotocol import decode
+from ingest.pipeline import IngestCore
+from ingest.validate import Validated, Validator, _previous_max_in_group
+
+
+def _validate(data: bytes, validator: Validator | None = None) -> tuple[Validator, Validated]:
+    v = validator or Validator()
+    return v, v(decode(data))
+
+
+def test_unknown_measurement_and_missing_id_are_rejected_with_reasons() -> None:
+    _, out = _validate(b"weird,id=1 x=1 1\ngpu,node=n1 DCGM_FI_DEV_GPU_TEMP=50 1\ngpu,gpu=g1 DCGM_FI_DEV_GPU_TEMP=50 1\n")
+    reasons = {r.line_no: r.reason for r in out.rejects}
+    assert reasons == {0: "unknown measurement 'weird'", 1: "missing entity id tag 'gpu'"}
+    assert list(out.frames["gpu"].tags["gpu"]) == ["g1"]
+
+
+def test_numeric_types_are_converted_to_the_catalogs_and_text_is_rejected() -> None:
+    v, out = _validate(b"gpu,gpu=g1 DCGM_FI_DEV_GPU_TEMP=50i,DCGM_FI_DEV_SM_CLOCK=1500 1\n")
+    gpu = out.frames["gpu"]
+    assert gpu.fields["DCGM_FI_DEV_GPU_TEMP"].type is FieldType.FLOAT
+    assert gpu.fields["DCGM_FI_DEV_SM_CLOCK"].type is FieldType.INT
+    assert gpu.fields["DCGM_FI_DEV_SM_CLOCK"].values[0] == 1500
+    assert out.rejects == []
+    _, text = _validate(b'gpu,gpu=g2 DCGM_FI_DEV_GPU_TEMP="hot" 2\n', v)
+    assert [r.reason for r in text.rejects] == ["field 'DCGM_FI_DEV_GPU_TEMP' should be float, got string"]
+    assert "gpu" not in text.frames
+
+
+def test_fields_outside_the_catalog_are_kept_raw() -> None:
+    _, out = _validate(b"gpu,gpu=g1 DCGM_FI_DEV_GPU_TEMP=50,vendor_extra=3i 1\n")
+    assert "vendor_extra" in out.frames["gpu"].fields
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "masked"),
+    [
+        ("DCGM_FI_DEV_GPU_TEMP", f"{DCGM_FP64_BLANK}", True),
+        ("DCGM_FI_DEV_SM_CLOCK", f"{DCGM_INT32_BLANK}i", True),
+        ("DCGM_FI_DEV_SM_CLOCK", f"{DCGM_INT32_BLANK - 1}i", False),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", f"{DCGM_INT64_BLANK}i", True),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", f"{DCGM_INT32_BLANK}i", False),  # a big but real 64-bit count
+    ],
+)
+def test_dcgm_blank_sentinels_become_missing(field: str, value: str, masked: bool) -> None:
+    _, out = _validate(f"gpu,gpu=g1 {field}={value},DCGM_FI_DEV_POWER_USAGE=300 1\n".encode())
+    col = out.frames["gpu"].fields[field]
+    assert bool(col.present[0]) is not masked
+    assert out.sentinels_masked == int(masked)
+
+
+def test_duplicates_and_out_of_order_rows_are_rejected_per_entity_across_batches() -> None:
+    v, first = _validate(b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\ngpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\ngpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 5\n")
+    assert [(r.line_no, r.stage) for r in first.rejects] == [(1, "order")]
+    assert "duplicate timestamp for a" in first.rejects[0].reason
+    _, second = _validate(
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 9\ngpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 6\ngpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 20\n", v
+    )
+    assert [r.line_no for r in second.rejects] == [0]
+    assert "out of order for a" in second.rejects[0].reason
+    assert list(second.frames["gpu"].time_ns) == [6, 20]
+
+
+def test_previous_max_in_group_matches_a_loop_exactly_on_nanosecond_times() -> None:
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 5, 200)
+    values = 1_767_225_600_000_000_000 + rng.integers(-5, 5, 200)  # differences float64 cannot hold
+    expected = []
+    seen: dict[int, int] = {}
+    for g, t in zip(groups.tolist(), values.tolist(), strict=True):
+        expected.append(seen.get(g, np.iinfo(np.int64).min))
+        seen[g] = max(seen.get(g, t), t)
+    assert _previous_max_in_group(groups, values).tolist() == expected
+
+
+def test_entity_index_is_stable_and_vectorised() -> None:
+    index = EntityIndex()
+    first = index.add(np.array(["a", "b", "a"], dtype=object))
+    second = index.add(np.array(["c", "b"], dtype=object))
+    assert first.tolist() == [0, 1, 0]
+    assert second.tolist() == [2, 1]
+    assert index.lookup(np.array(["zz", "c"], dtype=object)).tolist() == [-1, 2]
+
+
+def test_core_counts_everything_and_keeps_sources() -> None:
+    core = IngestCore()
+    source = Source("t", 3, 42)
+    batch = core.process(b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\nbroken\nfoo,x=1 y=1 1\n", source_of=lambda _: source)
+    assert core.stats.lines == 3
+    assert core.stats.values == 1
+    assert core.stats.rejected == 1
+    assert core.stats.deadlettered == 2
+    assert {d.stage for d in batch.deadletters} == {"decode", "validate"}
+    assert all(d.source == source for d in batch.deadletters)
+    assert core.stats.reasons == {"missing fields": 1, "unknown measurement": 1}
+
+
+@pytest.mark.parametrize("line", [b"plain line", b"bad \xff bytes"])
+def test_dead_letter_json_round_trips(line: bytes) -> None:
+    letter = DeadLetter("decode", "invalid value 'x' for field 'f' at column 3", line, Source("topic", 1, 7))
+    assert DeadLetter.from_json(letter.to_json()) == letter
+    assert letter.category == "invalid value"
