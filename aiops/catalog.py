@@ -59,8 +59,9 @@ class Measurement:
         return tuple(key for key, _ in self.tags)
 
 
-F, I, B = FieldType.FLOAT, FieldType.INT, FieldType.BOOL
-G, C, S = MetricKind.GAUGE, MetricKind.COUNTER, MetricKind.STATE
+# Short names keep the tables below one metric per line.
+FLOAT, INT = FieldType.FLOAT, FieldType.INT
+GAUGE, COUNTER, STATE = MetricKind.GAUGE, MetricKind.COUNTER, MetricKind.STATE
 
 # DCGM reports "blank" (no value available) as values at the top of the int64/float range,
 # e.g. DCGM_INT64_BLANK = 0x7ffffff0 in 32-bit fields and 0x7ffffffffffffff0 in 64-bit ones,
@@ -73,17 +74,17 @@ DCGM_FP64_BLANK = 140737488355328.0
 def _ib_port_counters(prefix_doc: str) -> tuple[Metric, ...]:
     """InfiniBand/RoCE port counters (names as in /sys/class/infiniband/*/ports/*/counters)."""
     return (
-        Metric("symbol_error", I, C, "count", f"{prefix_doc}: symbol errors on the physical link"),
-        Metric("port_rcv_errors", I, C, "count", f"{prefix_doc}: received packets with errors"),
-        Metric("link_downed", I, C, "count", f"{prefix_doc}: times the link went down"),
-        Metric("link_error_recovery", I, C, "count", f"{prefix_doc}: link retrain events"),
-        Metric("port_xmit_wait", I, C, "ticks", f"{prefix_doc}: ticks with data to send but no credit"),
-        Metric("port_xmit_discards", I, C, "count", f"{prefix_doc}: packets discarded on transmit"),
-        Metric("rx_prio3_pause", I, C, "count", f"{prefix_doc}: PFC pause frames received (prio 3)"),
-        Metric("tx_prio3_pause", I, C, "count", f"{prefix_doc}: PFC pause frames sent (prio 3)"),
-        Metric("port_xmit_data", I, C, "bytes", f"{prefix_doc}: bytes transmitted"),
-        Metric("port_rcv_data", I, C, "bytes", f"{prefix_doc}: bytes received"),
-        Metric("link_state", I, S, "enum", f"{prefix_doc}: 1 = active, 0 = down"),
+        Metric("symbol_error", INT, COUNTER, "count", f"{prefix_doc}: symbol errors on the physical link"),
+        Metric("port_rcv_errors", INT, COUNTER, "count", f"{prefix_doc}: received packets with errors"),
+        Metric("link_downed", INT, COUNTER, "count", f"{prefix_doc}: times the link went down"),
+        Metric("link_error_recovery", INT, COUNTER, "count", f"{prefix_doc}: link retrain events"),
+        Metric("port_xmit_wait", INT, COUNTER, "ticks", f"{prefix_doc}: ticks with data to send but no credit"),
+        Metric("port_xmit_discards", INT, COUNTER, "count", f"{prefix_doc}: packets discarded on transmit"),
+        Metric("rx_prio3_pause", INT, COUNTER, "count", f"{prefix_doc}: PFC pause frames received (prio 3)"),
+        Metric("tx_prio3_pause", INT, COUNTER, "count", f"{prefix_doc}: PFC pause frames sent (prio 3)"),
+        Metric("port_xmit_data", INT, COUNTER, "bytes", f"{prefix_doc}: bytes transmitted"),
+        Metric("port_rcv_data", INT, COUNTER, "bytes", f"{prefix_doc}: bytes received"),
+        Metric("link_state", INT, STATE, "enum", f"{prefix_doc}: 1 = active, 0 = down"),
     )
 
 
@@ -95,25 +96,27 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         tags=(("gpu", "GPU id, e.g. n00012-gpu3"), ("node", "node id"), ("job", "job id or 'idle'")),
         description="One GPU, as dcgm-exporter reports it (DCGM field names).",
         metrics=(
-            Metric("DCGM_FI_DEV_GPU_TEMP", F, G, "°C", "GPU core temperature"),
-            Metric("DCGM_FI_DEV_MEMORY_TEMP", F, G, "°C", "HBM temperature"),
-            Metric("DCGM_FI_DEV_POWER_USAGE", F, G, "W", "board power draw"),
-            Metric("DCGM_FI_DEV_SM_CLOCK", I, G, "MHz", "SM clock"),
-            Metric("DCGM_FI_DEV_MEM_CLOCK", I, G, "MHz", "memory clock"),
-            Metric("DCGM_FI_DEV_GPU_UTIL", I, G, "%", "GPU utilisation"),
-            Metric("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", F, G, "ratio", "tensor pipe active ratio"),
-            Metric("DCGM_FI_DEV_FB_USED", I, G, "MiB", "framebuffer memory used"),
-            Metric("DCGM_FI_DEV_XID_ERRORS", I, S, "xid", "last XID error code (0 = none)"),
-            Metric("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", I, C, "count", "volatile single-bit (correctable) ECC"),
-            Metric("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", I, C, "count", "volatile double-bit (uncorrectable) ECC"),
-            Metric("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", I, C, "rows", "rows remapped for correctable errors"),
-            Metric("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", I, C, "rows", "rows remapped for uncorrectable errors"),
-            Metric("DCGM_FI_DEV_ROW_REMAP_FAILURE", I, S, "bool", "1 if a row remap failed"),
-            Metric("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", I, C, "count", "NVLink CRC flit errors"),
-            Metric("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", I, C, "count", "NVLink replay errors"),
-            Metric("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", I, C, "bytes", "NVLink bytes, all links"),
-            Metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", I, C, "count", "PCIe replays"),
-            Metric("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", I, S, "bitmask", "clock throttle reasons"),
+            Metric("DCGM_FI_DEV_GPU_TEMP", FLOAT, GAUGE, "°C", "GPU core temperature"),
+            Metric("DCGM_FI_DEV_MEMORY_TEMP", FLOAT, GAUGE, "°C", "HBM temperature"),
+            Metric("DCGM_FI_DEV_POWER_USAGE", FLOAT, GAUGE, "W", "board power draw"),
+            Metric("DCGM_FI_DEV_SM_CLOCK", INT, GAUGE, "MHz", "SM clock"),
+            Metric("DCGM_FI_DEV_MEM_CLOCK", INT, GAUGE, "MHz", "memory clock"),
+            Metric("DCGM_FI_DEV_GPU_UTIL", INT, GAUGE, "%", "GPU utilisation"),
+            Metric("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", FLOAT, GAUGE, "ratio", "tensor pipe active ratio"),
+            Metric("DCGM_FI_DEV_FB_USED", INT, GAUGE, "MiB", "framebuffer memory used"),
+            Metric("DCGM_FI_DEV_XID_ERRORS", INT, STATE, "xid", "last XID error code (0 = none)"),
+            Metric("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", INT, COUNTER, "count", "volatile single-bit (correctable) ECC"),
+            Metric("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", INT, COUNTER, "count", "volatile double-bit (uncorrectable) ECC"),
+            Metric(
+                "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", INT, COUNTER, "rows", "rows remapped for correctable errors"
+            ),
+            Metric("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", INT, COUNTER, "rows", "rows remapped, uncorrectable"),
+            Metric("DCGM_FI_DEV_ROW_REMAP_FAILURE", INT, STATE, "bool", "1 if a row remap failed"),
+            Metric("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", INT, COUNTER, "count", "NVLink CRC flit errors"),
+            Metric("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", INT, COUNTER, "count", "NVLink replay errors"),
+            Metric("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", INT, COUNTER, "bytes", "NVLink bytes, all links"),
+            Metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", INT, COUNTER, "count", "PCIe replays"),
+            Metric("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", INT, STATE, "bitmask", "clock throttle reasons"),
         ),
     ),
     Measurement(
@@ -123,9 +126,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         tags=(("nvswitch", "NVSwitch id, e.g. n00012-nvsw0"), ("node", "node id")),
         description="One NVSwitch inside a node.",
         metrics=(
-            Metric("temperature_c", F, G, "°C", "switch temperature"),
-            Metric("nvlink_crc_errors", I, C, "count", "NVLink CRC errors on all switch ports"),
-            Metric("nvlink_replay_errors", I, C, "count", "NVLink replays on all switch ports"),
+            Metric("temperature_c", FLOAT, GAUGE, "°C", "switch temperature"),
+            Metric("nvlink_crc_errors", INT, COUNTER, "count", "NVLink CRC errors on all switch ports"),
+            Metric("nvlink_replay_errors", INT, COUNTER, "count", "NVLink replays on all switch ports"),
         ),
     ),
     Measurement(
@@ -134,7 +137,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         partition_tag="node",
         tags=(("nic", "NIC id, e.g. n00012-nic3"), ("node", "node id"), ("rail", "rail index")),
         description="One InfiniBand/RoCE NIC port (ethtool / IB sysfs counters).",
-        metrics=(*_ib_port_counters("NIC port"), Metric("np_cnp_sent", I, C, "count", "RoCE CNPs sent")),
+        metrics=(*_ib_port_counters("NIC port"), Metric("np_cnp_sent", INT, COUNTER, "count", "RoCE CNPs sent")),
     ),
     Measurement(
         name="optic",
@@ -143,10 +146,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         tags=(("optic", "transceiver id, e.g. n00012-nic3-optic"), ("nic", "NIC id"), ("node", "node id")),
         description="One optical transceiver (DDM / digital diagnostics).",
         metrics=(
-            Metric("rx_power_dbm", F, G, "dBm", "receive optical power"),
-            Metric("tx_power_dbm", F, G, "dBm", "transmit optical power"),
-            Metric("temperature_c", F, G, "°C", "module temperature"),
-            Metric("bias_current_ma", F, G, "mA", "laser bias current"),
+            Metric("rx_power_dbm", FLOAT, GAUGE, "dBm", "receive optical power"),
+            Metric("tx_power_dbm", FLOAT, GAUGE, "dBm", "transmit optical power"),
+            Metric("temperature_c", FLOAT, GAUGE, "°C", "module temperature"),
+            Metric("bias_current_ma", FLOAT, GAUGE, "mA", "laser bias current"),
         ),
     ),
     Measurement(
@@ -157,8 +160,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         description="One leaf/spine switch, counters summed over its ports.",
         metrics=(
             *_ib_port_counters("all ports"),
-            Metric("ports_up", I, G, "ports", "ports in the active state"),
-            Metric("temperature_c", F, G, "°C", "ASIC temperature"),
+            Metric("ports_up", INT, GAUGE, "ports", "ports in the active state"),
+            Metric("temperature_c", FLOAT, GAUGE, "°C", "ASIC temperature"),
         ),
     ),
     Measurement(
@@ -176,12 +179,12 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         tags=(("node", "node id"), ("rack", "rack id")),
         description="One host (node exporter / BMC).",
         metrics=(
-            Metric("cpu_util", F, G, "%", "host CPU utilisation"),
-            Metric("mem_used_pct", F, G, "%", "host memory used"),
-            Metric("inlet_temp_c", F, G, "°C", "inlet air temperature"),
-            Metric("fan_speed_rpm", F, G, "rpm", "mean fan speed"),
-            Metric("power_w", F, G, "W", "node power draw"),
-            Metric("power_cap_w", F, G, "W", "node power cap in force"),
+            Metric("cpu_util", FLOAT, GAUGE, "%", "host CPU utilisation"),
+            Metric("mem_used_pct", FLOAT, GAUGE, "%", "host memory used"),
+            Metric("inlet_temp_c", FLOAT, GAUGE, "°C", "inlet air temperature"),
+            Metric("fan_speed_rpm", FLOAT, GAUGE, "rpm", "mean fan speed"),
+            Metric("power_w", FLOAT, GAUGE, "W", "node power draw"),
+            Metric("power_cap_w", FLOAT, GAUGE, "W", "node power cap in force"),
         ),
     ),
     Measurement(
@@ -191,9 +194,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         tags=(("psu", "PSU id, e.g. n00012-psu1"), ("node", "node id")),
         description="One power supply (BMC / Redfish).",
         metrics=(
-            Metric("output_power_w", F, G, "W", "output power"),
-            Metric("input_voltage_v", F, G, "V", "input voltage"),
-            Metric("status", I, S, "enum", "1 = OK, 0 = failed"),
+            Metric("output_power_w", FLOAT, GAUGE, "W", "output power"),
+            Metric("input_voltage_v", FLOAT, GAUGE, "V", "input voltage"),
+            Metric("status", INT, STATE, "enum", "1 = OK, 0 = failed"),
         ),
     ),
     Measurement(
@@ -203,9 +206,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         tags=(("cooling", "cooling loop id, e.g. rack07-cdu"), ("rack", "rack id")),
         description="One rack cooling loop / CDU.",
         metrics=(
-            Metric("supply_temp_c", F, G, "°C", "coolant supply temperature"),
-            Metric("return_temp_c", F, G, "°C", "coolant return temperature"),
-            Metric("flow_lpm", F, G, "l/min", "coolant flow"),
+            Metric("supply_temp_c", FLOAT, GAUGE, "°C", "coolant supply temperature"),
+            Metric("return_temp_c", FLOAT, GAUGE, "°C", "coolant return temperature"),
+            Metric("flow_lpm", FLOAT, GAUGE, "l/min", "coolant flow"),
         ),
     ),
 )
@@ -240,8 +243,6 @@ def render_markdown() -> str:
         out += ["| tag | meaning |", "|---|---|"]
         out += [f"| `{key}` | {doc} |" for key, doc in m.tags]
         out += ["", "| field | type | kind | unit | meaning |", "|---|---|---|---|---|"]
-        out += [
-            f"| `{x.name}` | {x.type.value} | {x.kind.value} | {x.unit} | {x.description} |" for x in m.metrics
-        ]
+        out += [f"| `{x.name}` | {x.type.value} | {x.kind.value} | {x.unit} | {x.description} |" for x in m.metrics]
         out.append("")
     return "\n".join(out)

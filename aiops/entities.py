@@ -26,7 +26,7 @@ class EntityIndex:
 
     def lookup(self, ids: NDArray[np.object_]) -> NDArray[np.int64]:
         """Indices of known ids, -1 for unknown ones."""
-        return np.asarray(self._index.get_indexer(ids), dtype=np.int64)
+        return np.asarray(self._index.get_indexer(pd.Index(ids, dtype=object)), dtype=np.int64)
 
     def add(self, ids: NDArray[np.object_]) -> NDArray[np.int64]:
         """Indices of ids, registering the ones not seen before."""
@@ -35,5 +35,5 @@ class EntityIndex:
         if missing.any():
             new = pd.unique(np.asarray(ids, dtype=object)[missing])
             self._index = self._index.append(pd.Index(new, dtype=object))
-            found[missing] = self._index.get_indexer(np.asarray(ids, dtype=object)[missing])
+            found[missing] = self._index.get_indexer(pd.Index(np.asarray(ids, dtype=object)[missing], dtype=object))
         return found

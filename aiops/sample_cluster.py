@@ -8,6 +8,7 @@ It stands in until the telemetry generator exists; it knows nothing of jobs or f
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from aiops.catalog import MEASUREMENTS, FieldType, MetricKind
 from ingest.frames import Column, Frame
@@ -17,8 +18,18 @@ NODES_PER_RACK = 4
 NODES_PER_LEAF = 32  # one leaf per rail per 32-node pod
 
 _LEVEL = {
-    "°C": 45.0, "W": 350.0, "MHz": 1800.0, "%": 80.0, "ratio": 0.6, "MiB": 60000.0, "dBm": -2.0,
-    "mA": 8.0, "V": 230.0, "rpm": 9000.0, "l/min": 30.0, "ports": 64.0,
+    "°C": 45.0,
+    "W": 350.0,
+    "MHz": 1800.0,
+    "%": 80.0,
+    "ratio": 0.6,
+    "MiB": 60000.0,
+    "dBm": -2.0,
+    "mA": 8.0,
+    "V": 230.0,
+    "rpm": 9000.0,
+    "l/min": 30.0,
+    "ports": 64.0,
 }
 
 
@@ -53,8 +64,11 @@ def entity_tags(name: str, nodes: list[str]) -> list[dict[str, str]]:
     elif name == "switch":
         rows = [{"switch": s, "role": s.split("-")[0]} for s in leaves + spines]
     elif name == "switch_port":
-        rows = [{"port": f"{leaf}:p{p}", "switch": leaf, "peer": f"{nodes[p % len(nodes)]}-nic{leaf[-1]}"}
-                for leaf in leaves for p in range(min(NODES_PER_LEAF, len(nodes)))]
+        rows = [
+            {"port": f"{leaf}:p{p}", "switch": leaf, "peer": f"{nodes[p % len(nodes)]}-nic{leaf[-1]}"}
+            for leaf in leaves
+            for p in range(min(NODES_PER_LEAF, len(nodes)))
+        ]
     elif name == "cooling":
         rows = [{"cooling": f"{rack}-cdu", "rack": rack} for rack in dict.fromkeys(racks)]
     return rows
@@ -86,6 +100,7 @@ class FlatCluster:
                 continue
             fields: dict[str, Column] = {}
             for metric in m.metrics:
+                values: NDArray[np.float64]
                 if metric.kind is MetricKind.COUNTER:
                     values = np.full(n, 1000.0 * self._tick) + np.arange(n)
                 elif metric.kind is MetricKind.STATE:

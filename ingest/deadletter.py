@@ -30,7 +30,11 @@ class DeadLetter:
             text = {"line_base64": base64.b64encode(self.line).decode("ascii")}
         body: dict[str, object] = {"stage": self.stage, "reason": self.reason, **text}
         if self.source is not None:
-            body["source"] = {"topic": self.source.topic, "partition": self.source.partition, "offset": self.source.offset}
+            body["source"] = {
+                "topic": self.source.topic,
+                "partition": self.source.partition,
+                "offset": self.source.offset,
+            }
         return json.dumps(body, ensure_ascii=False, sort_keys=True).encode()
 
     @staticmethod

@@ -111,7 +111,7 @@ class Frame:
 
 def concat(frames: Iterable[Frame]) -> Frame:
     """Stack frames of one measurement; a tag or field missing from some becomes absent there."""
-    parts = [f for f in frames]
+    parts = list(frames)
     if not parts:
         raise ValueError("nothing to concatenate")
     name = parts[0].measurement

@@ -15,8 +15,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from influxdb_client import InfluxDBClient, WritePrecision
+from influxdb_client.client.influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
+from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
@@ -58,7 +59,9 @@ class InfluxWriter:
         self._buffered_lines = 0
 
     def write(self, frames: dict[str, Frame]) -> None:
-        lines = encode([f.with_values_only() for f in frames.values()]).splitlines()
+        storable = [f.with_values_only() for f in frames.values()]
+        self.stats.blank_rows += sum(len(f) for f in frames.values()) - sum(len(f) for f in storable)
+        lines = encode(storable).splitlines()
         for start in range(0, len(lines), self.settings.batch_lines):
             chunk = lines[start : start + self.settings.batch_lines]
             self._buffer.append(chunk)
@@ -91,7 +94,10 @@ class InfluxWriter:
         for attempt in range(self.settings.max_retries + 1):
             try:
                 self._api.write(
-                    bucket=self.settings.bucket, org=self.settings.org, record=body, write_precision=WritePrecision.NS
+                    bucket=self.settings.bucket,
+                    org=self.settings.org,
+                    record=body,
+                    write_precision=WritePrecision.NS,  # type: ignore[arg-type]  # the enum is typed as str
                 )
                 return
             except Exception as exc:
@@ -105,7 +111,7 @@ class InfluxWriter:
                 delay = min(delay * 2, self.settings.retry_max_s)
 
     def close(self) -> None:
-        self._client.close()
+        self._client.close()  # type: ignore[no-untyped-call]
 
 
 def _describe(exc: Exception) -> str:

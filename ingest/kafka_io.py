@@ -7,6 +7,7 @@ key is the node or switch id, so all of a node's telemetry lands on one partitio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from numpy.typing import NDArray
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
+from numpy.typing import NDArray
 
 from aiops.catalog import measurement
 from aiops.settings import KafkaSettings
@@ -44,10 +45,8 @@ def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 6) ->
         existing = set(admin.list_topics())
         new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
         if new:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # created by someone else meanwhile
                 admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
     finally:
         admin.close()
 

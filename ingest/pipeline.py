@@ -20,7 +20,11 @@ from ingest.validate import Validator
 
 @dataclass(slots=True)
 class IngestStats:
-    """Cumulative counters; written to InfluxDB as measurement `aiops_ingest`."""
+    """Cumulative counters; written to InfluxDB as measurement `aiops_ingest`.
+
+    Every line is accounted for: once the writer has flushed,
+    lines == written + deadlettered + dropped + blank_rows.
+    """
 
     lines: int = 0
     values: int = 0
@@ -30,6 +34,7 @@ class IngestStats:
     written: int = 0  # lines the database accepted
     retried: int = 0  # write attempts repeated after a 5xx or a timeout
     dropped: int = 0  # lines given up on after retries or evicted from a full buffer
+    blank_rows: int = 0  # rows whose every value was a blank sentinel: nothing to store
     reasons: Counter[str] = field(default_factory=Counter)
 
     def as_fields(self) -> dict[str, int]:
@@ -42,6 +47,7 @@ class IngestStats:
             "written": self.written,
             "retried": self.retried,
             "dropped": self.dropped,
+            "blank_rows": self.blank_rows,
         }
 
 
@@ -73,9 +79,7 @@ class IngestCore:
         self.validator = Validator()
         self.stats = stats if stats is not None else IngestStats()
 
-    def process(
-        self, data: bytes, default_time_ns: DefaultTime = None, source_of: SourceOf | None = None
-    ) -> Batch:
+    def process(self, data: bytes, default_time_ns: DefaultTime = None, source_of: SourceOf | None = None) -> Batch:
         """Decode and validate one batch of line protocol.
 
         `source_of(line_no)` tells where a batch line came from (Kafka partition and offset), so

@@ -57,21 +57,21 @@ class Validator:
 
     def __call__(self, decoded: Decoded) -> Validated:
         out = Validated()
-        for name, frame in decoded.frames.items():
+        for name, decoded_frame in decoded.frames.items():
             rows = decoded.line_no[name]
             spec = measurement(name)
             if spec is None:
                 out.rejects += [RowReject("validate", int(i), f"unknown measurement {name!r}") for i in rows]
                 continue
-            keep = np.ones(len(frame), dtype=np.bool_)
+            keep = np.ones(len(decoded_frame), dtype=np.bool_)
             reasons: dict[int, str] = {}
-            ids = frame.tag(spec.id_tag)
+            ids = decoded_frame.tag(spec.id_tag)
             missing_id = ids == ""
             for r in np.flatnonzero(missing_id):
                 reasons[int(r)] = f"missing entity id tag {spec.id_tag!r}"
             keep &= ~missing_id
             fields: dict[str, Column] = {}
-            for key, col in frame.fields.items():
+            for key, col in decoded_frame.fields.items():
                 metric = spec.metric(key)
                 if metric is None or metric.type == col.type:
                     fields[key] = col
@@ -82,16 +82,18 @@ class Validator:
                     for r in np.flatnonzero(wrong):
                         reasons.setdefault(int(r), f"field {key!r} should be {metric.type}, got {col.type}")
                     keep &= ~wrong
-            frame = Frame(name, frame.time_ns, frame.tags, fields)
+            frame = Frame(name, decoded_frame.time_ns, decoded_frame.tags, fields)
             if spec.name == "gpu":
                 out.sentinels_masked += _mask_dcgm_blanks(frame, spec)
             clock = self._clocks.setdefault(name, _EntityClock())
             late = clock.check(ids, frame.time_ns, keep)
-            for r, reason in late.items():
-                reasons.setdefault(r, reason)
-                keep[r] = False
-            out.rejects += [RowReject("validate" if "order" not in why and "duplicate" not in why else "order",
-                                      int(rows[r]), why) for r, why in sorted(reasons.items())]
+            for row, reason in late.items():
+                reasons.setdefault(row, reason)
+                keep[row] = False
+            out.rejects += [
+                RowReject("validate" if "order" not in why and "duplicate" not in why else "order", int(rows[r]), why)
+                for r, why in sorted(reasons.items())
+            ]
             if keep.all():
                 out.frames[name], out.line_no[name] = frame, rows
             elif keep.any():
@@ -115,14 +117,15 @@ def _mask_dcgm_blanks(frame: Frame, spec: Measurement) -> int:
     masked = 0
     for key, col in frame.fields.items():
         metric = spec.metric(key)
-        if metric is None or col.type == FieldType.STRING or col.type == FieldType.BOOL:
+        if metric is None or col.type in (FieldType.STRING, FieldType.BOOL):
             continue
+        values = np.asarray(col.values)
         if col.type == FieldType.FLOAT:
-            blank = col.values >= DCGM_FP64_BLANK
+            blank = values >= DCGM_FP64_BLANK
         elif metric.kind is MetricKind.COUNTER:  # 64-bit counters
-            blank = col.values >= DCGM_INT64_BLANK
+            blank = values >= DCGM_INT64_BLANK
         else:  # 32-bit gauges and states
-            blank = col.values >= DCGM_INT32_BLANK
+            blank = values >= DCGM_INT32_BLANK
         blank &= col.present
         if blank.any():
             col.present = col.present & ~blank
@@ -137,7 +140,9 @@ class _EntityClock:
         self.entities = EntityIndex()
         self.last_ns = np.zeros(0, dtype=np.int64)
 
-    def check(self, ids: NDArray[np.object_], time_ns: NDArray[np.int64], candidate: NDArray[np.bool_]) -> dict[int, str]:
+    def check(
+        self, ids: NDArray[np.object_], time_ns: NDArray[np.int64], candidate: NDArray[np.bool_]
+    ) -> dict[int, str]:
         """Rows (among candidates) that are not newer than what their entity already has."""
         rows = np.flatnonzero(candidate)
         if not len(rows):
@@ -155,7 +160,9 @@ class _EntityClock:
             if t[r] == before[r]:
                 bad[int(rows[r])] = f"duplicate timestamp for {ids[rows[r]]}"
             else:
-                bad[int(rows[r])] = f"out of order for {ids[rows[r]]}: {(before[r] - t[r]) / 1e9:g} s older than its last sample"
+                bad[int(rows[r])] = (
+                    f"out of order for {ids[rows[r]]}: {(before[r] - t[r]) / 1e9:g} s older than its last sample"
+                )
         ok = ~stale
         np.maximum.at(self.last_ns, idx[ok], t[ok])
         return bad

@@ -33,6 +33,7 @@ from ._scalar import (
     parse_line,
 )
 
+
 @dataclass(frozen=True, slots=True)
 class Reject:
     """A line that was not accepted, with why. `line_no` counts from 0 within the batch."""
@@ -79,17 +80,16 @@ def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
     """Decode newline-separated line protocol.
 
     Lines without a timestamp get `default_time_ns`: one time for the batch, or one per line
-    (each Kafka message's time, say); without a default they are rejected. Blank lines and `#` comments are skipped. Rows come out in input
-    order within each measurement.
+    (each Kafka message's time, say); without a default they are rejected. Blank lines and `#`
+    comments are skipped. Rows come out in input order within each measurement.
     """
     out = Decoded()
     if not data:
         return out
     batch = _Tokens(data)
     out._batch = batch
-    if default_time_ns is not None and not isinstance(default_time_ns, int):
-        if len(default_time_ns) < len(batch.line_end):
-            raise ValueError(f"{len(default_time_ns)} default times for {len(batch.line_end)} lines")
+    if not isinstance(default_time_ns, int | None) and len(default_time_ns) < len(batch.line_end):
+        raise ValueError(f"{len(default_time_ns)} default times for {len(batch.line_end)} lines")
     out.lines = int((~batch.skip).sum())
     parts: dict[str, list[_Part]] = defaultdict(list)
     slow = np.flatnonzero(~batch.skip & batch.complex_)
@@ -172,9 +172,7 @@ class _Tokens:
         self.first_token = np.searchsorted(sep, self.line_start)
         self.token_count = np.searchsorted(sep, self.line_end, side="right") - self.first_token
         offsets = np.concatenate(([0], sep + 1)).astype(np.int64)
-        self.tokens = pa.LargeStringArray.from_buffers(
-            len(sep), pa.py_buffer(offsets), pa.py_buffer(b"\n" + data)
-        )
+        self.tokens = pa.LargeStringArray.from_buffers(len(sep), pa.py_buffer(offsets), pa.py_buffer(b"\n" + data))
 
     def line(self, i: int) -> bytes:
         return self.data[self.line_start[i] : self.line_end[i]]
@@ -295,7 +293,9 @@ def _layout(pattern: bytes, texts: list[str | None]) -> _Layout | None:
     if len(set(tag_keys)) != len(tag_keys) or len(set(field_keys)) != len(field_keys):
         return None
     key_cols = (0, *(c - 1 for c in tag_cols), *(c - 1 for c in field_cols))
-    return _Layout(measurement, tuple(tag_keys), tuple(tag_cols), tuple(field_keys), tuple(field_cols), time_col, key_cols)
+    return _Layout(
+        measurement, tuple(tag_keys), tuple(tag_cols), tuple(field_keys), tuple(field_cols), time_col, key_cols
+    )
 
 
 _BOOL_LITERALS = pa.array(TRUE_LITERALS + FALSE_LITERALS)
@@ -324,7 +324,7 @@ def _convert_field(values: pa.Array) -> tuple[Column, NDArray[np.bool_]] | None:
     n = len(values)
     last = pc.utf8_slice_codeunits(values, -1)
     uniq = pc.unique(last).to_pylist()
-    if uniq == ["i"] or uniq == ["u"]:
+    if uniq in (["i"], ["u"]):
         signed = uniq == ["i"]
         converted = _to_int(
             pc.utf8_slice_codeunits(values, 0, -1),
@@ -395,7 +395,9 @@ def _frame_of_parsed(
             None,
         )
         if conflict is not None:
-            rejects.append(Reject(i, batch.line(i), _conflict_reason(conflict, types[conflict], parsed.fields[conflict][0])))
+            rejects.append(
+                Reject(i, batch.line(i), _conflict_reason(conflict, types[conflict], parsed.fields[conflict][0]))
+            )
             continue
         for k, (t, _) in parsed.fields.items():
             types.setdefault(k, t)
@@ -437,7 +439,8 @@ def _merge(parts: list[_Part], batch: _Tokens, rejects: list[Reject]) -> tuple[F
                 if key not in first_type or start < first_type[key][0]:
                     first_type[key] = (start, col.type)
     kept: list[_Part] = []
-    for part in parts:
+    for original in parts:
+        part = original
         bad = np.zeros(len(part.line_no), dtype=np.bool_)
         reasons: dict[int, str] = {}
         for key, col in part.frame.fields.items():
@@ -448,16 +451,14 @@ def _merge(parts: list[_Part], batch: _Tokens, rejects: list[Reject]) -> tuple[F
             for r in np.flatnonzero(clash):
                 reasons[int(r)] = _conflict_reason(key, want[1], col.type)
             bad |= clash
-        for r, reason in reasons.items():
-            i = int(part.line_no[r])
+        for row, reason in reasons.items():
+            i = int(part.line_no[row])
             rejects.append(Reject(i, batch.line(i), reason))
         if bad.any():
             keep = np.flatnonzero(~bad)
             part = _Part(part.line_no[keep], part.frame.take(keep))
         # drop columns that ended up empty of the losing type
-        part.frame.fields = {
-            k: c for k, c in part.frame.fields.items() if first_type.get(k, (0, c.type))[1] == c.type
-        }
+        part.frame.fields = {k: c for k, c in part.frame.fields.items() if first_type.get(k, (0, c.type))[1] == c.type}
         if len(part.line_no):
             kept.append(part)
     if not kept:

@@ -53,7 +53,9 @@ def _field_text(ftype: FieldType, values: np.ndarray) -> pa.Array:
         return pc.if_else(pa.array(values, pa.bool_()), "true", "false")
     text = pa.array(values, pa.string())
     _check_no_newline(text, "string field")
-    return pc.binary_join_element_wise("\"", pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"'), "\"", "")
+    return pc.binary_join_element_wise(
+        '"', pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"'), '"', ""
+    )
 
 
 def encode_frame(frame: Frame) -> list[bytes]:
@@ -64,7 +66,8 @@ def encode_frame(frame: Frame) -> list[bytes]:
     if frame.measurement.startswith("#"):
         raise EncodeError("a measurement starting with '#' would read back as a comment")
     measurement = _escape_key(frame.measurement, "measurement", ", ")
-    head = pa.array(np.full(n, measurement, dtype=object), pa.string())
+    # (pa.repeat, not np.full: numpy would strip a trailing NUL from the name)
+    head = pa.repeat(pa.scalar(measurement, pa.string()), n)
     for key in frame.tags:
         values = pa.array(frame.tags[key], pa.string())
         _check_no_newline(values, f"tag {key!r}")
@@ -83,7 +86,9 @@ def encode_frame(frame: Frame) -> list[bytes]:
             text = formatted.take(pa.array(slot, mask=~present))
         else:
             continue
-        pairs.append(pc.binary_join_element_wise(_escape_key(key, "field key") + "=", text, "", null_handling="emit_null"))
+        pairs.append(
+            pc.binary_join_element_wise(_escape_key(key, "field key") + "=", text, "", null_handling="emit_null")
+        )
     has_field = np.zeros(n, dtype=np.bool_)
     for col in frame.fields.values():
         has_field |= col.present

@@ -96,14 +96,14 @@ class _Parser:
             if self.peek() != "=":
                 raise self.fail(f"missing tag separator after key {key!r}")
             self.i += 1
-            value = self.token(",= ")
+            tag_value = self.token(",= ")
             if self.peek() == "=":
                 raise self.fail(f"unescaped equals sign in tag value of {key!r}")
-            if not value:
+            if not tag_value:
                 raise self.fail(f"missing tag value for {key!r}")
             if key in tags:
                 raise self.fail(f"duplicate tag key {key!r}")
-            tags[key] = value
+            tags[key] = tag_value
         if self.peek() != " ":
             raise self.fail("missing fields")
         self.i += 1

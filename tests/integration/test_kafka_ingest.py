@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pytest
 from kafka import KafkaConsumer
 
+from aiops.catalog import measurement
 from aiops.settings import KafkaSettings
 from ingest.deadletter import DeadLetter
 from ingest.frames import Frame, concat, frame_differences
@@ -67,7 +69,7 @@ def test_lines_produced_come_back_as_identical_frames(kafka_settings: KafkaSetti
     letters: list[DeadLetter] = []
 
     class Letters:
-        def add(self, new: list[DeadLetter]) -> None:
+        def add(self, new: Sequence[DeadLetter]) -> None:
             letters.extend(new)
 
         def flush(self) -> None:
@@ -82,7 +84,9 @@ def test_lines_produced_come_back_as_identical_frames(kafka_settings: KafkaSetti
     assert frame_differences(expected, _merge(sink.batches)) == []
 
 
-def test_messages_are_keyed_by_node_or_switch_and_each_key_stays_on_one_partition(kafka_settings: KafkaSettings) -> None:
+def test_messages_are_keyed_by_node_or_switch_and_each_key_stays_on_one_partition(
+    kafka_settings: KafkaSettings,
+) -> None:
     _produce(kafka_settings, _sample(good_only=True))
     partitions: dict[bytes, set[int]] = defaultdict(set)
     for key, value, partition in _read_topic(kafka_settings.bootstrap, kafka_settings.telemetry_topic, 1):
@@ -113,8 +117,15 @@ def test_malformed_lines_are_dead_lettered_with_reason_and_valid_lines_kept(kafk
     # every valid line arrived; the sentinel-only line is kept as a row with its value masked
     gpu = received["gpu"]
     assert len(gpu) == len(good["gpu"]) + 1
-    assert frame_differences({k: v for k, v in good.items() if k != "gpu"}, {k: v for k, v in received.items() if k != "gpu"}) == []
-    letters = [DeadLetter.from_json(v) for _, v, _ in _read_topic(kafka_settings.bootstrap, kafka_settings.deadletter_topic, 5)]
+    assert (
+        frame_differences(
+            {k: v for k, v in good.items() if k != "gpu"}, {k: v for k, v in received.items() if k != "gpu"}
+        )
+        == []
+    )
+    letters = [
+        DeadLetter.from_json(v) for _, v, _ in _read_topic(kafka_settings.bootstrap, kafka_settings.deadletter_topic, 5)
+    ]
     reasons = sorted(letter.reason.split(" at column")[0] for letter in letters)
     assert reasons == [
         "invalid value 'hot' for field 'DCGM_FI_DEV_GPU_TEMP'",
@@ -131,7 +142,9 @@ def test_malformed_lines_are_dead_lettered_with_reason_and_valid_lines_kept(kafk
     assert core.stats.sentinels_masked == 1
 
 
-def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothing(kafka_settings: KafkaSettings) -> None:
+def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothing(
+    kafka_settings: KafkaSettings,
+) -> None:
     data = _sample(good_only=True)
     expected = decode(data).frames
     _produce(kafka_settings, data, partitions=3)
@@ -139,8 +152,8 @@ def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothi
     seen = MemoryFrameSink()
 
     class Discard:
-        def add(self, new: list[DeadLetter]) -> None:
-            assert new == []
+        def add(self, new: Sequence[DeadLetter]) -> None:
+            assert list(new) == []
 
         def flush(self) -> None:
             pass
@@ -178,7 +191,9 @@ def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothi
 
     merged = _merge(seen.batches + rest.batches)
     for name, frame in merged.items():  # at-least-once: no duplicates expected without a crash of a committed batch
-        key = frame.tag([t for t in frame.tags if t in ("gpu", "nic", "optic", "nvswitch", "node", "psu", "switch", "port", "cooling")][0])
+        spec = measurement(name)
+        assert spec is not None
+        key = frame.tag(spec.id_tag)
         pairs = set(zip(key.tolist(), frame.time_ns.tolist(), strict=True))
         assert len(pairs) == len(frame), f"{name}: rows delivered twice although every batch was committed"
     assert frame_differences(expected, merged) == []

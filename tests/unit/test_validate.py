@@ -19,7 +19,9 @@ def _validate(data: bytes, validator: Validator | None = None) -> tuple[Validato
 
 
 def test_unknown_measurement_and_missing_id_are_rejected_with_reasons() -> None:
-    _, out = _validate(b"weird,id=1 x=1 1\ngpu,node=n1 DCGM_FI_DEV_GPU_TEMP=50 1\ngpu,gpu=g1 DCGM_FI_DEV_GPU_TEMP=50 1\n")
+    _, out = _validate(
+        b"weird,id=1 x=1 1\ngpu,node=n1 DCGM_FI_DEV_GPU_TEMP=50 1\ngpu,gpu=g1 DCGM_FI_DEV_GPU_TEMP=50 1\n"
+    )
     reasons = {r.line_no: r.reason for r in out.rejects}
     assert reasons == {0: "unknown measurement 'weird'", 1: "missing entity id tag 'gpu'"}
     assert list(out.frames["gpu"].tags["gpu"]) == ["g1"]
@@ -60,11 +62,18 @@ def test_dcgm_blank_sentinels_become_missing(field: str, value: str, masked: boo
 
 
 def test_duplicates_and_out_of_order_rows_are_rejected_per_entity_across_batches() -> None:
-    v, first = _validate(b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\ngpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\ngpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 5\n")
+    v, first = _validate(
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\n"
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\n"
+        b"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 5\n"
+    )
     assert [(r.line_no, r.stage) for r in first.rejects] == [(1, "order")]
     assert "duplicate timestamp for a" in first.rejects[0].reason
     _, second = _validate(
-        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 9\ngpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 6\ngpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 20\n", v
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 9\n"
+        b"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 6\n"
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 20\n",
+        v,
     )
     assert [r.line_no for r in second.rejects] == [0]
     assert "out of order for a" in second.rejects[0].reason

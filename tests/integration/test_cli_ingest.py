@@ -1,0 +1,73 @@
+"""The operator's path, as processes: `aiops produce` a file to Kafka, `aiops ingest` it into
+InfluxDB, and the service's own counters land beside the telemetry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiops.settings import InfluxSettings, KafkaSettings
+from tests.conftest import SAMPLE_LP, influxql
+
+pytestmark = pytest.mark.services
+
+
+def _aiops(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aiops.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_produce_then_ingest_lands_every_valid_line_in_influxdb(
+    kafka_settings: KafkaSettings, influx_settings: InfluxSettings
+) -> None:
+    k = kafka_settings
+    produced = _aiops("produce", str(SAMPLE_LP), "--kafka", k.bootstrap, "--topic", k.telemetry_topic)
+    assert produced.returncode == 0, produced.stderr
+    assert "sent" in produced.stdout
+    ingested = _aiops(
+        "ingest",
+        "--kafka",
+        k.bootstrap,
+        "--topic",
+        k.telemetry_topic,
+        "--group",
+        k.ingest_group,
+        "--influx",
+        influx_settings.url,
+        "--database",
+        influx_settings.database,
+        "--stop-when-idle",
+        "3",
+        env={"AIOPS_KAFKA__DEADLETTER_TOPIC": k.deadletter_topic},
+    )
+    assert ingested.returncode == 0, ingested.stderr
+    assert "dead-lettered 5" in ingested.stdout
+    body = influxql(influx_settings, 'SELECT count("DCGM_FI_DEV_POWER_USAGE") FROM gpu', influx_settings.database)
+    assert body["results"][0]["series"][0]["values"][0][1] == 480  # type: ignore[index]
+    stats = influxql(
+        influx_settings,
+        "SELECT last(lines), last(written), last(deadlettered), last(blank_rows), last(dropped) FROM aiops_ingest",
+        influx_settings.database,
+    )
+    _, lines, written, deadlettered, blank, dropped = stats["results"][0]["series"][0]["values"][0]  # type: ignore[index]
+    assert (deadlettered, blank, dropped) == (5, 1, 0)  # the sample's one all-blank DCGM line stores nothing
+    assert written == lines - deadlettered - blank
+
+
+def test_bad_arguments_get_one_clear_line_not_a_traceback(tmp_path: Path) -> None:
+    missing = _aiops("produce", str(tmp_path / "nope.lp"), "--kafka", "127.0.0.1:9092")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"aiops: no such file: {tmp_path / 'nope.lp'}"
+    unknown = _aiops("frobnicate")
+    assert unknown.returncode == 2
+    assert "invalid choice" in unknown.stderr

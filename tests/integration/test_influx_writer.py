@@ -1,0 +1,199 @@
+"""Raw telemetry into the real InfluxDB: read back equal through InfluxQL; retried, refused and
+evicted writes are counted. Faults come from a small proxy in front of the real database that
+answers some requests itself and forwards the rest, so every byte that lands is really stored."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+import requests
+
+from aiops.catalog import FieldType
+from aiops.settings import InfluxSettings
+from ingest.frames import Column, Frame, frame_differences
+from ingest.influx_writer import InfluxWriter
+from ingest.pipeline import IngestCore, IngestStats
+from tests.conftest import SAMPLE_LP, influxql
+
+pytestmark = pytest.mark.services
+
+
+def _read_back(settings: InfluxSettings, like: dict[str, Frame]) -> dict[str, Frame]:
+    """Every measurement as a frame, typed like the frames that were written."""
+    out: dict[str, Frame] = {}
+    for name, original in like.items():
+        tag_keys = list(original.tags)
+        body = influxql(settings, f'SELECT * FROM "{name}" GROUP BY *', settings.database)
+        rows: list[tuple[int, dict[str, str], dict[str, object]]] = []
+        for series in body["results"][0].get("series", []):  # type: ignore[index]
+            tags = series.get("tags", {})
+            columns = series["columns"]
+            for values in series["values"]:
+                record = dict(zip(columns, values, strict=True))
+                rows.append((record.pop("time"), tags, record))
+        n = len(rows)
+        fields: dict[str, Column] = {}
+        for key, col in original.fields.items():
+            present = np.array([r[2].get(key) is not None for r in rows], dtype=np.bool_)
+            fill = {FieldType.STRING: "", FieldType.BOOL: False}.get(col.type, 0)
+            values = [r[2].get(key) if r[2].get(key) is not None else fill for r in rows]
+            fields[key] = Column(col.type, Column.of(col.type, values).values, present)
+        out[name] = Frame(
+            name,
+            np.array([r[0] for r in rows], dtype=np.int64),
+            {k: np.array([r[1].get(k, "") for r in rows], dtype=object) for k in tag_keys},
+            fields,
+        )
+        assert len(out[name]) == n
+    return out
+
+
+def test_frames_written_read_back_equal_through_influxql(influx_settings: InfluxSettings) -> None:
+    core = IngestCore()
+    frames = core.process(SAMPLE_LP.read_bytes()).frames
+    writer = InfluxWriter(influx_settings, core.stats)
+    writer.write(frames)
+    writer.flush()
+    writer.close()
+    stored = {name: frame.with_values_only() for name, frame in frames.items()}
+    assert core.stats.written == sum(len(f) for f in stored.values())
+    assert core.stats.dropped == 0
+    assert frame_differences(stored, _read_back(influx_settings, stored)) == []
+
+
+def test_every_value_type_and_escaped_names_survive(influx_settings: InfluxSettings) -> None:
+    frame = Frame(
+        "odd measurement,name",
+        np.array([1_767_225_600_000_000_000, 1_767_225_610_000_000_000], dtype=np.int64),
+        {"tag key": np.array(["a=b,c d", "北京"], dtype=object)},
+        {
+            "f": Column.of(FieldType.FLOAT, [0.1, -1.5e300]),
+            "i": Column.of(FieldType.INT, [-(2**63) + 1, 2**62]),
+            "b": Column.of(FieldType.BOOL, [True, False]),
+            "s": Column(FieldType.STRING, np.array(['quote " and \\', ""], dtype=object), np.array([True, False])),
+        },
+    )
+    writer = InfluxWriter(influx_settings)
+    writer.write({frame.measurement: frame})
+    writer.flush()
+    assert frame_differences({frame.measurement: frame}, _read_back(influx_settings, {frame.measurement: frame})) == []
+
+
+class _FaultyProxy:
+    """Forwards to the real InfluxDB, except that the first `fail` writes get `status` back."""
+
+    def __init__(self, target: str, fail: int, status: int) -> None:
+        self.remaining = fail
+        self.status = status
+        self.forwarded = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if proxy.remaining > 0:
+                    proxy.remaining -= 1
+                    payload = b'{"error":"injected fault"}'
+                    self.send_response(proxy.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = requests.post(target + self.path, data=body, headers=headers, timeout=30)
+                proxy.forwarded += 1
+                self.send_response(answer.status_code)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+ProxyFactory = Callable[[int, int], _FaultyProxy]
+
+
+@pytest.fixture
+def proxy_factory(influx_settings: InfluxSettings) -> Iterator[ProxyFactory]:
+    proxies: list[_FaultyProxy] = []
+
+    def make(fail: int, status: int) -> _FaultyProxy:
+        proxies.append(_FaultyProxy(influx_settings.url, fail, status))
+        return proxies[-1]
+
+    yield make
+    for p in proxies:
+        p.close()
+
+
+def _one_frame(n: int = 10) -> dict[str, Frame]:
+    frame = Frame(
+        "gpu",
+        1_767_225_600_000_000_000 + np.arange(n, dtype=np.int64) * 10**10,
+        {"gpu": np.array(["g0"] * n, dtype=object)},
+        {"DCGM_FI_DEV_GPU_TEMP": Column.of(FieldType.FLOAT, np.linspace(40, 50, n))},
+    )
+    return {"gpu": frame}
+
+
+def _count(settings: InfluxSettings) -> int:
+    body = influxql(settings, 'SELECT count("DCGM_FI_DEV_GPU_TEMP") FROM gpu', settings.database)
+    series = body["results"][0].get("series")  # type: ignore[index]
+    return int(series[0]["values"][0][1]) if series else 0
+
+
+def test_server_errors_are_retried_with_backoff_until_written(
+    influx_settings: InfluxSettings, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory(2, 503)
+    sleeps: list[float] = []
+    stats = IngestStats()
+    writer = InfluxWriter(influx_settings.model_copy(update={"url": proxy.url}), stats, sleep=sleeps.append)
+    writer.write(_one_frame())
+    writer.flush()
+    assert (stats.retried, stats.written, stats.dropped) == (2, 10, 0)
+    assert sleeps == [0.2, 0.4]  # exponential backoff from retry_initial_s
+    assert _count(influx_settings) == 10
+
+
+def test_client_errors_are_not_retried_and_are_counted_as_dropped(
+    influx_settings: InfluxSettings, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory(1, 400)
+    stats = IngestStats()
+    writer = InfluxWriter(influx_settings.model_copy(update={"url": proxy.url}), stats, sleep=lambda _: None)
+    writer.write(_one_frame())
+    writer.flush()
+    assert (stats.retried, stats.written, stats.dropped) == (0, 0, 10)
+    writer.write(_one_frame(3))  # the next batch goes through: one refusal does not wedge the writer
+    writer.flush()
+    assert stats.written == 3
+    assert _count(influx_settings) == 3
+
+
+def test_a_full_buffer_evicts_oldest_batches_and_counts_them(
+    influx_settings: InfluxSettings, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory(0, 503)
+    stats = IngestStats()
+    settings = influx_settings.model_copy(update={"url": proxy.url, "batch_lines": 10, "max_buffered_lines": 25})
+    writer = InfluxWriter(settings, stats, sleep=lambda _: None)
+    for _ in range(4):  # 40 lines into a 25-line buffer: the two oldest 10-line batches go
+        writer.write(_one_frame())
+    assert stats.dropped == 20
+    writer.flush()
+    assert stats.written == 20
