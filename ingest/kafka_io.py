@@ -24,7 +24,7 @@ from aiops.catalog import measurement
 from aiops.settings import KafkaSettings
 from ingest.deadletter import DeadLetter, Source
 from ingest.lineprotocol import decode
-from ingest.pipeline import DeadLetterSink, FrameSink, IngestCore
+from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,14 @@ def consume(
             continue
         idle_since = time.monotonic()
         data, default_times, source_of = join_messages(messages)
-        batch = core.process(data, default_time_ns=default_times, source_of=source_of)
+        try:
+            batch = core.process(data, default_time_ns=default_times, source_of=source_of)
+        except Exception as exc:  # a bug of ours must not stop the cluster's monitoring
+            log.exception("ingest failed on a batch of %d messages; dead-lettering them whole", len(messages))
+            batch = Batch(
+                {}, [DeadLetter("internal", f"internal error: {exc!r}"[:500], v, src) for src, _, v in messages]
+            )
+            core.stats.deadlettered += len(batch.deadletters)
         frames.write(batch.frames)
         deadletters.add(batch.deadletters)
         frames.flush()

@@ -23,7 +23,7 @@ from ingest.kafka_io import (
     messages_from_lines,
 )
 from ingest.lineprotocol import decode
-from ingest.pipeline import IngestCore, MemoryFrameSink
+from ingest.pipeline import Batch, IngestCore, MemoryFrameSink
 from tests.conftest import SAMPLE_LP
 
 pytestmark = pytest.mark.services
@@ -202,3 +202,39 @@ def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothi
 def test_dead_letter_payload_is_json_with_stage_reason_line_and_source() -> None:
     body = json.loads(DeadLetter("decode", "bad", b"x y", None).to_json())
     assert body == {"stage": "decode", "reason": "bad", "line": "x y"}
+
+
+def test_an_internal_error_dead_letters_the_batch_and_the_consumer_goes_on(kafka_settings: KafkaSettings) -> None:
+    _produce(kafka_settings, _sample(good_only=True)[:2000].rsplit(b"\n", 1)[0] + b"\n")
+
+    class Broken(IngestCore):
+        def process(self, *args: object, **kwargs: object) -> Batch:
+            raise RuntimeError("simulated bug")
+
+    producer = TelemetryProducer(kafka_settings.bootstrap)
+    consumer = TelemetryConsumer(kafka_settings)
+    core = Broken()
+    try:
+        consume(
+            consumer,
+            core,
+            MemoryFrameSink(),
+            KafkaDeadLetterSink(producer, kafka_settings.deadletter_topic),
+            lambda: False,
+            3,
+        )
+    finally:
+        consumer.close()
+        producer.close()
+    letters = [
+        DeadLetter.from_json(v) for _, v, _ in _read_topic(kafka_settings.bootstrap, kafka_settings.deadletter_topic, 1)
+    ]
+    assert {letter.stage for letter in letters} == {"internal"}
+    assert all("simulated bug" in letter.reason and letter.source is not None for letter in letters)
+    assert core.stats.deadlettered == len(letters)
+    # committed: a new member of the group finds nothing left to read
+    again = TelemetryConsumer(kafka_settings)
+    try:
+        assert not any(again.poll() for _ in range(5))
+    finally:
+        again.close()
