@@ -198,6 +198,11 @@ class TelemetryConsumer:
                     out.append((Source(tp.topic, tp.partition, m.offset), m.timestamp, m.value))
         return out
 
+    @property
+    def assigned(self) -> bool:
+        """Whether the group gave this member any partitions yet (joining takes a while)."""
+        return bool(self._consumer.assignment())
+
     def commit(self) -> None:
         self._consumer.commit()
 
@@ -237,7 +242,9 @@ def consume(
     while not should_stop():
         messages = consumer.poll()
         if not messages:
-            if idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
+            if not consumer.assigned:  # still joining the group: not idle yet
+                idle_since = time.monotonic()
+            elif idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
                 return
             continue
         idle_since = time.monotonic()
