@@ -84,6 +84,51 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gen(args: argparse.Namespace) -> int:
+    from telemetry_gen.emit import to_kafka, write_folder
+    from telemetry_gen.faults import FaultSpecError
+    from telemetry_gen.generator import GenConfig, Generation, write_jsonl
+    from telemetry_gen.topology import TopologyError
+
+    if bool(args.out) == bool(args.kafka):
+        raise CliError("give exactly one of --out DIR or --kafka HOST:PORT")
+    config = GenConfig(
+        gpus=args.gpus,
+        topology=args.topology,
+        hours=args.hours,
+        interval=args.interval,
+        seed=args.seed,
+        faults=args.faults,
+    )
+    try:
+        gen = Generation(config)
+    except (TopologyError, FaultSpecError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    if args.out:
+        out = Path(args.out)
+        stats = write_folder(gen, out, speed=args.speed)
+        where = str(out)
+    else:
+        from ingest.kafka_io import ensure_topics
+
+        settings = _settings(args)
+        ensure_topics(settings.kafka.bootstrap, [settings.kafka.telemetry_topic])
+        stats = to_kafka(gen, settings.kafka.bootstrap, settings.kafka.telemetry_topic, speed=args.speed)
+        where = f"{settings.kafka.telemetry_topic} at {settings.kafka.bootstrap}"
+        if args.truth_dir:  # topology, events and truth still go to files: Kafka carries telemetry
+            folder = Path(args.truth_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            gen.topology.write(folder / "topology.json")
+            write_jsonl(folder / "events.jsonl", gen.events())
+            write_jsonl(folder / "truth.jsonl", gen.truth())
+    rate = stats.values / max(stats.seconds, 1e-9)
+    print(
+        f"generated {config.gpus:,} GPUs ({config.topology}), {stats.ticks} ticks, {stats.values:,} values, "
+        f"{len(gen.faults)} faults -> {where} in {stats.seconds:.1f}s ({rate:,.0f} values/s)"
+    )
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from aiops.demo import run_demo
 
@@ -120,6 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--database", help="InfluxDB database (default aiops)")
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
     p.set_defaults(handler=cmd_ingest)
+
+    p = sub.add_parser("gen", help="generate a synthetic cluster's telemetry, events and truth")
+    p.add_argument("--gpus", type=int, default=1024, help="cluster size (a multiple of 8)")
+    p.add_argument("--topology", default="fat-tree", choices=["fat-tree", "torus", "dragonfly"])
+    p.add_argument("--hours", type=float, default=6.0, help="simulated hours")
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between ticks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--faults", metavar="SPEC", help="e.g. gpu_hbm_ecc=3,leaf_down=1 or all=2; default: the published rate"
+    )
+    p.add_argument("--speed", type=float, help="pace: simulated seconds per second (default: as fast as possible)")
+    p.add_argument("--out", metavar="DIR", help="write topology.json, telemetry.lp, events.jsonl, truth.jsonl")
+    p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
+    p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
+    p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
+    p.set_defaults(handler=cmd_gen)
 
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")
     p.add_argument("--input", help="line-protocol file (default: the sample shipped with the tests)")

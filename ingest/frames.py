@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from numpy.typing import NDArray
 
 from aiops.catalog import FieldType
@@ -177,3 +178,18 @@ def frame_differences(a: Mapping[str, Frame], b: Mapping[str, Frame]) -> list[st
             if not np.array_equal(va, vb):
                 diffs.append(f"{name}: field {key!r} values differ")
     return diffs
+
+
+def to_pandas(frame: Frame) -> pd.DataFrame:
+    """A frame as a DataFrame: `time` (ns), one column per tag, one per field (NaN where absent).
+    For analysis and tests, not for hot paths."""
+    columns: dict[str, object] = {"time": frame.time_ns}
+    columns.update(frame.tags)
+    for key, col in frame.fields.items():
+        if col.type is FieldType.STRING:
+            text = np.asarray(col.values, dtype=object).copy()
+            text[~col.present] = None
+            columns[key] = text
+        else:
+            columns[key] = col.as_float()
+    return pd.DataFrame(columns)

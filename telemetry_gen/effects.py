@@ -1,0 +1,302 @@
+"""What active faults do to the cluster at one tick, as per-entity modifiers.
+
+Every tick starts from neutral modifiers; each active fault writes into them (a slowdown factor
+for a GPU, a pause-frame rate on a port, a missing switch...), and the metric models read them.
+Symptoms spread through the topology here: a leaf down takes every NIC under it, a PFC storm
+pushes pause frames upstream, a PSU failure brakes all GPUs of its node, rack cooling heats every
+node of the rack, a straggler slows its job (via the job's speed, in the simulator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from telemetry_gen.faults import Fault
+from telemetry_gen.topology import Topology
+
+# DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits
+GPU_IDLE = 0x1
+SW_POWER_CAP = 0x4
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+
+
+def _zeros(n: int) -> NDArray[np.float64]:
+    return np.zeros(n, dtype=np.float64)
+
+
+def _ones(n: int) -> NDArray[np.float64]:
+    return np.ones(n, dtype=np.float64)
+
+
+def _false(n: int) -> NDArray[np.bool_]:
+    return np.zeros(n, dtype=np.bool_)
+
+
+@dataclass(slots=True)
+class Effects:
+    # GPUs
+    gpu_silent: NDArray[np.bool_]
+    gpu_xid: NDArray[np.float64]
+    gpu_clock: NDArray[np.float64]  # SM clock factor (fail-slow, throttling by cause)
+    gpu_reasons: NDArray[np.int64]
+    gpu_heat: NDArray[np.float64]  # extra °C at the die
+    gpu_sbe_rate: NDArray[np.float64]  # per second
+    gpu_remap_rate: NDArray[np.float64]
+    gpu_dbe: NDArray[np.float64]  # increments this tick
+    gpu_uncorrectable_remap: NDArray[np.float64]
+    gpu_remap_failure: NDArray[np.bool_]
+    gpu_nvlink_crc_rate: NDArray[np.float64]
+    gpu_nvlink_replay_rate: NDArray[np.float64]
+    gpu_nvlink_bw: NDArray[np.float64]
+    gpu_power_cap: NDArray[np.float64]  # watts, inf = none
+    # nodes: a hard fault hangs the job's collectives until the job dies
+    node_stalled: NDArray[np.bool_]
+    node_speed: NDArray[np.float64]  # network-side slowdown of the node's traffic
+    node_power_cap: NDArray[np.float64]
+    # NICs (and their optics, index-aligned)
+    nic_down: NDArray[np.bool_]
+    nic_downed: NDArray[np.float64]  # link_downed increments this tick
+    nic_symbol_rate: NDArray[np.float64]
+    nic_traffic: NDArray[np.float64]  # traffic factor
+    nic_wait_rate: NDArray[np.float64]  # extra port_xmit_wait per second
+    nic_rx_pause_rate: NDArray[np.float64]
+    nic_tx_pause_rate: NDArray[np.float64]
+    optic_rx_delta: NDArray[np.float64]
+    # switches and their ports
+    switch_silent: NDArray[np.bool_]
+    port_down: NDArray[np.bool_]
+    port_downed: NDArray[np.float64]
+    port_wait_rate: NDArray[np.float64]
+    port_rx_pause_rate: NDArray[np.float64]
+    port_tx_pause_rate: NDArray[np.float64]
+    # power and cooling
+    psu_failed: NDArray[np.bool_]
+    rack_heat: NDArray[np.float64]  # extra °C at node inlets
+    cooling_supply_delta: NDArray[np.float64]
+    cooling_flow: NDArray[np.float64]
+
+    @staticmethod
+    def neutral(t: Topology) -> Effects:
+        g, n, s = t.count("gpu"), t.count("nic"), len(t.switches)
+        p, nodes, racks = len(t.port_switch), t.count("node"), t.count("rack")
+        return Effects(
+            _false(g),
+            _zeros(g),
+            _ones(g),
+            np.zeros(g, dtype=np.int64),
+            _zeros(g),
+            _zeros(g),
+            _zeros(g),
+            _zeros(g),
+            _zeros(g),
+            _false(g),
+            _zeros(g),
+            _zeros(g),
+            _ones(g),
+            np.full(g, np.inf),
+            _false(nodes),
+            _ones(nodes),
+            np.full(nodes, 10_200.0),
+            _false(n),
+            _zeros(n),
+            _zeros(n),
+            _ones(n),
+            _zeros(n),
+            _zeros(n),
+            _zeros(n),
+            _zeros(n),
+            _false(s),
+            _false(p),
+            _zeros(p),
+            _zeros(p),
+            _zeros(p),
+            _zeros(p),
+            _false(t.count("psu")),
+            _zeros(racks),
+            _zeros(racks),
+            _ones(racks),
+        )
+
+
+class FaultEffects:
+    """Applies every active fault to an Effects; knows the topology's index maps."""
+
+    def __init__(self, topology: Topology, interval: float) -> None:
+        self.t = topology
+        self.dt = interval
+        self.node_index = {n: i for i, n in enumerate(topology.ids["node"])}
+        self.switch_index = {s: i for i, s in enumerate(topology.switches)}
+        self.nic_index = {n: i for i, n in enumerate(topology.ids["nic"])}
+        self.rack_of_cooling = {c: i for i, c in enumerate(topology.ids["cooling"])}
+
+    def gpu_node(self, gpu: int) -> int:
+        return int(self.t.gpu_node[gpu])
+
+    def node_gpus(self, node: int) -> NDArray[np.int64]:
+        return np.flatnonzero(self.t.gpu_node == node)
+
+    def nics_of_switch(self, switch: int) -> NDArray[np.int64]:
+        return np.flatnonzero(self.t.nic_switch == switch)
+
+    def apply(self, fault: Fault, now: float, e: Effects, rng: np.random.Generator) -> None:
+        started = now >= fault.onset
+        p = 1.0 if started else _progress(fault, now)
+        sev = fault.severity
+        since = max(0.0, now - fault.onset)
+        i = fault.root_index
+        kind = fault.kind
+        first_tick = started and since < self.dt
+        if kind == "gpu_fell_off_bus":
+            if first_tick:
+                e.gpu_xid[i] = 79
+            else:
+                e.gpu_silent[i] = True
+            e.node_stalled[self.gpu_node(i)] = True
+        elif kind == "gpu_hbm_ecc":
+            # correctable errors climb over hours (exponential), then an uncorrectable one
+            e.gpu_sbe_rate[i] += 0.004 * sev * np.exp(4.0 * p) if not started else 0.05 * sev
+            e.gpu_remap_rate[i] += e.gpu_sbe_rate[i] / 40.0
+            if first_tick:
+                e.gpu_dbe[i] += 1 + int(2 * sev)
+                e.gpu_xid[i] = 48
+                if sev > 0.6:
+                    e.gpu_remap_failure[i] = True
+                else:
+                    e.gpu_uncorrectable_remap[i] += 1
+            elif started:
+                e.gpu_xid[i] = 94 if fault.params["u"] < 0.5 else 95
+                e.gpu_remap_failure[i] |= sev > 0.6
+            if started:
+                e.node_stalled[self.gpu_node(i)] = True
+        elif kind == "gpu_thermal":
+            e.gpu_heat[i] += 14.0 * sev * p**1.5 if not started else 30.0 + 10.0 * sev
+        elif kind == "gpu_nvlink":
+            if started:
+                e.gpu_nvlink_crc_rate[i] += 20.0 + 200.0 * sev
+                e.gpu_nvlink_replay_rate[i] += 2.0 + 20.0 * sev
+                e.gpu_nvlink_bw[i] *= 1.0 - 0.5 * sev
+                e.gpu_clock[i] *= 1.0  # the GPU is fine; its job waits on the slow link
+                e.node_speed[self.gpu_node(i)] = min(e.node_speed[self.gpu_node(i)], 1.0 - 0.3 * sev)
+        elif kind == "gpu_straggler":
+            if started:  # fail-slow: lower clocks, no error counter anywhere
+                e.gpu_clock[i] *= 1.0 - (0.12 + 0.33 * sev)
+        elif kind == "nic_link_flap":
+            if started:
+                e.nic_symbol_rate[i] += 2.0 + 30.0 * sev
+                period = 120.0 + 240.0 * fault.params["u"]
+                if (since % period) < self.dt:  # the link bounces
+                    e.nic_down[i] = True
+                    e.nic_downed[i] += 1
+                else:
+                    e.nic_traffic[i] *= 0.8
+                self._mirror_port(i, e)
+        elif kind == "optic_degradation":
+            e.optic_rx_delta[i] -= (3.0 + 4.0 * sev) * (p**1.5 if not started else 1.0) + (0.5 if started else 0.0)
+            if started:
+                fail_after = 300.0 + 900.0 * fault.params["u"]
+                e.nic_symbol_rate[i] += (5.0 + 100.0 * sev) * (1.0 + since / 60.0)
+                if since >= fail_after:
+                    e.nic_down[i] = True
+                    if since - fail_after < self.dt:
+                        e.nic_downed[i] += 1
+                    e.node_stalled[int(self.t.nic_node[i])] = True
+                else:
+                    e.nic_traffic[i] *= 0.9
+                self._mirror_port(i, e)
+        elif kind == "leaf_down":
+            if started:
+                e.switch_silent[i] = True
+                nics = self.nics_of_switch(i)
+                e.nic_down[nics] = True
+                if first_tick:
+                    e.nic_downed[nics] += 1
+                e.node_stalled[self.t.nic_node[nics]] = True
+                peers = np.flatnonzero(self.t.port_peer_switch == i)
+                e.port_down[peers] = True
+                if first_tick:
+                    e.port_downed[peers] += 1
+        elif kind == "pfc_storm":
+            if started:
+                self._pfc_storm(i, sev, e)
+        elif kind == "spine_congestion":
+            if started:
+                ports = np.flatnonzero(self.t.port_switch == i)
+                e.port_wait_rate[ports] += 4e6 * (0.3 + sev)
+                rail = int(self.t.attrs[fault.root]["rail"])
+                nics = np.flatnonzero(self.t.nic_rail == rail)
+                e.nic_wait_rate[nics] += 3e5 * (0.3 + sev)
+                e.nic_traffic[nics] *= 1.0 - 0.35 * sev
+                leaves = np.unique(self.t.nic_switch[nics])
+                up = np.flatnonzero(np.isin(self.t.port_switch, leaves) & (self.t.port_peer_switch == i))
+                e.port_wait_rate[up] += 2e6 * (0.3 + sev)
+        elif kind == "psu_failure":
+            if started:
+                e.psu_failed[i] = True
+                node = int(self.t.psu_node[i])
+                e.node_power_cap[node] = 6_000.0
+                gpus = self.node_gpus(node)
+                e.gpu_power_cap[gpus] = np.minimum(e.gpu_power_cap[gpus], 330.0 - 120.0 * sev)
+                e.gpu_clock[gpus] *= 0.75 - 0.3 * sev
+                e.gpu_reasons[gpus] |= HW_POWER_BRAKE
+        elif kind == "rack_cooling":
+            rack = self.rack_of_cooling[fault.root]
+            if not started:
+                e.cooling_supply_delta[rack] += 4.0 * sev * p**1.5
+            else:
+                e.cooling_supply_delta[rack] += 6.0 + 10.0 * sev
+                e.cooling_flow[rack] *= 0.7 - 0.3 * sev
+                e.rack_heat[rack] += 6.0 + 10.0 * sev
+
+    def _mirror_port(self, nic: int, e: Effects) -> None:
+        """The leaf port at the other end of a NIC's cable sees the same link."""
+        port = nic  # downlink ports are index-aligned with NICs (see topology builders)
+        if port < len(e.port_down) and self.t.port_peer_nic[port] == nic:
+            e.port_down[port] |= e.nic_down[nic]
+            e.port_downed[port] += e.nic_downed[nic]
+
+    def _pfc_storm(self, nic: int, sev: float, e: Effects) -> None:
+        """One NIC sends pause frames without end; its leaf stops draining toward it, fills up and
+        pauses its other senders and its spines, which pause the other leaves of the rail."""
+        t = self.t
+        rate = 2e4 + 2e5 * sev  # pause frames per second from the origin
+        e.nic_tx_pause_rate[nic] += rate
+        leaf = int(t.nic_switch[nic])
+        if leaf < 0:
+            return
+        e.port_rx_pause_rate[nic] += rate  # the leaf port facing the origin receives them
+        siblings = np.setdiff1d(self.nics_of_switch(leaf), [nic])
+        e.port_tx_pause_rate[siblings] += 0.3 * rate
+        e.nic_rx_pause_rate[siblings] += 0.3 * rate
+        e.nic_traffic[siblings] *= 0.6
+        e.nic_wait_rate[siblings] += 2e5 * sev
+        uplinks = np.flatnonzero((t.port_switch == leaf) & (t.port_peer_switch >= 0))
+        e.port_tx_pause_rate[uplinks] += 0.2 * rate
+        spines = t.port_peer_switch[uplinks]
+        spine_side = np.flatnonzero(np.isin(t.port_switch, spines) & (t.port_peer_switch == leaf))
+        e.port_rx_pause_rate[spine_side] += 0.2 * rate
+        other_leaf_side = np.flatnonzero(np.isin(t.port_switch, spines) & (t.port_peer_switch != leaf))
+        e.port_tx_pause_rate[other_leaf_side] += 0.05 * rate
+        other_leaves = t.port_peer_switch[other_leaf_side]
+        their_uplinks = np.flatnonzero(np.isin(t.port_switch, other_leaves) & np.isin(t.port_peer_switch, spines))
+        e.port_rx_pause_rate[their_uplinks] += 0.05 * rate
+        far = np.flatnonzero(np.isin(t.nic_switch, other_leaves))
+        e.nic_traffic[far] *= 0.85
+        e.nic_wait_rate[far] += 5e4 * sev
+        e.port_wait_rate[np.concatenate([siblings, uplinks])] += 1e5 * sev
+
+
+def _progress(fault: Fault, now: float) -> float:
+    """0 at the precursor's start, 1 at onset."""
+    if fault.precursor_start is None or now < fault.precursor_start:
+        return 0.0
+    return float(min(1.0, (now - fault.precursor_start) / max(1.0, fault.onset - fault.precursor_start)))
+
+
+def active(fault: Fault, now: float) -> bool:
+    start = fault.precursor_start if fault.precursor_start is not None else fault.onset
+    return start <= now < fault.end

@@ -1,0 +1,214 @@
+"""Fault catalog, scheduling and the truth log.
+
+Kinds and their root entities are DESIGN.md's catalog. Default rates come from Meta's Llama 3
+report (Dubey et al., 2024, table 5): 419 unexpected interruptions in 54 days on 16,384 H100s,
+i.e. 1.97e-5 per GPU-hour, of which faulty GPUs 30.1%, HBM3 17.2%, network switch/cable 8.4%,
+GPU SRAM and processor 8.4%, NIC 1.4%, host/power/cooling the rest; we split that total across
+our kinds with the weights below.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from telemetry_gen.topology import Topology
+from telemetry_gen.workload import HOUR, Workload
+
+LLAMA3_INTERRUPTIONS_PER_GPU_HOUR = 419 / (16_384 * 54 * 24)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultKind:
+    name: str
+    root: str  # entity kind of the root cause
+    weight: float  # share of the default rate
+    duration_s: tuple[float, float]
+    precursor: bool
+    kills_job: bool
+
+
+KINDS: dict[str, FaultKind] = {
+    k.name: k
+    for k in (
+        FaultKind("gpu_fell_off_bus", "gpu", 0.15, (1800, 7200), False, True),
+        FaultKind("gpu_hbm_ecc", "gpu", 0.17, (1800, 7200), True, True),
+        FaultKind("gpu_thermal", "gpu", 0.05, (1200, 3600), True, False),
+        FaultKind("gpu_nvlink", "gpu", 0.06, (1200, 3600), False, False),
+        FaultKind("gpu_straggler", "gpu", 0.10, (1800, 5400), False, False),
+        FaultKind("nic_link_flap", "nic", 0.08, (900, 2400), False, False),
+        FaultKind("optic_degradation", "optic", 0.08, (1800, 5400), True, True),
+        FaultKind("leaf_down", "leaf", 0.03, (900, 3600), False, True),
+        FaultKind("pfc_storm", "nic", 0.04, (600, 1800), False, False),
+        FaultKind("spine_congestion", "spine", 0.05, (900, 2700), False, False),
+        FaultKind("psu_failure", "psu", 0.10, (1800, 7200), False, False),
+        FaultKind("rack_cooling", "cooling", 0.09, (1800, 5400), True, False),
+    )
+}
+PRECURSOR_S = (1 * HOUR, 12 * HOUR)
+SEPARATION_S = 600.0
+
+
+class FaultSpecError(ValueError):
+    """A --faults value that cannot be honoured, with what is wrong in it."""
+
+
+@dataclass(slots=True)
+class Fault:
+    fault_id: str
+    kind: str
+    root: str
+    root_index: int  # index of the root within its kind's id list
+    onset: float
+    end: float
+    precursor_start: float | None
+    severity: float  # 0.3 (subtle) .. 1.0
+    affected: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    # per-fault randomness fixed at scheduling time (e.g. when a degrading link finally fails)
+    params: dict[str, float] = field(default_factory=dict)
+
+    def truth(self) -> dict[str, object]:
+        return {
+            "fault_id": self.fault_id,
+            "kind": self.kind,
+            "root": self.root,
+            "onset": self.onset,
+            "end": self.end,
+            "precursor_start": self.precursor_start,
+            "affected": self.affected,
+            "jobs": self.jobs,
+            "severity": round(self.severity, 3),
+        }
+
+
+def parse_spec(spec: str) -> dict[str, int]:
+    """'gpu_hbm_ecc=3,leaf_down=1' -> counts; 'all=2' schedules two of every kind."""
+    counts: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        m = re.fullmatch(r"([a-z_]+)=(\d+)", part)
+        if not m:
+            raise FaultSpecError(f"bad fault spec {part!r}: expected kind=count")
+        kind, n = m.group(1), int(m.group(2))
+        if kind == "all":
+            for k in KINDS:
+                counts[k] = counts.get(k, 0) + n
+            continue
+        if kind not in KINDS:
+            raise FaultSpecError(f"unknown fault kind {kind!r}; kinds: {', '.join(KINDS)}")
+        counts[kind] = counts.get(kind, 0) + n
+    return counts
+
+
+def default_counts(topology: Topology, hours: float, rng: np.random.Generator) -> dict[str, int]:
+    """Poisson draws at the published rate, split by kind weight."""
+    expected = LLAMA3_INTERRUPTIONS_PER_GPU_HOUR * topology.gpus * hours
+    total = sum(k.weight for k in KINDS.values())
+    return {k.name: int(rng.poisson(expected * k.weight / total)) for k in KINDS.values()}
+
+
+def _candidates(topology: Topology, root_kind: str) -> list[str]:
+    if root_kind in ("leaf", "spine"):
+        return [s for s, role in zip(topology.switches, topology.switch_role, strict=True) if role == root_kind]
+    return topology.ids.get(root_kind, [])
+
+
+def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng: np.random.Generator) -> list[Fault]:
+    """Place faults at random times and places: distinct roots, and no two faults on one node
+    (or one switch) at overlapping times, so the truth stays unambiguous."""
+    faults: list[Fault] = []
+    busy: list[tuple[str, float, float]] = []  # (node or switch, from, to)
+    span = workload.t_end - workload.t0
+    for kind_name, kind in KINDS.items():  # fixed order: determinism
+        candidates = _candidates(topology, kind.root)
+        if counts.get(kind_name, 0) and not candidates:
+            raise FaultSpecError(f"{kind_name} needs a {kind.root}; the {topology.name} topology has none")
+        for _ in range(counts.get(kind_name, 0)):
+            for _attempt in range(200):
+                index = int(rng.integers(0, len(candidates)))
+                root = candidates[index]
+                duration = float(rng.uniform(*kind.duration_s))
+                onset = workload.t0 + float(rng.uniform(min(600.0, span * 0.1), max(span * 0.1 + 1, span - 900.0)))
+                end = min(onset + duration, workload.t_end + duration)
+                precursor = onset - float(rng.uniform(*PRECURSOR_S)) if kind.precursor else None
+                places = _places(topology, kind.root, root)
+                # Symptom windows (not precursors, which are quiet) stay apart on shared places.
+                window = (onset - SEPARATION_S, end + SEPARATION_S)
+                if any(p == q and a < window[1] and window[0] < b for q, a, b in busy for p in places):
+                    continue
+                if any(r == root for r in (f.root for f in faults)):
+                    continue
+                if _needs_a_job(kind_name) and not _runs_job(topology, workload, kind.root, root, onset):
+                    continue
+                if _in_maintenance(topology, workload, kind.root, root, window):
+                    continue
+                break
+            else:
+                raise FaultSpecError(f"no free place for another {kind_name} on this cluster in this time")
+            fault = Fault(
+                fault_id=f"f{len(faults):04d}-{kind_name}",
+                kind=kind_name,
+                root=root,
+                root_index=topology.ids[_bucket(kind.root)].index(root),
+                onset=round(onset, 3),
+                end=round(end, 3),
+                precursor_start=None if precursor is None else round(precursor, 3),
+                severity=float(rng.uniform(0.3, 1.0)),
+                params={"u": float(rng.uniform(0, 1)), "v": float(rng.uniform(0, 1))},
+            )
+            busy += [(p, window[0], window[1]) for p in places]
+            faults.append(fault)
+    faults.sort(key=lambda f: (f.onset, f.fault_id))
+    return faults
+
+
+def _bucket(kind: str) -> str:
+    return "switch" if kind in ("leaf", "spine") else kind
+
+
+def _places(topology: Topology, root_kind: str, root: str) -> list[str]:
+    """The node or switch (and rack) a fault occupies, for keeping faults apart."""
+    if root_kind in ("leaf", "spine"):
+        return [root]
+    if root_kind == "cooling":
+        rack = str(topology.attrs[root]["rack"])
+        rack_index = topology.ids["rack"].index(rack)
+        nodes = np.flatnonzero(topology.node_rack == rack_index)
+        return [rack, *(topology.ids["node"][n] for n in nodes.tolist())]
+    node = str(topology.attrs[root]["node"])
+    places = [node]
+    if root_kind in ("nic", "optic"):
+        nic = root if root_kind == "nic" else str(topology.attrs[root]["nic"])
+        n = topology.ids["nic"].index(nic)
+        if topology.nic_switch[n] >= 0:
+            places.append(topology.switches[int(topology.nic_switch[n])])
+    return places
+
+
+def _needs_a_job(kind: str) -> bool:
+    return kind in ("gpu_straggler", "gpu_fell_off_bus", "gpu_thermal", "pfc_storm")
+
+
+def _node_of(topology: Topology, root_kind: str, root: str) -> int | None:
+    if root_kind in ("gpu", "nic", "optic", "psu"):
+        return topology.ids["node"].index(str(topology.attrs[root]["node"]))
+    return None
+
+
+def _runs_job(topology: Topology, workload: Workload, root_kind: str, root: str, t: float) -> bool:
+    node = _node_of(topology, root_kind, root)
+    if node is None:
+        return True
+    j = int(workload.node_job(t)[node])
+    return j >= 0 and workload.jobs[j].end > t + 900 and len(workload.jobs[j].nodes) >= 2
+
+
+def _in_maintenance(
+    topology: Topology, workload: Workload, root_kind: str, root: str, window: tuple[float, float]
+) -> bool:
+    node = _node_of(topology, root_kind, root)
+    if node is None:
+        return False
+    return any(node in m.nodes and m.start < window[1] and window[0] < m.end for m in workload.maintenance)

@@ -1,0 +1,485 @@
+"""The metric models: one tick of the whole cluster at a time, every kind as numpy arrays.
+
+Couplings, in the order they are computed: the scheduler says which job a node runs and whether
+it is checkpointing; faults say what is slow, hot, broken or silent; a job moves at the pace of
+its slowest member; utilisation and power follow the job; temperature follows power and the
+inlet air (diurnal ambient plus the rack's cooling) with a two-minute lag; clocks drop when hot
+or power-braked; NIC traffic follows the job's pace; counters integrate their rates and never go
+down. Exporters' habits are copied too: now and then a sample is missing or a DCGM field reads
+"blank".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, FieldType
+from ingest.frames import Column, Frame
+from telemetry_gen.effects import GPU_IDLE, HW_THERMAL, SW_THERMAL, Effects, FaultEffects, active
+from telemetry_gen.faults import KINDS, Fault
+from telemetry_gen.topology import Topology
+from telemetry_gen.workload import Workload
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: every run starts here, so runs are comparable
+IDLE_W, PEAK_W = 70.0, 700.0
+THERMAL_R = 0.06  # °C per W, die over inlet: ~60 °C at full load, as H100s run
+THERMAL_TAU_S = 120.0
+MISSING_SAMPLE_P = 2e-5  # per entity per tick
+BLANK_FIELD_P = 2e-5  # per GPU per tick
+NIC_LINE_RATE = 50e9  # bytes/s, 400 Gb/s
+REBOOT_S = 600.0  # a drained node reboots once, mid-window, and is silent meanwhile
+
+_GPU_BLANKABLE = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED")
+
+
+@dataclass(slots=True)
+class Tick:
+    time_ns: int
+    frames: list[Frame]
+
+    @property
+    def value_count(self) -> int:
+        return sum(f.value_count for f in self.frames)
+
+
+class ClusterSim:
+    def __init__(self, topology: Topology, workload: Workload, faults: list[Fault], interval: float, seed: int) -> None:
+        self.t = topology
+        self.w = workload
+        self.faults = faults
+        self.dt = interval
+        self.rng = np.random.default_rng([seed, 2])
+        self.fx = FaultEffects(topology, interval)
+        t = topology
+        g, n, nodes = t.count("gpu"), t.count("nic"), t.count("node")
+        r = np.random.default_rng([seed, 3])  # fixed per-part character: offsets, spreads
+        self.gpu_offset = r.normal(0, 1.5, g)
+        self.gpu_temp = 30.0 + self.gpu_offset
+        self.gpu_fb = r.uniform(50_000, 75_000, g)
+        self.optic_rx = -2.0 + r.normal(0, 0.4, n)
+        self.optic_tx = -1.2 + r.normal(0, 0.3, n)
+        self.optic_bias = 7.5 + r.normal(0, 0.4, n)
+        # cumulative counters as float64 (exact to 2^53), emitted as int64
+        self.gpu_counters = {
+            k: r.integers(0, 50, g).astype(np.float64) * (k == "sbe")
+            for k in ("sbe", "dbe", "remap", "uremap", "crc", "replay", "nvbw", "pcie")
+        }
+        self.nvbw_base = r.uniform(1e12, 5e12, g)
+        self.remap_failure = np.zeros(g, dtype=np.bool_)
+        self.nic_counters = {k: np.zeros(n) for k in _PORT_COUNTERS}
+        self.nic_counters["port_xmit_data"] += r.uniform(1e12, 1e14, n)
+        self.nic_counters["port_rcv_data"] += r.uniform(1e12, 1e14, n)
+        p = len(t.port_switch)
+        self.port_counters = {k: np.zeros(p) for k in _PORT_COUNTERS}
+        self.nvsw_counters = {k: np.zeros(t.count("nvswitch")) for k in ("crc", "replay")}
+        self.node_fan = np.full(nodes, 8000.0)
+        self._failed_jobs: set[str] = set()
+        self._tags = _static_tags(t)
+        self.job_tag = np.array([j.id for j in workload.jobs] + ["idle"], dtype=object)
+
+    # ------------------------------------------------------------------ the tick
+
+    def ticks(self) -> Iterator[Tick]:
+        steps = math.floor((self.w.t_end - self.w.t0) / self.dt)
+        for k in range(steps):
+            yield self.tick(self.w.t0 + k * self.dt)
+
+    def tick(self, now: float) -> Tick:
+        t, dt, rng = self.t, self.dt, self.rng
+        e = Effects.neutral(t)
+        for fault in self.faults:
+            if active(fault, now):
+                self.fx.apply(fault, now, e, rng)
+                if now >= fault.onset and KINDS[fault.kind].kills_job:
+                    self._fail_jobs_on(fault, now, e)
+        node_job = self.w.node_job(now)
+        checkpoint = self.w.in_checkpoint(now)
+        reboot = self._rebooting(now)
+        nodes = t.count("node")
+
+        # --- the job's pace: its slowest member, GPU or network
+        gpu_job = node_job[t.gpu_node]
+        gpu_pace = e.gpu_clock.copy()
+        node_pace = np.ones(nodes)
+        np.minimum.at(node_pace, t.gpu_node, gpu_pace)
+        nic_pace = np.where(e.nic_down, 0.0, e.nic_traffic)
+        np.minimum.at(node_pace, t.nic_node, nic_pace)
+        node_pace = np.minimum(node_pace, e.node_speed)
+        jobs = len(self.w.jobs)
+        job_pace = np.ones(jobs + 1)
+        running = node_job >= 0
+        np.minimum.at(job_pace, node_job[running], node_pace[running])
+        job_stalled = np.zeros(jobs + 1, dtype=np.bool_)
+        np.logical_or.at(job_stalled, node_job[running], e.node_stalled[running])
+        job_pace[job_stalled] = 0.0
+        intensity = np.array([j.intensity for j in self.w.jobs] + [0.0])
+        in_ckpt = np.append(checkpoint, False)
+
+        # --- GPUs
+        g = t.count("gpu")
+        busy = gpu_job >= 0
+        ckpt = busy & in_ckpt[gpu_job]
+        stalled = busy & job_stalled[gpu_job]
+        working = busy & ~ckpt & ~stalled
+        pace = job_pace[gpu_job]
+        # Everyone moves at the job's pace: the straggler because its clock is low, its peers because
+        # they wait for it (so their power drops too; only the straggler's clock gives it away).
+        own = np.where(working, pace, 0.0)
+        load = np.where(working, intensity[gpu_job] * (0.35 + 0.65 * own), 0.0)
+        power = IDLE_W + (PEAK_W - IDLE_W) * load + np.where(ckpt, 25.0, 0.0) + np.where(stalled, 40.0, 0.0)
+        power = np.minimum(power, e.gpu_power_cap) + rng.normal(0, 4.0, g)
+        inlet = self._inlet(now, e)
+        target = inlet[t.node_rack[t.gpu_node]] + THERMAL_R * power + self.gpu_offset + e.gpu_heat
+        self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
+        temp = self.gpu_temp + rng.normal(0, 0.3, g)
+        thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
+        reasons = e.gpu_reasons.copy()
+        reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
+        reasons |= np.where(busy, 0, GPU_IDLE)
+        clock = np.where(busy, 1980.0 * e.gpu_clock * thermal, 345.0)
+        clock = np.where(ckpt, 1755.0, clock) + rng.normal(0, 4.0, g)
+        util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
+        tensor = np.where(working, np.clip(0.62 * intensity[gpu_job] * own + rng.normal(0, 0.01, g), 0, 1), 0.0)
+        fb = np.where(busy, self.gpu_fb, 480.0)
+        c = self.gpu_counters
+        c["sbe"] += rng.poisson(e.gpu_sbe_rate * dt)
+        c["remap"] += rng.poisson(e.gpu_remap_rate * dt)
+        c["dbe"] += e.gpu_dbe
+        c["uremap"] += e.gpu_uncorrectable_remap
+        c["crc"] += rng.poisson(e.gpu_nvlink_crc_rate * dt)
+        c["replay"] += rng.poisson(e.gpu_nvlink_replay_rate * dt)
+        c["nvbw"] += np.where(working, 2.0e11 * own * e.gpu_nvlink_bw, 1e6) * dt
+        self.remap_failure |= e.gpu_remap_failure
+        nvsw_node = t.nvswitch_node
+        node_crc = np.zeros(nodes)
+        np.add.at(node_crc, t.gpu_node, rng.poisson(e.gpu_nvlink_crc_rate * dt))
+        self.nvsw_counters["crc"] += node_crc[nvsw_node] / 4.0
+        self.nvsw_counters["replay"] += node_crc[nvsw_node] / 40.0
+
+        # --- NICs, optics, switch ports
+        n = t.count("nic")
+        nic_job = node_job[t.nic_node]
+        nic_busy = (nic_job >= 0) & ~in_ckpt[nic_job]
+        multi_node = np.array([len(j.nodes) > 1 for j in self.w.jobs] + [False])
+        rate = np.where(nic_busy & multi_node[nic_job], 0.5 * NIC_LINE_RATE * job_pace[nic_job], 0.0)
+        rate = np.where(nic_busy & ~multi_node[nic_job], 1e8, rate) + np.where(in_ckpt[nic_job], 2e9, 1e5)
+        rate = np.where(e.nic_down, 0.0, rate * e.nic_traffic) * rng.uniform(0.97, 1.03, n)
+        nc = self.nic_counters
+        nc["port_xmit_data"] += rate * dt
+        nc["port_rcv_data"] += rate * dt
+        nc["port_xmit_wait"] += (2e3 + 4e4 * rate / NIC_LINE_RATE + e.nic_wait_rate) * dt * rng.uniform(0.8, 1.2, n)
+        nc["np_cnp_sent"] += rng.poisson((rate / NIC_LINE_RATE) * 5.0 + e.nic_wait_rate / 2e4) * 1.0
+        nc["symbol_error"] += rng.poisson(e.nic_symbol_rate * dt)
+        nc["port_rcv_errors"] += rng.poisson(e.nic_symbol_rate * dt / 8.0)
+        nc["link_downed"] += e.nic_downed
+        nc["link_error_recovery"] += e.nic_downed
+        nc["rx_prio3_pause"] += e.nic_rx_pause_rate * dt
+        nc["tx_prio3_pause"] += e.nic_tx_pause_rate * dt
+        optic_rx = self.optic_rx + e.optic_rx_delta + rng.normal(0, 0.03, n)
+        optic_rx = np.where(e.nic_down & (e.optic_rx_delta < -1.0), -30.0, optic_rx)
+        optic_temp = 42.0 + 8.0 * rate / NIC_LINE_RATE + rng.normal(0, 0.3, n)
+        port_rate = self._ports(rate, e, dt)
+
+        # --- nodes, PSUs, cooling
+        node_power = np.zeros(nodes)
+        np.add.at(node_power, t.gpu_node, power)
+        node_busy = running & ~in_ckpt[node_job]
+        node_power += 900.0 + np.where(node_busy, 250.0, 0.0) + rng.normal(0, 20.0, nodes)
+        node_inlet = inlet[t.node_rack] + rng.normal(0, 0.15, nodes)
+        self.node_fan += ((5500.0 + 0.5 * node_power + 120.0 * (node_inlet - 22.0)) - self.node_fan) * 0.5
+        psu_share = np.where(e.psu_failed, 0.0, 1.0)
+        per_node_psus = np.zeros(nodes)
+        np.add.at(per_node_psus, t.psu_node, psu_share)
+        psu_out = np.where(e.psu_failed, 0.0, node_power[t.psu_node] / np.maximum(per_node_psus[t.psu_node], 1.0))
+        rack_power = np.zeros(t.count("rack"))
+        np.add.at(rack_power, t.node_rack, node_power)
+        supply = 30.0 + e.cooling_supply_delta + rng.normal(0, 0.05, len(rack_power))
+        flow = 30.0 * e.cooling_flow + rng.normal(0, 0.2, len(rack_power))
+        ret = supply + rack_power / 1000.0 * 14.3 / np.maximum(flow, 1.0)
+
+        # --- frames, without the silent entities
+        silent_node = reboot | (rng.random(nodes) < MISSING_SAMPLE_P)
+        ts = round(now * 1e9)
+        frames = [
+            self._gpu_frame(ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node),
+            self._frame(
+                "nvswitch",
+                ts,
+                ~silent_node[nvsw_node],
+                {
+                    "temperature_c": 45.0 + 0.004 * node_power[nvsw_node] + rng.normal(0, 0.3, len(nvsw_node)),
+                    "nvlink_crc_errors": self.nvsw_counters["crc"],
+                    "nvlink_replay_errors": self.nvsw_counters["replay"],
+                },
+            ),
+            self._frame("nic", ts, ~silent_node[t.nic_node], {**nc, "link_state": np.where(e.nic_down, 0.0, 1.0)}),
+            self._frame(
+                "optic",
+                ts,
+                ~silent_node[t.nic_node],
+                {
+                    "rx_power_dbm": optic_rx,
+                    "tx_power_dbm": self.optic_tx + rng.normal(0, 0.02, n),
+                    "temperature_c": optic_temp,
+                    "bias_current_ma": self.optic_bias + rng.normal(0, 0.05, n),
+                },
+            ),
+            self._frame(
+                "node",
+                ts,
+                ~silent_node,
+                {
+                    "cpu_util": np.where(node_busy, 22.0, 2.0) + rng.normal(0, 2.0, nodes).clip(-2, None),
+                    "mem_used_pct": np.where(running, 45.0, 6.0) + rng.normal(0, 0.5, nodes),
+                    "inlet_temp_c": node_inlet,
+                    "fan_speed_rpm": self.node_fan,
+                    "power_w": node_power,
+                    "power_cap_w": e.node_power_cap,
+                },
+            ),
+            self._frame(
+                "psu",
+                ts,
+                ~silent_node[t.psu_node],
+                {
+                    "output_power_w": psu_out,
+                    "input_voltage_v": 230.0 + rng.normal(0, 0.8, len(psu_out)),
+                    "status": np.where(e.psu_failed, 0.0, 1.0),
+                },
+            ),
+            self._frame(
+                "cooling",
+                ts,
+                np.ones(len(supply), dtype=np.bool_),
+                {"supply_temp_c": supply, "return_temp_c": ret, "flow_lpm": flow},
+            ),
+        ]
+        if len(t.switches):
+            frames += self._switch_frames(ts, port_rate, e, silent_node)
+        return Tick(ts, [f for f in frames if len(f)])
+
+    # ------------------------------------------------------------------ parts
+
+    def _inlet(self, now: float, e: Effects) -> NDArray[np.float64]:
+        """Per rack: diurnal ambient (coolest at 06:00) plus the rack's cooling."""
+        ambient = 22.0 + 2.0 * math.sin(2 * math.pi * ((now - T0) / 86_400.0 - 0.5))
+        return ambient + 0.3 * e.cooling_supply_delta + e.rack_heat
+
+    def _rebooting(self, now: float) -> NDArray[np.bool_]:
+        off = np.zeros(self.t.count("node"), dtype=np.bool_)
+        for m in self.w.maintenance:
+            middle = (m.start + m.end) / 2
+            if middle - REBOOT_S / 2 <= now < middle + REBOOT_S / 2:
+                off[m.nodes] = True
+        return off
+
+    def _fail_jobs_on(self, fault: Fault, now: float, e: Effects) -> None:
+        stalled = np.flatnonzero(e.node_stalled)
+        node_job = self.w.node_job(now)
+        for j in np.unique(node_job[stalled]).tolist():
+            if j >= 0:
+                job = self.w.jobs[j]
+                if job.id not in fault.jobs:
+                    fault.jobs.append(job.id)
+                self.w.fail_job(job, max(now, fault.onset))
+
+    def _ports(self, nic_rate: NDArray[np.float64], e: Effects, dt: float) -> NDArray[np.float64]:
+        """Switch-port counters: downlinks mirror their NIC, uplinks carry the cross-pod share."""
+        t = self.t
+        p = len(t.port_switch)
+        if not p:
+            return np.zeros(0)
+        down = t.port_peer_nic >= 0
+        rate = np.zeros(p)
+        rate[down] = nic_rate[t.port_peer_nic[down]]
+        leaf_total = np.zeros(len(t.switches))
+        np.add.at(leaf_total, t.port_switch[down], rate[down])
+        up = ~down
+        uplinks_per_switch = np.bincount(t.port_switch[up], minlength=len(t.switches)).astype(np.float64)
+        # half of a leaf's traffic leaves the pod, spread over its uplinks; the spine side mirrors
+        rate[up] = 0.5 * leaf_total[t.port_switch[up]] / np.maximum(uplinks_per_switch[t.port_switch[up]], 1.0)
+        spine_side = up & (np.asarray(t.switch_role, dtype=object)[t.port_switch] == "spine")
+        rate[spine_side] = (
+            0.5
+            * leaf_total[t.port_peer_switch[spine_side]]
+            / np.maximum(uplinks_per_switch[t.port_peer_switch[spine_side]], 1.0)
+        )
+        rate = np.where(e.port_down, 0.0, rate)
+        pc = self.port_counters
+        pc["port_xmit_data"] += rate * dt
+        pc["port_rcv_data"] += rate * dt
+        pc["port_xmit_wait"] += (2e3 + 4e4 * rate / NIC_LINE_RATE + e.port_wait_rate) * dt
+        pc["rx_prio3_pause"] += e.port_rx_pause_rate * dt
+        pc["tx_prio3_pause"] += e.port_tx_pause_rate * dt
+        pc["link_downed"] += e.port_downed
+        pc["link_error_recovery"] += e.port_downed
+        nic_sym = self.nic_counters["symbol_error"]
+        pc["symbol_error"][down] = nic_sym[t.port_peer_nic[down]]  # the same cable's errors
+        pc["port_rcv_errors"][down] = self.nic_counters["port_rcv_errors"][t.port_peer_nic[down]]
+        return rate
+
+    def _switch_frames(
+        self, ts: int, port_rate: NDArray[np.float64], e: Effects, silent_node: NDArray[np.bool_]
+    ) -> list[Frame]:
+        t = self.t
+        s = len(t.switches)
+        pc = self.port_counters
+        sums: dict[str, NDArray[np.float64]] = {
+            k: np.bincount(t.port_switch, weights=v, minlength=s).astype(np.float64) for k, v in pc.items()
+        }
+        peer_silent = np.zeros(len(t.port_switch), dtype=np.bool_)
+        down = t.port_peer_nic >= 0
+        peer_silent[down] = silent_node[t.nic_node[t.port_peer_nic[down]]]
+        link_up = ~(e.port_down | peer_silent)
+        ports_up = np.bincount(t.port_switch, weights=link_up.astype(np.float64), minlength=s).astype(np.float64)
+        load = (
+            np.bincount(t.port_switch, weights=port_rate, minlength=s)
+            / np.maximum(np.bincount(t.port_switch, minlength=s), 1)
+            / NIC_LINE_RATE
+        )
+        switch = self._frame(
+            "switch",
+            ts,
+            ~e.switch_silent,
+            {
+                **sums,
+                "link_state": np.where(e.switch_silent, 0.0, 1.0),
+                "ports_up": ports_up,
+                "temperature_c": 48.0 + 15.0 * load + self.rng.normal(0, 0.3, s),
+            },
+        )
+        ports = self._frame(
+            "switch_port", ts, ~e.switch_silent[t.port_switch], {**pc, "link_state": link_up.astype(np.float64)}
+        )
+        return [switch, ports]
+
+    def _gpu_frame(
+        self,
+        ts: int,
+        temp: NDArray[np.float64],
+        power: NDArray[np.float64],
+        clock: NDArray[np.float64],
+        util: NDArray[np.float64],
+        tensor: NDArray[np.float64],
+        fb: NDArray[np.float64],
+        reasons: NDArray[np.int64],
+        e: Effects,
+        gpu_job: NDArray[np.int64],
+        silent_node: NDArray[np.bool_],
+    ) -> Frame:
+        t, c, g = self.t, self.gpu_counters, len(temp)
+        values: dict[str, NDArray[np.float64]] = {
+            "DCGM_FI_DEV_GPU_TEMP": temp,
+            "DCGM_FI_DEV_MEMORY_TEMP": temp + 3.5 + 0.3 * self.gpu_offset,
+            "DCGM_FI_DEV_POWER_USAGE": power,
+            "DCGM_FI_DEV_SM_CLOCK": clock,
+            "DCGM_FI_DEV_MEM_CLOCK": np.full(g, 2619.0),
+            "DCGM_FI_DEV_GPU_UTIL": np.clip(util, 0, 100),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": tensor,
+            "DCGM_FI_DEV_FB_USED": fb,
+            "DCGM_FI_DEV_XID_ERRORS": e.gpu_xid,
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": c["sbe"],
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": c["dbe"],
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": c["remap"],
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": c["uremap"],
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": self.remap_failure.astype(np.float64),
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": c["crc"],
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": c["replay"],
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": self.nvbw_base + c["nvbw"],
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": c["pcie"],
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": reasons.astype(np.float64),
+        }
+        frame = self._frame(
+            "gpu",
+            ts,
+            ~(silent_node[t.gpu_node] | e.gpu_silent),
+            values,
+            job=self.job_tag[np.where(gpu_job >= 0, gpu_job, -1)],
+        )
+        blanks = np.flatnonzero(self.rng.random(len(frame)) < BLANK_FIELD_P)
+        for row in blanks.tolist():  # rare by design: the exporters' "no value" sentinel
+            name = _GPU_BLANKABLE[int(self.rng.integers(0, len(_GPU_BLANKABLE)))]
+            col = frame.fields[name]
+            col.values[row] = DCGM_FP64_BLANK if col.type is FieldType.FLOAT else DCGM_INT32_BLANK
+        return frame
+
+    def _frame(
+        self,
+        name: str,
+        ts: int,
+        keep: NDArray[np.bool_],
+        values: dict[str, NDArray[np.float64]],
+        **dynamic_tags: NDArray[np.object_],
+    ) -> Frame:
+        spec = _SPECS[name]
+        keep = keep & (self.rng.random(len(keep)) >= MISSING_SAMPLE_P)
+        rows = np.flatnonzero(keep)
+        tags = {k: column[rows] for k, column in self._tags[name].items()}
+        for k, column in dynamic_tags.items():
+            tags[k] = column[rows]
+        fields: dict[str, Column] = {}
+        for metric in spec.metrics:
+            v = np.asarray(values[metric.name], dtype=np.float64)[rows]
+            if metric.type is FieldType.FLOAT:
+                fields[metric.name] = Column.of(FieldType.FLOAT, np.round(v, 3))
+            else:
+                fields[metric.name] = Column.of(FieldType.INT, np.floor(v).astype(np.int64))
+        return Frame(name, np.full(len(rows), ts, dtype=np.int64), tags, fields)
+
+
+_SPECS = {m.name: m for m in MEASUREMENTS}
+_PORT_COUNTERS = (
+    "symbol_error",
+    "port_rcv_errors",
+    "link_downed",
+    "link_error_recovery",
+    "port_xmit_wait",
+    "port_xmit_discards",
+    "rx_prio3_pause",
+    "tx_prio3_pause",
+    "port_xmit_data",
+    "port_rcv_data",
+    "np_cnp_sent",
+)
+
+
+def _static_tags(t: Topology) -> dict[str, dict[str, NDArray[np.object_]]]:
+    """Tag columns of every entity, built once (the gpu `job` tag is added per tick)."""
+
+    def arr(values: list[str]) -> NDArray[np.object_]:
+        return np.array(values, dtype=object)
+
+    node_ids = t.ids["node"]
+    racks = t.ids["rack"]
+    nics = t.ids["nic"]
+    tags: dict[str, dict[str, NDArray[np.object_]]] = {
+        "gpu": {"gpu": arr(t.ids["gpu"]), "node": arr([node_ids[i] for i in t.gpu_node.tolist()])},
+        "nvswitch": {"nvswitch": arr(t.ids["nvswitch"]), "node": arr([node_ids[i] for i in t.nvswitch_node.tolist()])},
+        "nic": {
+            "nic": arr(nics),
+            "node": arr([node_ids[i] for i in t.nic_node.tolist()]),
+            "rail": arr([str(r) for r in t.nic_rail.tolist()]),
+        },
+        "optic": {
+            "optic": arr([f"{n}-optic" for n in nics]),
+            "nic": arr(nics),
+            "node": arr([node_ids[i] for i in t.nic_node.tolist()]),
+        },
+        "node": {"node": arr(node_ids), "rack": arr([racks[i] for i in t.node_rack.tolist()])},
+        "psu": {"psu": arr(t.ids["psu"]), "node": arr([node_ids[i] for i in t.psu_node.tolist()])},
+        "cooling": {"cooling": arr(t.ids["cooling"]), "rack": arr(racks)},
+        "switch": {"switch": arr(t.switches), "role": arr(t.switch_role)},
+    }
+    if len(t.port_switch):
+        port_ids = t.ids["port"]
+        tags["switch_port"] = {
+            "port": arr(port_ids),
+            "switch": arr([t.switches[i] for i in t.port_switch.tolist()]),
+            "peer": arr(t.port_peer),
+        }
+    return tags

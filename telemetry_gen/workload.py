@@ -1,0 +1,194 @@
+"""The scheduler's view: jobs placed on nodes, checkpoints, maintenance drains, and the events
+log a real deployment would get from Slurm or Kubernetes.
+
+Synchronous training: a job moves at the pace of its slowest member, so the job, not the GPU,
+carries the speed; every member shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from telemetry_gen.topology import GPUS_PER_NODE
+
+HOUR = 3600.0
+CHECKPOINT_S = 60.0
+MAINTENANCE_NOTICE_S = 1800.0  # announced half an hour ahead
+MAINTENANCE_S = 2 * HOUR
+JOB_NODE_SIZES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
+JOB_SIZE_WEIGHTS = np.array([8, 8, 7, 6, 5, 4, 3, 2, 1], dtype=np.float64)
+FAILED_JOB_TIMEOUT_S = 300.0  # a hung collective times out and the job dies
+
+
+@dataclass(slots=True)
+class Job:
+    id: str
+    nodes: NDArray[np.int64]
+    start: float
+    end: float
+    checkpoint_period: float
+    checkpoint_phase: float
+    intensity: float  # how hard the model drives the GPUs (power), 0.8-1.0
+    end_reason: str = "completed"
+
+
+@dataclass(slots=True)
+class Maintenance:
+    nodes: NDArray[np.int64]
+    announced: float
+    start: float
+    end: float
+
+
+@dataclass(slots=True)
+class Workload:
+    """Jobs and drains over the whole run, decided up front from the seed, then updated only by
+    faults (a job hit by a hard fault fails)."""
+
+    nodes: int
+    t0: float
+    t_end: float
+    rng: np.random.Generator
+    node_ids: list[str]
+    jobs: list[Job] = field(default_factory=list)
+    maintenance: list[Maintenance] = field(default_factory=list)
+    _next_job: int = 0
+
+    def plan(self, maintenance_per_day: float = 2.0) -> None:
+        self._plan_maintenance(maintenance_per_day)
+        free_at = np.full(self.nodes, self.t0)
+        # Fill the cluster to ~90% at start (jobs already running), then keep refilling.
+        t = self.t0
+        while t < self.t_end:
+            self._fill(free_at, t, first=t == self.t0)
+            t += 600.0
+
+    def _plan_maintenance(self, per_day: float) -> None:
+        days = (self.t_end - self.t0) / (24 * HOUR)
+        count = self.rng.poisson(per_day * days) if self.nodes >= 4 else 0
+        for _ in range(int(count)):
+            # the whole window inside the run when the run is long enough
+            latest = max(self.t0 + HOUR / 2, self.t_end - MAINTENANCE_S)
+            start = float(self.rng.uniform(self.t0 + HOUR / 2, latest + 1))
+            size = int(self.rng.integers(1, 3))
+            first = int(self.rng.integers(0, self.nodes - size + 1))
+            self.maintenance.append(
+                Maintenance(np.arange(first, first + size), start - MAINTENANCE_NOTICE_S, start, start + MAINTENANCE_S)
+            )
+
+    def _drained(self, node: int, start: float, end: float) -> float | None:
+        """The start of the first drain on `node` that overlaps [start, end), if any."""
+        hits = [m.start for m in self.maintenance if node in m.nodes and m.start < end and m.end > start]
+        return min(hits) if hits else None
+
+    def _fill(self, free_at: NDArray[np.float64], t: float, first: bool) -> None:
+        target = int(self.nodes * (0.9 if first else 0.85))
+        while True:
+            free = np.flatnonzero(free_at <= t)
+            busy = self.nodes - len(free)
+            if busy >= target or not len(free):
+                return
+            size = int(self.rng.choice(JOB_NODE_SIZES, p=JOB_SIZE_WEIGHTS / JOB_SIZE_WEIGHTS.sum()))
+            size = min(size, len(free))
+            # contiguous free nodes if there are enough in a row (locality), else the first free ones
+            runs = np.split(free, np.flatnonzero(np.diff(free) != 1) + 1)
+            block = next((r[:size] for r in runs if len(r) >= size), free[:size])
+            start = t - float(self.rng.uniform(0, 6 * HOUR)) if first else t + float(self.rng.uniform(0, 600))
+            duration = float(np.clip(self.rng.exponential(6 * HOUR), 0.5 * HOUR, 24 * HOUR))
+            end = start + duration
+            if first and end <= t:
+                end = t + float(self.rng.uniform(600, 6 * HOUR))
+            reason = "completed"
+            drains = [d for n in block.tolist() if (d := self._drained(n, start, end)) is not None]
+            if drains:
+                end, reason = min(drains), "maintenance drain"
+                if end <= start:
+                    free_at[block] = end + MAINTENANCE_S
+                    continue
+            job = Job(
+                id=f"job-{self._next_job:05d}",
+                nodes=block.astype(np.int64),
+                start=start,
+                end=end,
+                checkpoint_period=float(self.rng.uniform(900, 1800)),
+                checkpoint_phase=float(self.rng.uniform(0, 1800)),
+                intensity=float(self.rng.uniform(0.8, 1.0)),
+                end_reason=reason,
+            )
+            self._next_job += 1
+            self.jobs.append(job)
+            free_at[block] = end + float(self.rng.uniform(120, 900))
+
+    def fail_job(self, job: Job, at: float) -> None:
+        """A hard fault kills the job after the collective times out."""
+        end = at + FAILED_JOB_TIMEOUT_S
+        if end < job.end:
+            job.end = end
+            job.end_reason = "failed"
+
+    def node_job(self, t: float) -> NDArray[np.int64]:
+        """Index into `jobs` of the job each node runs at t, -1 when idle."""
+        out = np.full(self.nodes, -1, dtype=np.int64)
+        for j, job in enumerate(self.jobs):
+            if job.start <= t < job.end:
+                out[job.nodes] = j
+        return out
+
+    def in_checkpoint(self, t: float) -> NDArray[np.bool_]:
+        """Per job: is it writing a checkpoint (a one-minute pause) at t."""
+        return np.array(
+            [((t - j.start - j.checkpoint_phase) % j.checkpoint_period) < CHECKPOINT_S for j in self.jobs],
+            dtype=np.bool_,
+        )
+
+    def powered_off(self, t: float) -> NDArray[np.bool_]:
+        off = np.zeros(self.nodes, dtype=np.bool_)
+        for m in self.maintenance:
+            if m.start <= t < m.end:
+                off[m.nodes] = True
+        return off
+
+    def events(self) -> list[dict[str, object]]:
+        """The scheduler's log, time-ordered: job starts and ends, maintenance announcements."""
+        out: list[dict[str, object]] = []
+        for job in self.jobs:
+            nodes = [self.node_ids[n] for n in job.nodes.tolist()]
+            if job.start >= self.t0:
+                out.append(
+                    {
+                        "time": job.start,
+                        "type": "job_start",
+                        "job": job.id,
+                        "nodes": nodes,
+                        "gpus": len(nodes) * GPUS_PER_NODE,
+                    }
+                )
+            else:  # already running when the record begins: say so at t0
+                out.append(
+                    {
+                        "time": self.t0,
+                        "type": "job_running",
+                        "job": job.id,
+                        "nodes": nodes,
+                        "gpus": len(nodes) * GPUS_PER_NODE,
+                        "started": job.start,
+                    }
+                )
+            if job.end < self.t_end:
+                out.append({"time": job.end, "type": "job_end", "job": job.id, "reason": job.end_reason})
+        for m in self.maintenance:
+            nodes = [self.node_ids[n] for n in m.nodes.tolist()]
+            out.append(
+                {
+                    "time": max(m.announced, self.t0),
+                    "type": "maintenance",
+                    "nodes": nodes,
+                    "start": m.start,
+                    "end": m.end,
+                }
+            )
+        out.sort(key=lambda e: (float(e["time"]), str(e["type"]), str(e.get("job", ""))))  # type: ignore[arg-type]
+        return [e for e in out if float(e["time"]) < self.t_end]  # type: ignore[arg-type]
