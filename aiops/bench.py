@@ -152,6 +152,68 @@ def bench_influx(url: str, ticks: list[bytes]) -> list[Row]:
     return [Row("influxdb write (encode + HTTP)", values, seconds, f"{core.stats.written:,} lines, {len(ticks)} ticks")]
 
 
+def bench_gen(args: argparse.Namespace, console: Console) -> None:
+    """Topology size and generation throughput per cluster size, to a file and to Kafka."""
+    import tempfile
+    from pathlib import Path
+
+    from telemetry_gen.emit import to_kafka, write_folder
+    from telemetry_gen.generator import GenConfig, Generation
+    from telemetry_gen.topology import build
+
+    sizes = Table(title="topology size (series = values per tick)")
+    for col in ("GPUs", "topology", "entities", "edges", "series", "build s"):
+        sizes.add_column(col, justify="right")
+    speed = Table(title=f"aiops bench gen: {args.ticks} ticks at 30 s, all fault kinds active")
+    for col in ("GPUs", "sink", "ticks", "values", "seconds", "values/s", "MB"):
+        speed.add_column(col, justify="right")
+    for gpus in args.sizes:
+        hours = args.ticks * 30 / 3600
+        for name in ("fat-tree", "torus", "dragonfly"):
+            started = time.perf_counter()
+            topology = build(name, gpus)
+            build_s = time.perf_counter() - started
+            one_tick = Generation(GenConfig(gpus=gpus, topology=name, hours=30 / 3600, interval=30, faults=""))
+            series = sum(t.value_count for t in one_tick.ticks())
+            sizes.add_row(
+                f"{gpus:,}",
+                name,
+                f"{topology.entity_count:,}",
+                f"{len(topology.edges):,}",
+                f"{series:,}",
+                f"{build_s:.2f}",
+            )
+        config = GenConfig(gpus=gpus, hours=hours, interval=30, seed=1, faults="" if gpus < 256 else "all=1")
+        with tempfile.TemporaryDirectory() as tmp:
+            stats = write_folder(Generation(config), Path(tmp))
+        speed.add_row(
+            f"{gpus:,}",
+            "file",
+            str(stats.ticks),
+            f"{stats.values:,}",
+            f"{stats.seconds:.2f}",
+            f"{stats.values / stats.seconds:,.0f}",
+            f"{stats.bytes / 1e6:,.0f}",
+        )
+        if args.kafka and gpus <= args.kafka_max_gpus:
+            from ingest.kafka_io import ensure_topics
+
+            topic = f"bench.gen.{uuid.uuid4().hex[:8]}"
+            ensure_topics(args.kafka, [topic])
+            stats = to_kafka(Generation(config), args.kafka, topic)
+            speed.add_row(
+                f"{gpus:,}",
+                "kafka",
+                str(stats.ticks),
+                f"{stats.values:,}",
+                f"{stats.seconds:.2f}",
+                f"{stats.values / stats.seconds:,.0f}",
+                f"{stats.bytes / 1e6:,.0f}",
+            )
+    console.print(sizes)
+    console.print(speed)
+
+
 def print_rows(title: str, rows: list[Row], console: Console) -> None:
     table = Table(title=title)
     table.add_column("stage")
@@ -168,6 +230,9 @@ def run_bench(args: argparse.Namespace) -> int:
     console = Console()
     if args.bench == "ingest":
         print_rows("aiops bench ingest", bench_ingest(args, console), console)
+        return 0
+    if args.bench == "gen":
+        bench_gen(args, console)
         return 0
     console.print(f"unknown benchmark {args.bench!r}")
     return 2

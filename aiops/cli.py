@@ -194,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=5, help="decode repetitions (best is reported)")
     b.add_argument("--kafka", metavar="HOST:PORT", help="also measure Kafka end to end")
     b.add_argument("--influx", metavar="URL", help="also measure InfluxDB writes")
+    b = bench.add_parser("gen", help="generator throughput and topology sizes")
+    b.add_argument("--sizes", type=int, nargs="+", default=[1024, 10_000, 100_000], help="cluster sizes in GPUs")
+    b.add_argument("--ticks", type=int, default=4, help="ticks per size")
+    b.add_argument("--kafka", metavar="HOST:PORT", help="also publish to Kafka")
+    b.add_argument("--kafka-max-gpus", type=int, default=10_000, help="largest size sent to Kafka")
     p.set_defaults(handler=cmd_bench)
     return parser
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from aiops.catalog import measurement
 from ingest.frames import Frame
 from ingest.kafka_io import Message, TelemetryProducer
-from ingest.lineprotocol import encode_frame
+from ingest.lineprotocol import lines_to_bytes
 from telemetry_gen.generator import Generation, write_jsonl
 from telemetry_gen.simulate import Tick
 
@@ -51,11 +52,11 @@ def write_folder(gen: Generation, out: Path, speed: float | None = None) -> Emit
     started = time.perf_counter()
     with (out / "telemetry.lp").open("wb") as f:
         for tick in paced(gen.ticks(), speed):
-            lines = [line for frame in tick.frames for line in encode_frame(frame)]
-            data = b"\n".join(lines) + b"\n"
+            encoded = gen.sim.lines(tick)
+            data = b"".join(lines_to_bytes(lines) for _, lines in encoded)
             f.write(data)
             stats.ticks += 1
-            stats.lines += len(lines)
+            stats.lines += sum(len(lines) for _, lines in encoded)
             stats.values += tick.value_count
             stats.bytes += len(data)
     stats.seconds = time.perf_counter() - started
@@ -64,16 +65,16 @@ def write_folder(gen: Generation, out: Path, speed: float | None = None) -> Emit
     return stats
 
 
-def messages_from_frames(frames: list[Frame], max_lines: int = 4096) -> Iterator[Message]:
+def messages_from_lines(encoded: list[tuple[Frame, pa.Array]], max_lines: int = 4096) -> Iterator[Message]:
     """One message per partition key (node, switch or rack) per tick: a node's lines stay
     together and in order on one partition."""
     keys: list[np.ndarray] = []
     lines: list[bytes] = []
-    for frame in frames:
+    for frame, frame_lines in encoded:
         spec = measurement(frame.measurement)
         if spec is None:
             continue
-        lines.extend(encode_frame(frame))
+        lines.extend(lines_to_bytes(frame_lines).splitlines())
         keys.append(frame.tag(spec.partition_tag))
     if not lines:
         return
@@ -96,7 +97,7 @@ def to_kafka(gen: Generation, bootstrap: str, topic: str, speed: float | None = 
     try:
         for tick in paced(gen.ticks(), speed):
             ms = tick.time_ns // 1_000_000
-            messages = [Message(m.key, m.value, ms) for m in messages_from_frames(tick.frames)]
+            messages = [Message(m.key, m.value, ms) for m in messages_from_lines(gen.sim.lines(tick))]
             stats.messages += producer.send(topic, messages)
             stats.ticks += 1
             stats.values += tick.value_count

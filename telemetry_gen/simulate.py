@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, FieldType
 from ingest.frames import Column, Frame
+from ingest.lineprotocol import encode_heads, encode_lines
 from telemetry_gen.effects import GPU_IDLE, HW_THERMAL, SW_THERMAL, Effects, FaultEffects, active
 from telemetry_gen.faults import KINDS, Fault
 from telemetry_gen.topology import Topology
@@ -41,6 +44,8 @@ _GPU_BLANKABLE = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DE
 class Tick:
     time_ns: int
     frames: list[Frame]
+    # which entities (rows of the static tag arrays) each frame holds, for cached line heads
+    rows: dict[str, NDArray[np.int64]] = field(default_factory=dict)
 
     @property
     def value_count(self) -> int:
@@ -80,6 +85,11 @@ class ClusterSim:
         self.node_fan = np.full(nodes, 8000.0)
         self._failed_jobs: set[str] = set()
         self._tags = _static_tags(t)
+        # `measurement,tag=...` of every entity, encoded once: tags do not change between ticks
+        self._heads = {
+            name: encode_heads(name, tags, len(next(iter(tags.values())))) for name, tags in self._tags.items()
+        }
+        self._rows: dict[str, NDArray[np.int64]] = {}
         self.job_tag = np.array([j.id for j in workload.jobs] + ["idle"], dtype=object)
 
     # ------------------------------------------------------------------ the tick
@@ -261,7 +271,18 @@ class ClusterSim:
         ]
         if len(t.switches):
             frames += self._switch_frames(ts, port_rate, e, silent_node)
-        return Tick(ts, [f for f in frames if len(f)])
+        rows, self._rows = self._rows, {}
+        return Tick(ts, [f for f in frames if len(f)], rows)
+
+    def lines(self, tick: Tick) -> list[tuple[Frame, pa.Array]]:
+        """Each frame with its encoded lines, reusing the heads computed at start."""
+        out = []
+        for frame in tick.frames:
+            head = self._heads[frame.measurement].take(pa.array(tick.rows[frame.measurement]))
+            if frame.measurement == "gpu":  # the one tag that changes: which job the GPU runs
+                head = pc.binary_join_element_wise(head, ",job=", pa.array(frame.tags["job"], pa.string()), "")
+            out.append((frame, encode_lines(head, frame)))
+        return out
 
     # ------------------------------------------------------------------ parts
 
@@ -429,6 +450,7 @@ class ClusterSim:
                 fields[metric.name] = Column.of(FieldType.FLOAT, np.round(v, 3))
             else:
                 fields[metric.name] = Column.of(FieldType.INT, np.floor(v).astype(np.int64))
+        self._rows[name] = rows
         return Frame(name, np.full(len(rows), ts, dtype=np.int64), tags, fields)
 
 

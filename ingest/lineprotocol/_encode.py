@@ -6,9 +6,12 @@ the generator can emit a 100,000-GPU tick without a per-value Python loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 from aiops.catalog import FieldType
 from ingest.frames import Frame
@@ -58,22 +61,26 @@ def _field_text(ftype: FieldType, values: np.ndarray) -> pa.Array:
     )
 
 
-def encode_frame(frame: Frame) -> list[bytes]:
-    """One line per row, in row order."""
-    n = len(frame)
-    if n == 0:
-        return []
-    if frame.measurement.startswith("#"):
+def encode_heads(measurement: str, tags: Mapping[str, NDArray[np.object_]], n: int) -> pa.Array:
+    """`measurement,tag=value,...` for each row. Callers with fixed entities compute this once
+    and reuse it every tick (see `encode_lines`)."""
+    if measurement.startswith("#"):
         raise EncodeError("a measurement starting with '#' would read back as a comment")
-    measurement = _escape_key(frame.measurement, "measurement", ", ")
+    escaped = _escape_key(measurement, "measurement", ", ")
     # (pa.repeat, not np.full: numpy would strip a trailing NUL from the name)
-    head = pa.repeat(pa.scalar(measurement, pa.string()), n)
-    for key in frame.tags:
-        values = pa.array(frame.tags[key], pa.string())
+    head = pa.repeat(pa.scalar(escaped, pa.string()), n)
+    for key, column in tags.items():
+        values = pa.array(column, pa.string())
         _check_no_newline(values, f"tag {key!r}")
         pair = pc.binary_join_element_wise("," + _escape_key(key, "tag key") + "=", _escape(values, ",= "), "")
         # an empty tag value means the row lacks the tag
         head = pc.binary_join_element_wise(head, pc.if_else(pc.equal(values, ""), "", pair), "")
+    return head
+
+
+def encode_lines(head: pa.Array, frame: Frame) -> pa.Array:
+    """Whole lines (without newline) from precomputed heads and the frame's fields and times."""
+    n = len(frame)
     pairs: list[pa.Array] = []
     for key, col in frame.fields.items():
         present = np.asarray(col.present)
@@ -97,14 +104,34 @@ def encode_frame(frame: Frame) -> list[bytes]:
         raise EncodeError(f"row {int(np.argmin(has_field))} of {frame.measurement!r} has no field values")
     fields = pc.binary_join_element_wise(*pairs, ",", null_handling="skip")
     stamps = pc.cast(pa.array(frame.time_ns, pa.int64()), pa.string())
-    lines = pc.binary_join_element_wise(head, fields, stamps, " ")
-    return [s.encode() for s in lines.to_pylist()]
+    return pc.binary_join_element_wise(head, fields, stamps, " ")
+
+
+def lines_to_bytes(lines: pa.Array) -> bytes:
+    """Newline-terminated lines as one bytes object, without a Python object per line: join
+    each line with its newline in Arrow, then take the values buffer as it is."""
+    if len(lines) == 0:
+        return b""
+    terminated = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())
+    offsets = np.frombuffer(terminated.buffers()[1], dtype=np.int64)[
+        terminated.offset : terminated.offset + len(terminated) + 1
+    ]
+    data = terminated.buffers()[2]
+    raw: bytes = data.to_pybytes()
+    return raw[int(offsets[0]) : int(offsets[-1])]
+
+
+def encode_frame(frame: Frame) -> list[bytes]:
+    """One line per row, in row order."""
+    if len(frame) == 0:
+        return []
+    lines = encode_lines(encode_heads(frame.measurement, frame.tags, len(frame)), frame)
+    return lines_to_bytes(lines).splitlines()
 
 
 def encode(frames: dict[str, Frame] | list[Frame]) -> bytes:
     """Frames as newline-terminated line protocol."""
     items = frames.values() if isinstance(frames, dict) else frames
-    out: list[bytes] = []
-    for frame in items:
-        out.extend(encode_frame(frame))
-    return b"".join(line + b"\n" for line in out)
+    return b"".join(
+        lines_to_bytes(encode_lines(encode_heads(f.measurement, f.tags, len(f)), f)) for f in items if len(f)
+    )

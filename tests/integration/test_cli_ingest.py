@@ -71,3 +71,59 @@ def test_bad_arguments_get_one_clear_line_not_a_traceback(tmp_path: Path) -> Non
     unknown = _aiops("frobnicate")
     assert unknown.returncode == 2
     assert "invalid choice" in unknown.stderr
+
+
+def test_generated_cluster_through_kafka_into_influxdb(
+    kafka_settings: KafkaSettings, influx_settings: InfluxSettings, tmp_path: Path
+) -> None:
+    """`aiops gen --kafka` publishes a small cluster with faults; `aiops ingest` stores all of it."""
+    k = kafka_settings
+    generated = _aiops(
+        "gen",
+        "--gpus",
+        "64",
+        "--hours",
+        "0.5",
+        "--interval",
+        "30",
+        "--seed",
+        "3",
+        "--faults",
+        "gpu_straggler=1,psu_failure=1",
+        "--kafka",
+        k.bootstrap,
+        "--topic",
+        k.telemetry_topic,
+        "--truth-dir",
+        str(tmp_path),
+    )
+    assert generated.returncode == 0, generated.stderr
+    assert {p.name for p in tmp_path.iterdir()} == {"topology.json", "events.jsonl", "truth.jsonl"}
+    ingested = _aiops(
+        "ingest",
+        "--kafka",
+        k.bootstrap,
+        "--topic",
+        k.telemetry_topic,
+        "--group",
+        k.ingest_group,
+        "--influx",
+        influx_settings.url,
+        "--database",
+        influx_settings.database,
+        "--stop-when-idle",
+        "3",
+        env={"AIOPS_KAFKA__DEADLETTER_TOPIC": k.deadletter_topic},
+    )
+    assert ingested.returncode == 0, ingested.stderr
+    assert "dead-lettered 0" in ingested.stdout
+    body = influxql(influx_settings, 'SELECT count("DCGM_FI_DEV_SM_CLOCK") FROM gpu', influx_settings.database)
+    gpu_rows = body["results"][0]["series"][0]["values"][0][1]  # type: ignore[index]
+    assert 0.99 * 64 * 60 <= gpu_rows <= 64 * 60  # 60 ticks; a rare missing sample is realistic
+    stats = influxql(
+        influx_settings,
+        "SELECT last(lines), last(written), last(blank_rows) FROM aiops_ingest",
+        influx_settings.database,
+    )
+    _, lines, written, blank = stats["results"][0]["series"][0]["values"][0]  # type: ignore[index]
+    assert written + blank == lines

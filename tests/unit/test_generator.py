@@ -15,7 +15,7 @@ import pytest
 
 from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, MetricKind
 from ingest.frames import Frame, concat, to_pandas
-from ingest.lineprotocol import decode
+from ingest.lineprotocol import decode, encode, lines_to_bytes
 from telemetry_gen.effects import GPU_IDLE, HW_POWER_BRAKE, SW_THERMAL
 from telemetry_gen.emit import write_folder
 from telemetry_gen.faults import KINDS, Fault, FaultSpecError, parse_spec
@@ -389,3 +389,10 @@ def test_rack_cooling_heats_every_node_of_the_rack() -> None:
     cooling = d["cooling"]
     pre = between(cooling[cooling["cooling"] == f.root], gen.workload.t0, f.onset)
     assert pre["supply_temp_c"].iloc[-5:].mean() > pre["supply_temp_c"].iloc[:5].mean()  # coolant creeps first
+
+
+def test_cached_line_heads_encode_exactly_like_the_general_encoder() -> None:
+    gen = Generation(GenConfig(gpus=64, hours=0.1, interval=30, seed=2, faults="gpu_fell_off_bus=1"))
+    for tick in gen.ticks():
+        fast = b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick))
+        assert fast == encode(tick.frames)
