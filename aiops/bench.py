@@ -15,12 +15,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from aiops.sample_cluster import FlatCluster
 from aiops.settings import InfluxSettings, KafkaSettings
 from ingest.lineprotocol import decode, encode
-
-T0_NS = 1_767_225_600 * 10**9
-TICK_NS = 10 * 10**9
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +42,15 @@ def _best(repeat: int, fn: Callable[[], int]) -> tuple[int, float]:
 
 
 def bench_ingest(args: argparse.Namespace, console: Console) -> list[Row]:
-    cluster = FlatCluster(args.gpus, seed=1)
-    tick = cluster.tick(T0_NS)
+    from telemetry_gen.generator import GenConfig, Generation
+
+    gen = Generation(GenConfig(gpus=args.gpus, hours=(args.ticks + 1) * 30 / 3600, interval=30, seed=1, faults=""))
+    ticks_iter = gen.ticks()
+    tick = next(ticks_iter).frames
     data = encode(tick)
     values = sum(f.value_count for f in tick)
     console.print(
-        f"synthetic tick: {args.gpus:,} GPUs, {cluster.entity_count:,} entities, "
+        f"generated tick: {args.gpus:,} GPUs, {gen.topology.entity_count:,} entities, "
         f"{values:,} field values, {len(data) / 1e6:.1f} MB of line protocol"
     )
     rows: list[Row] = []
@@ -59,7 +58,7 @@ def bench_ingest(args: argparse.Namespace, console: Console) -> list[Row]:
     rows.append(Row("decode (one core)", decoded_values, seconds, "one tick, vectorised path"))
     _, seconds = _best(args.repeat, lambda: len(encode(tick)))
     rows.append(Row("encode (one core)", values, seconds, "frames -> line protocol"))
-    ticks = [encode(cluster.tick(T0_NS + (i + 1) * TICK_NS)) for i in range(args.ticks)]
+    ticks = [encode(t.frames) for t in ticks_iter]
     if args.kafka:
         rows += bench_kafka(args.kafka, ticks)
     if args.influx:
