@@ -120,8 +120,12 @@ def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng
     (or one switch) at overlapping times, so the truth stays unambiguous."""
     faults: list[Fault] = []
     busy: list[tuple[str, float, float]] = []  # (node or switch, from, to)
+    doomed: dict[int, float] = {}  # job index -> when a job-killing fault hits it
     span = workload.t_end - workload.t0
-    for kind_name, kind in KINDS.items():  # fixed order: determinism
+    # Job-killing kinds first, so a fault that needs a running job (a straggler, say) is not put
+    # on a job that another fault is going to kill before it shows.
+    ordered = sorted(KINDS.items(), key=lambda item: not item[1].kills_job)
+    for kind_name, kind in ordered:  # fixed order: determinism
         candidates = _candidates(topology, kind.root)
         if counts.get(kind_name, 0) and not candidates:
             raise FaultSpecError(f"{kind_name} needs a {kind.root}; the {topology.name} topology has none")
@@ -140,7 +144,7 @@ def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng
                     continue
                 if any(r == root for r in (f.root for f in faults)):
                     continue
-                if _needs_a_job(kind_name) and not _runs_job(topology, workload, kind.root, root, onset):
+                if _needs_a_job(kind_name) and not _runs_job(topology, workload, kind.root, root, onset, end, doomed):
                     continue
                 if _in_maintenance(topology, workload, kind.root, root, window):
                     continue
@@ -160,6 +164,9 @@ def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng
             )
             busy += [(p, window[0], window[1]) for p in places]
             faults.append(fault)
+            if kind.kills_job:
+                for j, hit in _jobs_touched(topology, workload, kind.root, root, onset, end):
+                    doomed[j] = min(hit, doomed.get(j, hit))
     faults.sort(key=lambda f: (f.onset, f.fault_id))
     return faults
 
@@ -197,12 +204,33 @@ def _node_of(topology: Topology, root_kind: str, root: str) -> int | None:
     return None
 
 
-def _runs_job(topology: Topology, workload: Workload, root_kind: str, root: str, t: float) -> bool:
+def _runs_job(
+    topology: Topology, workload: Workload, root_kind: str, root: str, t: float, end: float, doomed: dict[int, float]
+) -> bool:
+    """The root's node runs a multi-node job from t until the fault ends, which no other fault
+    kills first."""
     node = _node_of(topology, root_kind, root)
     if node is None:
         return True
     j = int(workload.node_job(t)[node])
-    return j >= 0 and workload.jobs[j].end > t + 900 and len(workload.jobs[j].nodes) >= 2
+    return j >= 0 and workload.jobs[j].end > end and len(workload.jobs[j].nodes) >= 2 and doomed.get(j, end) >= end
+
+
+def _jobs_touched(
+    topology: Topology, workload: Workload, root_kind: str, root: str, onset: float, end: float
+) -> list[tuple[int, float]]:
+    """Jobs a job-killing fault will kill, and when: those on its nodes at onset, and those the
+    scheduler starts there while it lasts (the node is broken, so they die too)."""
+    if root_kind == "leaf":
+        nodes = np.unique(topology.nic_node[topology.nic_switch == topology.switches.index(root)])
+    else:
+        node = _node_of(topology, root_kind, root)
+        nodes = np.array([] if node is None else [node], dtype=np.int64)
+    return [
+        (j, max(onset, job.start))
+        for j, job in enumerate(workload.jobs)
+        if job.start < end and job.end > onset and np.isin(job.nodes, nodes).any()
+    ]
 
 
 def _in_maintenance(

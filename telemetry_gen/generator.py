@@ -76,7 +76,10 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
     root = fault.root
     out = [root]
     if kind.root == "gpu":
-        out.append(str(t.attrs[root]["node"]))
+        node_id = str(t.attrs[root]["node"])
+        out.append(node_id)
+        if fault.kind == "gpu_nvlink":  # the node's NVSwitches count the same link errors
+            out += [f"{node_id}-nvsw{s}" for s in range(4)]
     elif fault.kind in ("nic_link_flap", "optic_degradation"):
         nic = root if kind.root == "nic" else str(t.attrs[root]["nic"])
         n = t.ids["nic"].index(nic)
@@ -84,18 +87,32 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
         if len(t.port_switch):
             out.append(t.ids["port"][n])
     elif fault.kind == "pfc_storm":
+        # the origin, then every port and NIC the pause frames reach (see effects._pfc_storm)
         n = fault.root_index
         out += [f"{root}-optic", str(t.attrs[root]["node"])]
         leaf = int(t.nic_switch[n])
         if leaf >= 0:
-            out += [t.switches[leaf], t.ids["port"][n]]
+            siblings = np.flatnonzero(t.nic_switch == leaf)
+            out += [t.switches[leaf], *(t.ids["nic"][i] for i in siblings.tolist())]
+            uplinks = np.flatnonzero((t.port_switch == leaf) & (t.port_peer_switch >= 0))
+            spines = np.unique(t.port_peer_switch[uplinks])
+            spine_ports = np.flatnonzero(np.isin(t.port_switch, spines))
+            other_leaves = np.unique(t.port_peer_switch[spine_ports])
+            far_uplinks = np.flatnonzero(np.isin(t.port_switch, other_leaves) & np.isin(t.port_peer_switch, spines))
+            ports = np.concatenate([siblings, uplinks, spine_ports, far_uplinks])
+            out += [t.ids["port"][p] for p in np.unique(ports).tolist()]
     elif fault.kind == "leaf_down":
         nics = np.flatnonzero(t.nic_switch == fault.root_index)
         out += [t.ids["nic"][i] for i in nics.tolist()]
         out += list(dict.fromkeys(t.ids["node"][int(t.nic_node[i])] for i in nics.tolist()))
-    elif fault.kind == "spine_congestion":
-        ports = np.flatnonzero(t.port_switch == fault.root_index)
+        ports = np.flatnonzero((t.port_switch == fault.root_index) | (t.port_peer_switch == fault.root_index))
         out += [t.ids["port"][p] for p in ports.tolist()]
+    elif fault.kind == "spine_congestion":
+        # its ports, and the leaves whose uplinks queue toward it
+        ports = np.flatnonzero((t.port_switch == fault.root_index) | (t.port_peer_switch == fault.root_index))
+        out += [t.ids["port"][p] for p in ports.tolist()]
+        leaves = np.unique(t.port_switch[ports])
+        out += [t.switches[s] for s in leaves.tolist() if s != fault.root_index]
     elif fault.kind == "psu_failure":
         node = int(t.psu_node[fault.root_index])
         out.append(t.ids["node"][node])

@@ -3,7 +3,7 @@
 Couplings, in the order they are computed: the scheduler says which job a node runs and whether
 it is checkpointing; faults say what is slow, hot, broken or silent; a job moves at the pace of
 its slowest member; utilisation and power follow the job; temperature follows power and the
-inlet air (diurnal ambient plus the rack's cooling) with a two-minute lag; clocks drop when hot
+inlet air (diurnal ambient plus the rack's cooling) with a 45-second lag; clocks drop when hot
 or power-braked; NIC traffic follows the job's pace; counters integrate their rates and never go
 down. Exporters' habits are copied too: now and then a sample is missing or a DCGM field reads
 "blank".
@@ -31,7 +31,7 @@ from telemetry_gen.workload import Workload
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: every run starts here, so runs are comparable
 IDLE_W, PEAK_W = 70.0, 700.0
 THERMAL_R = 0.06  # °C per W, die over inlet: ~60 °C at full load, as H100s run
-THERMAL_TAU_S = 120.0
+THERMAL_TAU_S = 45.0  # the die and its cold plate; the coolant loop is slower
 MISSING_SAMPLE_P = 2e-5  # per entity per tick
 BLANK_FIELD_P = 2e-5  # per GPU per tick
 NIC_LINE_RATE = 50e9  # bytes/s, 400 Gb/s
@@ -152,7 +152,7 @@ class ClusterSim:
         reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
         reasons |= np.where(busy, 0, GPU_IDLE)
         clock = np.where(busy, 1980.0 * e.gpu_clock * thermal, 345.0)
-        clock = np.where(ckpt, 1755.0, clock) + rng.normal(0, 4.0, g)
+        clock = np.where(ckpt, 1755.0 * e.gpu_clock * thermal, clock) + rng.normal(0, 4.0, g)  # slow parts stay slow
         util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
         tensor = np.where(working, np.clip(0.62 * intensity[gpu_job] * own + rng.normal(0, 0.01, g), 0, 1), 0.0)
         fb = np.where(busy, self.gpu_fb, 480.0)
@@ -213,7 +213,7 @@ class ClusterSim:
         ret = supply + rack_power / 1000.0 * 14.3 / np.maximum(flow, 1.0)
 
         # --- frames, without the silent entities
-        silent_node = reboot | (rng.random(nodes) < MISSING_SAMPLE_P)
+        silent_node = reboot | (rng.random(nodes) < MISSING_SAMPLE_P)  # a missed scrape, or a reboot
         ts = round(now * 1e9)
         frames = [
             self._gpu_frame(ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node),
@@ -270,7 +270,7 @@ class ClusterSim:
             ),
         ]
         if len(t.switches):
-            frames += self._switch_frames(ts, port_rate, e, silent_node)
+            frames += self._switch_frames(ts, port_rate, e, reboot)  # a missed scrape leaves links up
         rows, self._rows = self._rows, {}
         return Tick(ts, [f for f in frames if len(f)], rows)
 
@@ -345,7 +345,7 @@ class ClusterSim:
         return rate
 
     def _switch_frames(
-        self, ts: int, port_rate: NDArray[np.float64], e: Effects, silent_node: NDArray[np.bool_]
+        self, ts: int, port_rate: NDArray[np.float64], e: Effects, powered_off: NDArray[np.bool_]
     ) -> list[Frame]:
         t = self.t
         s = len(t.switches)
@@ -355,7 +355,7 @@ class ClusterSim:
         }
         peer_silent = np.zeros(len(t.port_switch), dtype=np.bool_)
         down = t.port_peer_nic >= 0
-        peer_silent[down] = silent_node[t.nic_node[t.port_peer_nic[down]]]
+        peer_silent[down] = powered_off[t.nic_node[t.port_peer_nic[down]]]
         link_up = ~(e.port_down | peer_silent)
         ports_up = np.bincount(t.port_switch, weights=link_up.astype(np.float64), minlength=s).astype(np.float64)
         load = (

@@ -1,0 +1,35 @@
+"""Anomalies: what detectors emit. One record per entity, metric and detector that fired."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    at: float  # event time, seconds
+    entity: str
+    metric: str
+    detector: str  # "rule:xid", "peer:job", "stat:drift", ...
+    score: float
+    value: float | None
+    expected: float | None
+    measurement: str = ""
+    detail: dict[str, str] = field(default_factory=dict)  # e.g. XID meaning, severity, action
+
+    def to_json(self) -> bytes:
+        body = asdict(self)
+        for key in ("score", "value", "expected"):
+            v = body[key]
+            if isinstance(v, float) and not math.isfinite(v):
+                body[key] = None
+            elif isinstance(v, float):
+                body[key] = round(v, 6)
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @staticmethod
+    def from_json(raw: bytes | str) -> Anomaly:
+        body = json.loads(raw)
+        return Anomaly(**body)

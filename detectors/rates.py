@@ -1,0 +1,43 @@
+"""Cumulative counters to per-second rates, per entity, in arrays.
+
+Exporters report counters as running totals; detectors want rates. A counter that goes down was
+reset (driver reload, GPU replaced, exporter restart): that tick gives no rate, not a negative
+one, and certainly not an anomaly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.base import FloatArray, IndexArray, State, grow
+
+
+class CounterRates:
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.last_value = np.full((0, width), np.nan)
+        self.last_time = np.full((0, width), np.nan)
+
+    def update(self, t: float, series: IndexArray, values: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(rates per second, increments) for this tick; NaN where there is no previous value,
+        the counter reset, or the value is missing. Missing values keep the old reference."""
+        rows = int(series.max()) + 1 if len(series) else 0
+        self.last_value = grow(self.last_value, rows, np.nan)
+        self.last_time = grow(self.last_time, rows, np.nan)
+        previous = self.last_value[series]
+        dt = t - self.last_time[series]
+        increment = values - previous
+        increment[increment < 0] = np.nan  # a reset
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = np.where(dt > 0, increment / dt, np.nan)
+        present = ~np.isnan(values)
+        self.last_value[series] = np.where(present, values, previous)
+        self.last_time[series] = np.where(present, t, self.last_time[series])
+        return rate, increment
+
+    def state_dict(self) -> State:
+        return {"last_value": self.last_value.copy(), "last_time": self.last_time.copy()}
+
+    def load_state(self, state: State) -> None:
+        self.last_value = np.asarray(state["last_value"], dtype=np.float64).copy()
+        self.last_time = np.asarray(state["last_time"], dtype=np.float64).copy()
