@@ -129,6 +129,63 @@ def cmd_gen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_detect(args: argparse.Namespace) -> int:
+    from detectors.evaluate import evaluate, format_report
+    from detectors.runner import detect_folder, detect_kafka, load_events, read_anomalies
+
+    if args.kafka:
+        settings = _settings(args)
+        events = load_events(Path(args.events)) if args.events else []
+        stop = {"now": False}
+
+        def request_stop(signum: int, _frame: object) -> None:
+            stop["now"] = True
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        stats = detect_kafka(settings.kafka, lambda: stop["now"], events, idle_stop_s=args.stop_when_idle)
+        print(
+            f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "
+            f"{settings.kafka.anomalies_topic}"
+        )
+        return 0
+    if not args.input or not args.out:
+        raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT")
+    source, out = Path(args.input), Path(args.out)
+    try:
+        stats = detect_folder(source, out)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"{stats.ticks} ticks, {stats.values:,} values in {stats.seconds:.1f}s "
+        f"({stats.values / max(stats.seconds, 1e-9):,.0f} values/s): {stats.anomalies} anomalies "
+        f"({stats.suppressed} held back for announced maintenance), {stats.deadletters} dead letters -> {out}"
+    )
+    truth = source / "truth.jsonl"
+    if args.eval and truth.is_file():  # scoring only: detection never reads the truth
+        import json
+
+        records = [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
+        topology = json.loads((source / "topology.json").read_text())
+        gpus = int(topology["graph"]["gpus"])
+        hours = stats.ticks * max(_interval(source), 1.0) / 3600
+        print(format_report(evaluate(read_anomalies(out / "anomalies.jsonl"), records, _interval(source), gpus, hours)))
+    return 0
+
+
+def _interval(folder: Path) -> float:
+    """The scrape interval of a recorded run: the gap between its first two timestamps."""
+    stamps: list[int] = []
+    with (folder / "telemetry.lp").open("rb") as f:
+        for line in f:
+            ts = int(line.rsplit(b" ", 1)[1])
+            if not stamps or ts != stamps[-1]:
+                stamps.append(ts)
+            if len(stamps) == 2:
+                return (stamps[1] - stamps[0]) / 1e9
+    return 10.0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from aiops.demo import run_demo
 
@@ -181,6 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
     p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
     p.set_defaults(handler=cmd_gen)
+
+    p = sub.add_parser("detect", help="run the detectors over a recorded folder or between Kafka topics")
+    p.add_argument("--input", metavar="DIR", help="folder with telemetry.lp (and events.jsonl)")
+    p.add_argument("--out", metavar="DIR", help="where anomalies.jsonl and deadletters.jsonl go")
+    p.add_argument("--eval", action="store_true", help="score against DIR/truth.jsonl afterwards")
+    p.add_argument("--kafka", metavar="HOST:PORT", help="daemon: aiops.telemetry -> aiops.anomalies")
+    p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
+    p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (maintenance) as JSON lines")
+    p.add_argument("--stop-when-idle", type=float, metavar="SECONDS")
+    p.set_defaults(handler=cmd_detect)
 
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")
     p.add_argument("--input", help="line-protocol file (default: the sample shipped with the tests)")

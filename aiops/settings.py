@@ -20,6 +20,7 @@ class KafkaSettings(BaseModel):
     predictions_topic: str = "aiops.predictions"
     incidents_topic: str = "aiops.incidents"
     ingest_group: str = "aiops-ingest"
+    detect_group: str = "aiops-detect"
     # How long one poll waits and how much it may return; a poll becomes one decoded batch.
     poll_timeout_ms: int = Field(default=500, ge=1)
     max_poll_records: int = Field(default=50_000, ge=1)

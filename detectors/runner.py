@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiops.settings import KafkaSettings
 from detectors.anomaly import Anomaly
 from detectors.stack import DetectorStack, DriftFactory
 from detectors.ticks import TickAssembler
@@ -134,3 +135,71 @@ def detect_folder(
 
 def read_anomalies(path: Path) -> list[Anomaly]:
     return [Anomaly.from_json(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+class KafkaAnomalySink:
+    """Anomalies as JSON on `aiops.anomalies`, keyed by entity (one entity's history in order)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from ingest.kafka_io import TelemetryProducer
+
+        self._producer = TelemetryProducer(bootstrap, client_id="aiops-detect")
+        self._topic = topic
+
+    def add(self, anomalies: list[Anomaly]) -> None:
+        for a in anomalies:
+            self._producer.send_raw(self._topic, a.to_json(), key=a.entity.encode())
+
+    def flush(self) -> None:
+        self._producer.flush()
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+def detect_kafka(
+    settings: KafkaSettings,
+    should_stop: Callable[[], bool],
+    events: list[dict[str, object]] | None = None,
+    idle_stop_s: float | None = None,
+    lateness_s: float = 60.0,
+    drift_factory: DriftFactory | None = None,
+) -> DetectStats:
+    """The daemon: telemetry topic in, anomalies (and late or bad lines as dead letters) out.
+    Commits after the anomalies of a poll are flushed: at-least-once."""
+    from ingest.kafka_io import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, ensure_topics, join_messages
+
+    ensure_topics(settings.bootstrap, [settings.telemetry_topic, settings.anomalies_topic, settings.deadletter_topic])
+    consumer = TelemetryConsumer(settings, group=settings.detect_group)
+    sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
+    dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
+    dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
+    loop = DetectLoop(drift_factory)
+    loop.assembler.lateness_s = lateness_s
+    apply_events(loop.stack, events or [])
+    started = idle_since = time.monotonic()
+    try:
+        while not should_stop():
+            messages = consumer.poll()
+            if not messages:
+                if not consumer.assigned:
+                    idle_since = time.monotonic()
+                elif idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
+                    break
+                continue
+            idle_since = time.monotonic()
+            data, _, _ = join_messages(messages)
+            anomalies, letters = loop.feed(data)
+            sink.add(anomalies)
+            dead.add(letters)
+            sink.flush()
+            dead.flush()
+            consumer.commit()
+        sink.add(loop.finish())
+        sink.flush()
+    finally:
+        consumer.close()
+        sink.close()
+        dead_producer.close()
+    loop.stats.seconds = time.monotonic() - started
+    return loop.stats
