@@ -30,11 +30,18 @@ class Block:
     t: float  # event time, seconds
     series: IndexArray  # (n,)
     values: FloatArray  # (n, m), NaN = missing
+    groups: IndexArray | None = None  # (n,) cohort of each series at this tick, -1 = none (peer detectors)
 
     @staticmethod
-    def of(t: float, series: IndexArray | list[int], values: FloatArray | list[list[float]]) -> Block:
+    def of(
+        t: float,
+        series: IndexArray | list[int],
+        values: FloatArray | list[list[float]] | list[float],
+        groups: IndexArray | list[int] | None = None,
+    ) -> Block:
         v = np.asarray(values, dtype=np.float64)
-        return Block(float(t), np.asarray(series, dtype=np.int64), v.reshape(len(v), -1))
+        g = None if groups is None else np.asarray(groups, dtype=np.int64)
+        return Block(float(t), np.asarray(series, dtype=np.int64), v.reshape(len(v), -1), g)
 
 
 class Detector(ABC):

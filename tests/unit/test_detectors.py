@@ -1,0 +1,219 @@
+"""Detector building blocks and the stack, table by table, without services."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from detectors.peers import Persistence, robust_z
+from detectors.rates import CounterRates
+from detectors.stack import DetectorStack
+from detectors.ticks import TickAssembler
+from detectors.xid import describe
+from ingest.frames import Frame
+from ingest.lineprotocol import decode
+
+T0 = 1_767_225_600.0
+
+
+def test_counter_rates_skip_first_sample_resets_and_missing_values() -> None:
+    rates = CounterRates(1)
+    series = np.array([0, 1])
+    r, _ = rates.update(0.0, series, np.array([[10.0], [5.0]]))
+    assert np.isnan(r).all()
+    r, inc = rates.update(10.0, series, np.array([[30.0], [np.nan]]))
+    assert r[0, 0] == 2.0 and inc[0, 0] == 20.0 and np.isnan(r[1, 0])
+    r, _ = rates.update(20.0, series, np.array([[3.0], [25.0]]))
+    assert np.isnan(r[0, 0])  # went down: a reset, not a negative rate
+    assert r[1, 0] == 1.0  # the missing tick kept the old reference (5 at t=0)
+
+
+def test_robust_z_matches_a_per_group_loop() -> None:
+    rng = np.random.default_rng(4)
+    values = rng.normal(0, 1, (300, 2))
+    values[rng.random((300, 2)) < 0.05] = np.nan
+    groups = rng.integers(-1, 6, 300)
+    z, med = robust_z(values, groups, min_size=4, abs_floor=0.1)
+    for g in range(6):
+        for j in range(2):
+            rows = np.flatnonzero((groups == g) & ~np.isnan(values[:, j]))
+            col = values[rows, j]
+            m = np.median(col)
+            scale = max(1.4826 * np.median(np.abs(col - m)), 0.1)
+            expected = (col - m) / scale if len(rows) >= 4 else np.full(len(rows), np.nan)
+            np.testing.assert_allclose(z[rows, j], expected, equal_nan=True)
+            if len(rows) >= 4:
+                np.testing.assert_allclose(med[rows, j], m)
+    assert np.isnan(z[groups == -1]).all()
+
+
+def test_persistence_fires_after_k_ticks_repeats_and_escalates() -> None:
+    p = Persistence(1, ticks=2, repeat=3, escalation=2.0)
+    s = np.array([0])
+    fired = [
+        bool(p.update(s, np.array([[b]]), np.array([[z]]))[0, 0])
+        for b, z in [(1, 5), (1, 5), (1, 5), (1, 12), (1, 12), (1, 12), (0, 0), (1, 5)]
+    ]
+    # 2nd tick: sure; 4th: score doubled; 5th: repeat (3 ticks after the first); off; new episode
+    assert fired == [False, True, False, True, True, False, False, False]
+
+
+def test_tick_assembler_joins_interleaved_partitions_and_returns_late_rows() -> None:
+    def gpu(t: int, ids: list[str]) -> dict[str, Frame]:
+        lines = "".join(f"gpu,gpu={i} DCGM_FI_DEV_GPU_TEMP=50 {t * 10**9}\n" for i in ids)
+        return decode(lines.encode()).frames
+
+    a = TickAssembler(lateness_s=10.0)
+    a.add(gpu(0, ["a"]))
+    a.add(gpu(10, ["a"]))
+    a.add(gpu(0, ["b"]))  # the other partition is behind
+    assert list(a.ready()) == []
+    a.add(gpu(20, ["a", "b"]))
+    (tick,) = list(a.ready())
+    assert tick.t == 0.0 and sorted(tick.frames["gpu"].tags["gpu"]) == ["a", "b"]
+    late = a.add(gpu(0, ["c"]))
+    assert len(late) == 1 and a.late_rows == 1
+    assert [t.t for t in a.flush()] == [10.0, 20.0]
+
+
+def test_xid_catalog_names_meaning_severity_and_action() -> None:
+    assert describe(79).suggests == "gpu_fell_off_bus" and describe(79).severity == "critical"
+    assert describe(48).suggests == "gpu_hbm_ecc"
+    assert describe(9999).meaning == "XID 9999"
+
+
+# ---------------------------------------------------------------- the stack on hand-made ticks
+
+
+def tick(t: int, lines: list[str]) -> dict[str, Frame]:
+    return decode("".join(f"{line} {int((T0 + t) * 1e9)}\n" for line in lines).encode()).frames
+
+
+def gpu_line(
+    gpu: str,
+    job: str = "j1",
+    clock: int = 1980,
+    xid: int = 0,
+    dbe: int = 0,
+    temp: float = 60.0,
+    power: float = 600.0,
+    node: str = "n1",
+) -> str:
+    return (
+        f"gpu,gpu={gpu},node={node},job={job} DCGM_FI_DEV_SM_CLOCK={clock}i,DCGM_FI_DEV_XID_ERRORS={xid}i,"
+        f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL={dbe}i,DCGM_FI_DEV_GPU_TEMP={temp},DCGM_FI_DEV_POWER_USAGE={power}"
+    )
+
+
+def job_tick(t: int, **overrides: dict[str, object]) -> dict[str, Frame]:
+    lines = []
+    for i in range(8):
+        kwargs: dict[str, object] = {"clock": 1980 + (i % 3), **overrides.get(f"g{i}", {})}
+        lines.append(gpu_line(f"g{i}", **kwargs))  # type: ignore[arg-type]
+    return tick(t, lines)
+
+
+def at(frames: dict[str, Frame]) -> float:
+    return float(next(iter(frames.values())).time_ns[0]) / 1e9 if frames else 0.0
+
+
+def run(stack: DetectorStack, ticks: list[dict[str, Frame]]) -> list[list[tuple[str, str, str]]]:
+    out = []
+    last = T0
+    for frames in ticks:
+        last = at(frames) if frames else last + 30
+        out.append([(a.entity, a.metric, a.detector) for a in stack.process(last, frames)])
+    return out
+
+
+def test_rules_fire_once_on_entering_a_bad_state_with_xid_detail() -> None:
+    stack = DetectorStack(30)
+    ticks = [job_tick(0), job_tick(30, g3={"xid": 79}), job_tick(60, g3={"xid": 79}), job_tick(90)]
+    out = [stack.process(T0 + 30 * k, f) for k, f in enumerate(ticks)]
+    assert [[(a.entity, a.detector) for a in o] for o in out] == [[], [("g3", "rule:xid")], [], []]
+    assert out[1][0].detail["meaning"] == "GPU has fallen off the bus"
+
+
+def test_error_counter_increments_fire_and_resets_do_not() -> None:
+    stack = DetectorStack(30)
+    found = run(stack, [job_tick(0, g1={"dbe": 4}), job_tick(30, g1={"dbe": 5}), job_tick(60, g1={"dbe": 0})])
+    assert found == [[], [("g1", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "rule:error_counter")], []]
+
+
+def test_a_straggler_stands_out_from_its_job_after_two_ticks_and_a_checkpoint_does_not() -> None:
+    stack = DetectorStack(30)
+    slow = {"g5": {"clock": 1500}}
+    checkpoint = {f"g{i}": {"clock": 1755, "power": 95.0} for i in range(8)}
+    found = run(
+        stack,
+        [
+            job_tick(0),
+            job_tick(30, **checkpoint),
+            job_tick(60, **checkpoint),
+            job_tick(90, **slow),
+            job_tick(120, **slow),
+        ],
+    )
+    assert found == [[], [], [], [], [("g5", "DCGM_FI_DEV_SM_CLOCK", "peer:job")]]
+
+
+def test_a_silent_gpu_of_a_running_job_is_reported_once_and_an_idle_one_is_not() -> None:
+    stack = DetectorStack(30)
+    everyone = [gpu_line("a"), gpu_line("b", job="idle")]
+    ticks = [tick(0, everyone), tick(30, everyone), tick(60, []), tick(90, []), tick(120, []), tick(150, [])]
+    # a missed scrape (one tick) is not silence; from the second missing tick on it is
+    found = run(stack, [tick(0, everyone), tick(30, [everyone[1]]), tick(60, everyone)])
+    assert found == [[], [], []]
+    stack = DetectorStack(30)
+    found = run(stack, ticks)
+    assert found == [[], [], [], [("a", "silent", "rule:silent")], [], []]
+
+
+def test_announced_maintenance_holds_back_the_drained_nodes_anomalies() -> None:
+    stack = DetectorStack(30)
+    stack.announce_maintenance(["n1"], T0 + 20, T0 + 100)
+    found = run(stack, [job_tick(0), job_tick(30, g2={"xid": 13}), job_tick(60), job_tick(120, g2={"xid": 31})])
+    assert found == [[], [], [], [("g2", "DCGM_FI_DEV_XID_ERRORS", "rule:xid")]]
+    assert stack.suppressed == 1
+
+
+def test_stack_checkpoint_round_trip_gives_identical_anomalies() -> None:
+    rng = np.random.default_rng(2)
+    ticks = [
+        job_tick(30 * k, **{f"g{int(rng.integers(0, 8))}": {"clock": int(rng.choice([1500, 1980])), "dbe": k // 3}})
+        for k in range(12)
+    ]
+    original = DetectorStack(30)
+    run(original, ticks[:6])
+    restored = DetectorStack(30)
+    restored.load_state(original.state_dict())
+    later = ticks[6:]
+    a = [
+        [(x.entity, x.metric, x.detector, x.score) for x in original.process(T0 + 30 * (6 + k), f)]
+        for k, f in enumerate(later)
+    ]
+    b = [
+        [(x.entity, x.metric, x.detector, x.score) for x in restored.process(T0 + 30 * (6 + k), f)]
+        for k, f in enumerate(later)
+    ]
+    assert a == b and any(a)
+
+
+@pytest.mark.parametrize(
+    ("field", "normal", "blank"),
+    [("DCGM_FI_DEV_GPU_TEMP", "60.0", "140737488355328.0"), ("DCGM_FI_DEV_SM_CLOCK", "1980i", "2147483632i")],
+)
+def test_dcgm_blanks_reach_detectors_as_missing_not_as_values(field: str, normal: str, blank: str) -> None:
+    from ingest.pipeline import IngestCore
+
+    core = IngestCore()
+    stack = DetectorStack(30)
+    found = []
+    for k in range(4):
+        lines = [
+            f"gpu,gpu=g{i},node=n1,job=j1 {field}={blank if (k, i) in ((1, 1), (2, 1)) else normal}" for i in range(8)
+        ]
+        data = "".join(f"{line} {int((T0 + 30 * k) * 1e9)}\n" for line in lines).encode()
+        found += stack.process(T0 + 30 * k, core.process(data).frames)
+    assert found == []
+    assert core.stats.sentinels_masked == 2
