@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 
@@ -105,7 +107,7 @@ def gpu_line(
     )
 
 
-def job_tick(t: int, **overrides: dict[str, object]) -> dict[str, Frame]:
+def job_tick(t: int, **overrides: Mapping[str, object]) -> dict[str, Frame]:
     lines = []
     for i in range(8):
         kwargs: dict[str, object] = {"clock": 1980 + (i % 3), **overrides.get(f"g{i}", {})}
