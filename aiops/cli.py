@@ -266,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ticks", type=int, default=4, help="ticks per size")
     b.add_argument("--kafka", metavar="HOST:PORT", help="also publish to Kafka")
     b.add_argument("--kafka-max-gpus", type=int, default=10_000, help="largest size sent to Kafka")
+    b = bench.add_parser("detect", help="detector stack throughput and state, beside river and pysad")
+    b.add_argument("--gpus", type=int, default=10_000)
+    b.add_argument("--ticks", type=int, default=5)
+    b.add_argument("--peer-samples", type=int, default=20_000, help="samples fed to each one-at-a-time library")
     p.set_defaults(handler=cmd_bench)
     return parser
 
