@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
