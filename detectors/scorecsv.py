@@ -1,0 +1,143 @@
+"""Score a CSV of one entity's metrics with the univariate detector, row by row, strictly online.
+
+Input: a header with a ``timestamp`` column and one or more numeric columns, one row per sample.
+Each numeric column is its own series; every row is one block over all columns (one vectorised
+call per row), and a row's score is the largest of its columns' scores. Output: ``timestamp,
+anomaly_score`` with one row per input row, in input order, the timestamp written exactly as read.
+
+Row order drives the statistics: repeated timestamps are scored in order and gaps in time are
+allowed (NAB files are regular). Missing values (empty, ``nan``, ``NA``, ``null``) are skipped by
+their column; a row with nothing scoreable, or read while the detector is still warming up,
+scores 0. Malformed input raises :class:`ScoreCsvError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from detectors.base import Block, FloatArray
+from detectors.univariate import Univariate, UnivariateConfig
+
+__all__ = ["ScoreCsvError", "score_columns", "score_csv", "score_frame"]
+
+TIMESTAMP = "timestamp"
+MISSING = frozenset({"", "nan", "na", "n/a", "null", "none"})
+DECIMALS = 6
+
+
+class ScoreCsvError(ValueError):
+    """The input cannot be scored; the message says why in one line."""
+
+
+def score_csv(in_path: Path, out_path: Path, config: UnivariateConfig | None = None) -> int:
+    """Score `in_path` into `out_path` (``timestamp,anomaly_score``); returns the rows written."""
+    frame = _read_csv(Path(in_path))
+    scores = score_frame(frame, config)
+    with Path(out_path).open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([TIMESTAMP, "anomaly_score"])
+        writer.writerows(zip(frame[TIMESTAMP].astype(str), (f"{s:.{DECIMALS}f}" for s in scores), strict=True))
+    return len(frame)
+
+
+def score_frame(df: pd.DataFrame, config: UnivariateConfig | None = None) -> FloatArray:
+    """One score in [0, 1] per row of `df` (a ``timestamp`` column and numeric columns)."""
+    columns = [str(c).strip() for c in df.columns]
+    if len(set(columns)) != len(columns):
+        raise ScoreCsvError(f"duplicate column names in header: {columns}")
+    if TIMESTAMP not in columns:
+        raise ScoreCsvError(f"no '{TIMESTAMP}' column (columns: {', '.join(columns) or 'none'})")
+    df = df.set_axis(columns, axis=1)
+    metrics = [c for c in columns if c != TIMESTAMP]
+    if not metrics:
+        raise ScoreCsvError(f"no numeric column besides '{TIMESTAMP}'")
+    if len(df) == 0:
+        raise ScoreCsvError("no data rows (header only)")
+    _parse_timestamps(df[TIMESTAMP])
+    values = np.column_stack([_parse_numbers(df[c], c) for c in metrics])
+    per_column = score_columns(values, config)
+    out: FloatArray = np.round(per_column.max(axis=1), DECIMALS)
+    return out
+
+
+def score_columns(values: FloatArray, config: UnivariateConfig | None = None) -> FloatArray:
+    """Scores of a (rows, columns) array, each column its own series, one block per row.
+
+    NaN values are skipped; their score, and any score the detector withholds, is 0. Columns of
+    different lengths can be scored together by padding them with NaN at the end.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"expected a (rows, columns) array, got shape {values.shape}")
+    rows, cols = values.shape
+    detector = Univariate(1, config)
+    series = np.arange(cols, dtype=np.int64)
+    out = np.zeros((rows, cols), dtype=np.float64)
+    for i in range(rows):
+        block = Block(float(i), series, values[i, :, None])
+        out[i] = detector.score_and_learn(block)[:, 0]
+    return np.nan_to_num(np.clip(out, 0.0, 1.0), nan=0.0)
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """Every field as read (strings), rows checked against the header's width."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None or not any(h.strip() for h in header):
+                raise ScoreCsvError(f"{path.name}: empty file (no header)")
+            rows: list[list[str]] = []
+            for row in reader:
+                if not row:  # blank line
+                    continue
+                if len(row) != len(header):
+                    raise ScoreCsvError(
+                        f"{path.name}: row {len(rows) + 1} (line {reader.line_num}) has {len(row)} fields, "
+                        f"the header has {len(header)}"
+                    )
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        raise ScoreCsvError(f"{path.name}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except csv.Error as e:
+        raise ScoreCsvError(f"{path.name}: malformed CSV: {e}") from e
+    if not rows:
+        raise ScoreCsvError(f"{path.name}: no data rows (header only)")
+    return pd.DataFrame(rows, columns=[h.strip() for h in header], dtype=object)
+
+
+def _parse_timestamps(column: pd.Series) -> None:
+    """Every timestamp must parse (the statistics use row order, so the values are not kept)."""
+    text = column.astype(str).str.strip()
+    parsed = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
+    if parsed.isna().any():
+        parsed = pd.to_datetime(text, format="mixed", errors="coerce", utc=True)
+    bad = np.flatnonzero(parsed.isna().to_numpy())
+    if len(bad):
+        row = int(bad[0])
+        raise ScoreCsvError(f"unparseable timestamp {column.iloc[row]!r} at row {row + 1}")
+
+
+def _parse_numbers(column: pd.Series, name: str) -> FloatArray:
+    if pd.api.types.is_bool_dtype(column):
+        raise ScoreCsvError(f"column '{name}' is boolean, not numeric")
+    if pd.api.types.is_numeric_dtype(column):
+        values = np.array(column, dtype=np.float64)
+        missing = np.isnan(values)
+    else:
+        text = column.astype(str).str.strip()
+        missing = (text.str.lower().isin(MISSING) | column.isna()).to_numpy()
+        values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
+    bad = np.flatnonzero((~np.isfinite(values)) & ~missing)
+    if len(bad):
+        row = int(bad[0])
+        raise ScoreCsvError(f"column '{name}' has a non-numeric value {column.iloc[row]!r} at row {row + 1}")
+    values[missing] = np.nan
+    return values
