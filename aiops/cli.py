@@ -186,6 +186,17 @@ def _interval(folder: Path) -> float:
     return 10.0
 
 
+def cmd_score_csv(args: argparse.Namespace) -> int:
+    from detectors.scorecsv import ScoreCsvError, score_csv
+
+    try:
+        rows = score_csv(Path(args.input), Path(args.out))
+    except (ScoreCsvError, OSError) as exc:
+        raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    print(f"scored {rows} rows -> {args.out}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from aiops.demo import run_demo
 
@@ -249,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS")
     p.set_defaults(handler=cmd_detect)
 
+    p = sub.add_parser("score-csv", help="anomaly scores in [0, 1] for a CSV with a timestamp column, online")
+    p.add_argument("input", metavar="IN.csv")
+    p.add_argument("--out", metavar="OUT.csv", required=True)
+    p.set_defaults(handler=cmd_score_csv)
+
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")
     p.add_argument("--input", help="line-protocol file (default: the sample shipped with the tests)")
     p.set_defaults(handler=cmd_demo)
@@ -270,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--gpus", type=int, default=10_000)
     b.add_argument("--ticks", type=int, default=5)
     b.add_argument("--peer-samples", type=int, default=20_000, help="samples fed to each one-at-a-time library")
+    b = bench.add_parser("nab", help="NAB scores of score-csv on a NAB-layout folder (data/ and labels/)")
+    b.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nab"))
     p.set_defaults(handler=cmd_bench)
     return parser
 
