@@ -254,7 +254,7 @@ def bench_detect(args: argparse.Namespace, console: Console) -> None:
     for col in ("detector", "samples", "seconds", "samples/s", "state bytes/series", "ours ×"):
         table.add_column(col, justify="right" if col != "detector" else "left")
     table.add_row(
-        "aiops detector stack (rules + peers + rates)",
+        "aiops detector stack (rules, peers, rates, drift)",
         f"{samples:,}",
         f"{ours_s:.2f}",
         f"{ours_rate:,.0f}",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiops.settings import KafkaSettings
 from detectors.anomaly import Anomaly
-from detectors.stack import DetectorStack, DriftFactory
+from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.ticks import TickAssembler
 from ingest.deadletter import DeadLetter
 from ingest.frames import Frame
@@ -70,7 +70,7 @@ def apply_events(stack: DetectorStack, events: list[dict[str, object]]) -> None:
 class DetectLoop:
     """Bytes in, anomalies out; the part both runners share."""
 
-    def __init__(self, drift_factory: DriftFactory | None = None, interval: float | None = None) -> None:
+    def __init__(self, drift_factory: DriftFactory | None = default_drift, interval: float | None = None) -> None:
         self.core = IngestCore()
         self.stack = DetectorStack(interval or DEFAULT_INTERVAL_S, drift_factory)
         self.assembler = TickAssembler(lateness_s=0.0)
@@ -110,7 +110,10 @@ class DetectLoop:
 
 
 def detect_folder(
-    input_dir: Path, out_dir: Path, drift_factory: DriftFactory | None = None, on_tick: Callable[[], None] | None = None
+    input_dir: Path,
+    out_dir: Path,
+    drift_factory: DriftFactory | None = default_drift,
+    on_tick: Callable[[], None] | None = None,
 ) -> DetectStats:
     """Reads telemetry.lp and events.jsonl (never truth.jsonl); writes anomalies.jsonl and
     deadletters.jsonl."""
@@ -163,7 +166,7 @@ def detect_kafka(
     events: list[dict[str, object]] | None = None,
     idle_stop_s: float | None = None,
     lateness_s: float = 60.0,
-    drift_factory: DriftFactory | None = None,
+    drift_factory: DriftFactory | None = default_drift,
 ) -> DetectStats:
     """The daemon: telemetry topic in, anomalies (and late or bad lines as dead letters) out.
     Commits after the anomalies of a poll are flushed: at-least-once."""

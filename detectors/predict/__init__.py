@@ -1,0 +1,1 @@
+"""Failure prediction: precursor features, the model, online scoring."""

@@ -1,0 +1,196 @@
+"""Precursor features per entity, updated every tick in event time, vectorised.
+
+The failures that announce themselves do it slowly: correctable ECC errors and remapped rows
+climb for hours before an HBM failure, a GPU's temperature creeps above its node-mates' before it
+throttles, an optic's rx power sags before the link fails, a cooling loop's supply temperature
+drifts up before the rack overheats. Each feature is an exponentially weighted average over a time
+constant (so a "window" costs one float per entity, not a buffer), of a level, a rate or a
+deviation from peers; trends are a fast average minus a slow one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from aiops.entities import EntityIndex
+from detectors.base import FloatArray, grow
+from detectors.peers import robust_z
+from detectors.rates import CounterRates
+from ingest.frames import Frame
+
+MINUTE, HOUR = 60.0, 3600.0
+
+# Which entity kinds have models, and the features of each (names are part of the model card).
+FEATURES: dict[str, tuple[str, ...]] = {
+    "gpu": (
+        "sbe_per_h_30m",
+        "sbe_per_h_3h",
+        "sbe_accel",
+        "remap_per_h_3h",
+        "temp_vs_node_10m",
+        "temp_vs_node_3h",
+        "temp_vs_node_trend",
+        "power_vs_node_10m",
+    ),
+    "optic": ("rx_dbm_10m", "rx_vs_own_12h", "rx_trend", "rx_vs_all_10m", "symbol_err_per_h_30m"),
+    "cooling": ("supply_vs_all_10m", "supply_vs_all_3h", "supply_trend", "flow_vs_all_10m"),
+}
+
+
+class Ewma:
+    """Per-entity exponentially weighted averages with time constant `tau` (seconds), exact for
+    irregular sampling: weight of the new value is 1 - exp(-dt / tau); the first value is taken
+    as is. NaN values leave the average untouched."""
+
+    def __init__(self, tau: float) -> None:
+        self.tau = tau
+        self.value = np.zeros(0)
+        self.time = np.zeros(0)
+
+    def update(self, t: float, rows: NDArray[np.int64], x: FloatArray) -> None:
+        size = int(rows.max()) + 1 if len(rows) else 0
+        self.value = grow(self.value, size, np.nan)
+        self.time = grow(self.time, size, np.nan)
+        ok = ~np.isnan(x)
+        rows, x = rows[ok], x[ok]
+        old, last = self.value[rows], self.time[rows]
+        fresh = np.isnan(old)
+        weight = 1.0 - np.exp(-np.maximum(t - np.where(fresh, t, last), 0.0) / self.tau)
+        self.value[rows] = np.where(fresh, x, old + weight * (x - old))
+        self.time[rows] = t
+
+
+@dataclass
+class _Kind:
+    entities: EntityIndex = field(default_factory=EntityIndex)
+    ewma: dict[str, Ewma] = field(default_factory=dict)
+
+    def avg(self, name: str, tau: float) -> Ewma:
+        if name not in self.ewma:
+            self.ewma[name] = Ewma(tau)
+        return self.ewma[name]
+
+    def get(self, name: str) -> FloatArray:
+        n = len(self.entities)
+        v = self.ewma[name].value if name in self.ewma else np.zeros(0)
+        out = np.full(n, np.nan)
+        out[: min(n, len(v))] = v[:n]
+        return out
+
+
+class PrecursorFeatures:
+    def __init__(self) -> None:
+        self.kinds = {k: _Kind() for k in FEATURES}
+        self._rates = {"gpu": CounterRates(2), "nic": CounterRates(1)}
+        self._nic_rows = EntityIndex()
+
+    def update(self, t: float, frames: dict[str, Frame]) -> None:
+        if "gpu" in frames:
+            self._gpu(t, frames["gpu"])
+        if "optic" in frames:
+            self._optic(t, frames["optic"], frames.get("nic"))
+        if "cooling" in frames:
+            self._cooling(t, frames["cooling"])
+
+    def matrix(self, kind: str) -> tuple[NDArray[np.object_], FloatArray]:
+        """(entity ids, features) of every entity of `kind` seen so far."""
+        k = self.kinds[kind]
+        cols = [self._feature(kind, name) for name in FEATURES[kind]]
+        return k.entities.ids, np.column_stack(cols) if cols and len(k.entities) else np.zeros((0, len(FEATURES[kind])))
+
+    def _feature(self, kind: str, name: str) -> FloatArray:
+        k = self.kinds[kind]
+        derived = {
+            "sbe_accel": ("sbe_per_h_30m", "sbe_per_h_3h"),
+            "temp_vs_node_trend": ("temp_vs_node_10m", "temp_vs_node_3h"),
+            "rx_trend": ("rx_dbm_30m", "rx_dbm_3h"),
+            "supply_trend": ("supply_vs_all_30m", "supply_vs_all_3h"),
+        }
+        if name in derived:
+            fast, slow = derived[name]
+            return k.get(fast) - k.get(slow)
+        if name == "rx_vs_own_12h":
+            return k.get("rx_dbm_10m") - k.get("rx_dbm_12h")
+        return k.get(name)
+
+    # ------------------------------------------------------------------ per kind
+
+    def _gpu(self, t: float, frame: Frame) -> None:
+        k = self.kinds["gpu"]
+        rows = k.entities.add(frame.tag("gpu"))
+        counters = np.column_stack(
+            [_col(frame, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"), _col(frame, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")]
+        )
+        rate, _ = self._rates["gpu"].update(t, rows, counters)
+        k.avg("sbe_per_h_30m", 30 * MINUTE).update(t, rows, rate[:, 0] * HOUR)
+        k.avg("sbe_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 0] * HOUR)
+        k.avg("remap_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 1] * HOUR)
+        node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
+        values = np.column_stack([_col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")])
+        _, median = robust_z(values, node, min_size=2)
+        resid = values - median
+        k.avg("temp_vs_node_10m", 10 * MINUTE).update(t, rows, resid[:, 0])
+        k.avg("temp_vs_node_3h", 3 * HOUR).update(t, rows, resid[:, 0])
+        k.avg("power_vs_node_10m", 10 * MINUTE).update(t, rows, resid[:, 1])
+
+    def _optic(self, t: float, frame: Frame, nic: Frame | None) -> None:
+        k = self.kinds["optic"]
+        rows = k.entities.add(frame.tag("optic"))
+        rx = _col(frame, "rx_power_dbm")
+        for name, tau in (
+            ("rx_dbm_10m", 10 * MINUTE),
+            ("rx_dbm_30m", 30 * MINUTE),
+            ("rx_dbm_3h", 3 * HOUR),
+            ("rx_dbm_12h", 12 * HOUR),
+        ):
+            k.avg(name, tau).update(t, rows, rx)
+        all_optics = np.zeros(len(frame), dtype=np.int64)
+        _, median = robust_z(rx[:, None], all_optics, min_size=2)
+        k.avg("rx_vs_all_10m", 10 * MINUTE).update(t, rows, rx - median[:, 0])
+        if nic is not None and len(nic):
+            nic_rows = self._nic_rows.add(nic.tag("nic"))
+            rate, _ = self._rates["nic"].update(t, nic_rows, _col(nic, "symbol_error")[:, None])
+            # an optic's NIC is its `nic` tag; map the NIC rates onto optic rows
+            optic_nic = self._nic_rows.lookup(frame.tag("nic"))
+            per_nic = np.full(len(self._nic_rows), np.nan)
+            per_nic[nic_rows] = rate[:, 0]
+            sym = np.where(optic_nic >= 0, per_nic[np.maximum(optic_nic, 0)], np.nan)
+            k.avg("symbol_err_per_h_30m", 30 * MINUTE).update(t, rows, sym * HOUR)
+
+    def _cooling(self, t: float, frame: Frame) -> None:
+        k = self.kinds["cooling"]
+        rows = k.entities.add(frame.tag("cooling"))
+        values = np.column_stack([_col(frame, "supply_temp_c"), _col(frame, "flow_lpm")])
+        _, median = robust_z(values, np.zeros(len(frame), dtype=np.int64), min_size=2)
+        resid = values - median
+        for name, tau in (
+            ("supply_vs_all_10m", 10 * MINUTE),
+            ("supply_vs_all_30m", 30 * MINUTE),
+            ("supply_vs_all_3h", 3 * HOUR),
+        ):
+            k.avg(name, tau).update(t, rows, resid[:, 0])
+        k.avg("flow_vs_all_10m", 10 * MINUTE).update(t, rows, resid[:, 1])
+
+
+def _col(frame: Frame, name: str) -> FloatArray:
+    col = frame.fields.get(name)
+    return col.as_float() if col is not None else np.full(len(frame), np.nan)
+
+
+def reference_ewma(times: list[float], values: list[float], tau: float) -> list[float]:
+    """The same average, one value at a time: what the vectorised version is checked against."""
+    out: list[float] = []
+    avg: float | None = None
+    last = 0.0
+    for t, x in zip(times, values, strict=True):
+        if math.isnan(x):
+            out.append(math.nan if avg is None else avg)
+            continue
+        avg = x if avg is None else avg + (1 - math.exp(-(t - last) / tau)) * (x - avg)
+        last = t
+        out.append(avg)
+    return out

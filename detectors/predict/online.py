@@ -1,0 +1,260 @@
+"""Online prediction in the pipeline, the default model, and prediction quality.
+
+Features are updated every tick (cheap); the model scores every entity every `every_ticks` ticks.
+A prediction is emitted when an entity's probability crosses the threshold, once per episode: the
+entity is not predicted again until its probability has stayed below half the threshold for an
+hour, or the horizon has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detectors.predict.features import FEATURES, HOUR, PrecursorFeatures
+from detectors.predict.model import (
+    HORIZON_S,
+    PREDICTABLE,
+    Dataset,
+    ModelError,
+    Predictor,
+    collect,
+    fingerprint,
+    load,
+    save,
+    train,
+)
+from ingest.frames import Frame
+
+log = logging.getLogger(__name__)
+
+ACTIONS = {
+    "gpu_hbm_ecc": "drain the node at the next checkpoint and replace the GPU (HBM errors are climbing)",
+    "gpu_thermal": "drain at the next checkpoint; check the GPU's cooling (cold plate, fans, thermal paste)",
+    "optic_degradation": "replace the optic (and clean the fibre) at the next maintenance window",
+    "rack_cooling": "check the rack's cooling loop (CDU pumps, coolant flow, supply temperature)",
+}
+RE_ARM_S = HOUR
+MIN_LEAD_S = 30 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    entity: str
+    at: float
+    kind: str
+    probability: float
+    horizon_s: float
+    expected_in_s: float | None
+    action: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+
+    @staticmethod
+    def from_json(raw: bytes | str) -> Prediction:
+        return Prediction(**json.loads(raw))
+
+
+@dataclass
+class OnlinePredictor:
+    model: Predictor
+    threshold: float = 0.5
+    every_ticks: int = 10
+    features: PrecursorFeatures = field(default_factory=PrecursorFeatures)
+    _ticks: int = 0
+    _episode: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (predicted at, low since)
+
+    def update(self, t: float, frames: dict[str, Frame]) -> list[Prediction]:
+        self.features.update(t, frames)
+        self._ticks += 1
+        if self._ticks % self.every_ticks:
+            return []
+        out: list[Prediction] = []
+        for kind in FEATURES:
+            ids, X = self.features.matrix(kind)
+            if not len(ids):
+                continue
+            p, which, ttf = self.model.probabilities(kind, X)
+            for i in np.flatnonzero(p >= self.threshold).tolist():
+                entity = str(ids[i])
+                if entity in self._episode:
+                    continue
+                self._episode[entity] = (t, math.inf)
+                expected = None if math.isnan(ttf[i]) else float(min(ttf[i], self.model.horizon_s))
+                out.append(
+                    Prediction(
+                        entity,
+                        t,
+                        str(which[i]),
+                        round(float(p[i]), 4),
+                        self.model.horizon_s,
+                        expected,
+                        ACTIONS.get(str(which[i]), "inspect"),
+                    )
+                )
+            self._end_episodes(t, ids, p)
+        return out
+
+    def _end_episodes(self, t: float, ids: np.ndarray, p: np.ndarray) -> None:
+        low = {str(e) for e in ids[p < self.threshold / 2].tolist()}
+        for entity, (since, low_since) in list(self._episode.items()):
+            if t - since > self.model.horizon_s:
+                del self._episode[entity]
+            elif entity in low:
+                if low_since == math.inf:
+                    self._episode[entity] = (since, t)
+                elif t - low_since >= RE_ARM_S:
+                    del self._episode[entity]
+            elif low_since != math.inf:
+                self._episode[entity] = (since, math.inf)
+
+
+# ---------------------------------------------------------------- the default model
+
+DEFAULT_TRAINING = {
+    "gpus": 512,
+    "hours": 30.0,
+    "interval": 60.0,
+    "seeds": [1001, 1002],
+    "faults": "gpu_hbm_ecc=8,gpu_thermal=8,optic_degradation=8,rack_cooling=5,gpu_straggler=2,psu_failure=2,"
+    "nic_link_flap=2,gpu_nvlink=2,pfc_storm=1",
+}
+
+
+def default_model_path() -> Path:
+    cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
+    return cache / "models" / f"predictor-{fingerprint(**DEFAULT_TRAINING)}.pkl"
+
+
+def generated_history(
+    seed: int, config: dict[str, Any] = DEFAULT_TRAINING
+) -> tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]:
+    from telemetry_gen.generator import GenConfig, Generation
+
+    gen = Generation(
+        GenConfig(
+            gpus=int(config["gpus"]),
+            hours=float(config["hours"]),
+            interval=float(config["interval"]),
+            seed=seed,
+            faults=str(config["faults"]),
+        )
+    )
+    truth = gen.truth()  # fault times are fixed at scheduling; jobs are filled in while running
+
+    def ticks() -> Iterator[tuple[float, dict[str, Frame]]]:
+        for tick in gen.ticks():
+            yield tick.time_ns / 1e9, {f.measurement: f for f in tick.frames}
+
+    return ticks(), truth
+
+
+def train_default(path: Path | None = None) -> Predictor:
+    """Train on generated histories (deterministic: fixed seeds, fixed model seeds) and save."""
+    dataset = Dataset()
+    for seed in DEFAULT_TRAINING["seeds"]:  # type: ignore[attr-defined]
+        ticks, truth = generated_history(int(seed))
+        collect(ticks, truth, dataset)
+    predictor = train(dataset, sources=[f"generated seed {s}: {DEFAULT_TRAINING}" for s in DEFAULT_TRAINING["seeds"]])  # type: ignore[attr-defined]
+    save(predictor, path or default_model_path())
+    return predictor
+
+
+def load_or_train_default(path: Path | None = None) -> Predictor:
+    """The model a fresh checkout uses: trained on first use, then read from the cache."""
+    target = path or default_model_path()
+    try:
+        return load(target)
+    except ModelError as exc:
+        if target.exists():
+            log.warning("%s; training a new default model", exc)
+        log.info("training the default failure predictor (first start) into %s", target)
+        return train_default(target)
+
+
+# ---------------------------------------------------------------- quality
+
+
+@dataclass
+class PredictionReport:
+    kinds: dict[str, dict[str, float]]
+    predictions: int
+    hits: int
+    recall: float
+    precision: float
+    median_lead_h: float
+
+
+def evaluate_predictions(
+    predictions: Iterable[Prediction], truth: list[dict[str, Any]], min_lead_s: float = MIN_LEAD_S
+) -> PredictionReport:
+    """DESIGN.md's measures: a prediction for E at t is a hit if a fault rooted at E has onset in
+    (t, t + horizon]; recall counts predictable faults predicted at least `min_lead_s` ahead."""
+    preds = list(predictions)
+    predictable = [f for f in truth if any(f["kind"] in kinds for kinds in PREDICTABLE.values())]
+    by_root: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for f in truth:
+        by_root[str(f["root"])].append(f)
+    hits = 0
+    leads: dict[str, float] = {}
+    for p in preds:
+        for f in by_root.get(p.entity, []):
+            onset = float(f["onset"])
+            if p.at < onset <= p.at + p.horizon_s:
+                hits += 1
+                leads[f["fault_id"]] = max(leads.get(f["fault_id"], 0.0), onset - p.at)
+                break
+    kinds: dict[str, dict[str, float]] = {}
+    for kind in sorted({f["kind"] for f in predictable}):
+        faults = [f for f in predictable if f["kind"] == kind]
+        caught = [f for f in faults if leads.get(f["fault_id"], 0.0) >= min_lead_s]
+        kind_leads = [leads[f["fault_id"]] / HOUR for f in caught]
+        kinds[kind] = {
+            "faults": len(faults),
+            "predicted": len(caught),
+            "recall": len(caught) / len(faults) if faults else math.nan,
+            "median_lead_h": float(np.median(kind_leads)) if kind_leads else math.nan,
+        }
+    caught_all = [f for f in predictable if leads.get(f["fault_id"], 0.0) >= min_lead_s]
+    all_leads = [leads[f["fault_id"]] / HOUR for f in caught_all]
+    return PredictionReport(
+        kinds,
+        len(preds),
+        hits,
+        len(caught_all) / len(predictable) if predictable else math.nan,
+        hits / len(preds) if preds else math.nan,
+        float(np.median(all_leads)) if all_leads else math.nan,
+    )
+
+
+def format_prediction_report(r: PredictionReport) -> str:
+    lines = [f"{'kind':20s} {'faults':>6s} {'predicted':>9s} {'recall':>7s} {'median lead (h)':>16s}"]
+    for kind, k in r.kinds.items():
+        lines.append(
+            f"{kind:20s} {int(k['faults']):6d} {int(k['predicted']):9d} {k['recall']:7.2f} {k['median_lead_h']:16.2f}"
+        )
+    lines.append(
+        f"recall {r.recall:.3f} (lead >= 30 min), precision {r.precision:.3f} "
+        f"({r.hits}/{r.predictions} predictions), median lead {r.median_lead_h:.2f} h"
+    )
+    return "\n".join(lines)
+
+
+__all__ = [
+    "HORIZON_S",
+    "OnlinePredictor",
+    "Prediction",
+    "evaluate_predictions",
+    "load_or_train_default",
+    "train_default",
+]
