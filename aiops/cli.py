@@ -131,7 +131,23 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     from detectors.evaluate import evaluate, format_report
+    from detectors.predict.model import ModelError, load
+    from detectors.predict.online import (
+        OnlinePredictor,
+        Prediction,
+        evaluate_predictions,
+        format_prediction_report,
+        load_or_train_default,
+    )
     from detectors.runner import detect_folder, detect_kafka, load_events, read_anomalies
+
+    predictor = None
+    if not args.no_predict:
+        try:
+            model = load(Path(args.model)) if args.model else load_or_train_default()
+        except ModelError as exc:
+            raise CliError(str(exc)) from None
+        predictor = OnlinePredictor(model)
 
     if args.kafka:
         settings = _settings(args)
@@ -143,7 +159,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-        stats = detect_kafka(settings.kafka, lambda: stop["now"], events, idle_stop_s=args.stop_when_idle)
+        stats = detect_kafka(
+            settings.kafka, lambda: stop["now"], events, idle_stop_s=args.stop_when_idle, predictor=predictor
+        )
         print(
             f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "
             f"{settings.kafka.anomalies_topic}"
@@ -153,7 +171,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT")
     source, out = Path(args.input), Path(args.out)
     try:
-        stats = detect_folder(source, out)
+        stats = detect_folder(source, out, predictor=predictor)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
     print(
@@ -170,7 +188,53 @@ def cmd_detect(args: argparse.Namespace) -> int:
         gpus = int(topology["graph"]["gpus"])
         hours = stats.ticks * max(_interval(source), 1.0) / 3600
         print(format_report(evaluate(read_anomalies(out / "anomalies.jsonl"), records, _interval(source), gpus, hours)))
+        if predictor is not None:
+            lines = (out / "predictions.jsonl").read_text().splitlines()
+            predictions = [Prediction.from_json(line) for line in lines if line.strip()]
+            report = evaluate_predictions(predictions, records, earliest=_first_time(source) + predictor.warmup_s)
+            print(format_prediction_report(report))
     return 0
+
+
+def _first_time(folder: Path) -> float:
+    with (folder / "telemetry.lp").open("rb") as f:
+        return int(f.readline().rsplit(b" ", 1)[1]) / 1e9
+
+
+def cmd_predictor(args: argparse.Namespace) -> int:
+    from detectors.predict.model import Dataset, ModelError, card_path, collect, load, save, train
+    from detectors.predict.online import default_model_path, train_default
+    from detectors.runner import ticks_from_folder
+
+    if args.action == "train":
+        if not args.data or not args.out:
+            raise CliError("give --data DIR [DIR ...] and --out MODEL")
+        import json
+
+        dataset = Dataset()
+        for folder in map(Path, args.data):
+            truth = folder / "truth.jsonl"
+            if not truth.is_file() or not (folder / "telemetry.lp").is_file():
+                raise CliError(f"{folder} needs telemetry.lp and truth.jsonl (aiops gen --out writes both)")
+            records = [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
+            collect(ticks_from_folder(folder), records, dataset)
+        predictor = train(dataset, sources=[str(Path(d).resolve()) for d in args.data])
+        save(predictor, Path(args.out))
+        print(f"model -> {args.out}, card -> {card_path(Path(args.out))}")
+        return 0
+    path = Path(args.out) if args.out else default_model_path()
+    if args.action == "default":
+        try:
+            if args.retrain:
+                raise ModelError("retrain requested")
+            load(path)
+            print(f"default model ready: {path}")
+        except ModelError:
+            train_default(path)
+            print(f"trained the default model -> {path}")
+        print(card_path(path).read_text())
+        return 0
+    raise CliError(f"unknown predictor action {args.action!r}")
 
 
 def _interval(folder: Path) -> float:
@@ -258,7 +322,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
     p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (maintenance) as JSON lines")
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS")
+    p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
+    p.add_argument("--no-predict", action="store_true", help="detect only, no failure prediction")
     p.set_defaults(handler=cmd_detect)
+
+    p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
+    p.add_argument("action", choices=["train", "default"])
+    p.add_argument("--data", nargs="+", metavar="DIR", help="generated histories (aiops gen --out) to train on")
+    p.add_argument("--out", metavar="MODEL", help="where the model goes (a .card.json lands beside it)")
+    p.add_argument("--retrain", action="store_true", help="with default: train again even if cached")
+    p.set_defaults(handler=cmd_predictor)
 
     p = sub.add_parser("score-csv", help="anomaly scores in [0, 1] for a CSV with a timestamp column, online")
     p.add_argument("input", metavar="IN.csv")

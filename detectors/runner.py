@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiops.settings import KafkaSettings
 from detectors.anomaly import Anomaly
+from detectors.predict.online import OnlinePredictor, Prediction
 from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.ticks import TickAssembler
 from ingest.deadletter import DeadLetter
@@ -67,12 +68,35 @@ def apply_events(stack: DetectorStack, events: list[dict[str, object]]) -> None:
             stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))  # type: ignore[arg-type, attr-defined]
 
 
-class DetectLoop:
-    """Bytes in, anomalies out; the part both runners share."""
+def ticks_from_folder(folder: Path) -> Iterator[tuple[float, dict[str, Frame]]]:
+    """A recorded run's telemetry as (time, frames) ticks, through the ingest core."""
+    core = IngestCore()
+    assembler = TickAssembler(lateness_s=0.0)
+    for chunk in read_chunks(folder / "telemetry.lp"):
+        assembler.add(core.process(chunk).frames)
+        for tick in assembler.ready():
+            yield tick.t, tick.frames
+    for tick in assembler.flush():
+        yield tick.t, tick.frames
 
-    def __init__(self, drift_factory: DriftFactory | None = default_drift, interval: float | None = None) -> None:
+
+FAILING_FOR_S = 2 * 3600.0  # an entity with anomalies this recent is failing, not about to
+
+
+class DetectLoop:
+    """Bytes in, anomalies (and predictions) out; the part both runners share."""
+
+    def __init__(
+        self,
+        drift_factory: DriftFactory | None = default_drift,
+        interval: float | None = None,
+        predictor: OnlinePredictor | None = None,
+    ) -> None:
         self.core = IngestCore()
         self.stack = DetectorStack(interval or DEFAULT_INTERVAL_S, drift_factory)
+        self.predictor = predictor
+        self.predictions: list[Prediction] = []
+        self._recent: dict[str, float] = {}
         self.assembler = TickAssembler(lateness_s=0.0)
         self.interval_known = interval is not None
         self._last_t: float | None = None
@@ -106,6 +130,13 @@ class DetectLoop:
         found = self.stack.process(t, frames)
         self.stats.anomalies += len(found)
         self.stats.suppressed = self.stack.suppressed
+        if self.predictor is not None:
+            for a in found:
+                self._recent[a.entity] = t
+            if len(self._recent) > 10_000:  # forget old ones now and then
+                self._recent = {e: at for e, at in self._recent.items() if t - at < FAILING_FOR_S}
+            failing = {e for e, at in self._recent.items() if t - at < FAILING_FOR_S}
+            self.predictions += self.predictor.update(t, frames, failing)
         return found
 
 
@@ -114,24 +145,32 @@ def detect_folder(
     out_dir: Path,
     drift_factory: DriftFactory | None = default_drift,
     on_tick: Callable[[], None] | None = None,
+    predictor: OnlinePredictor | None = None,
 ) -> DetectStats:
-    """Reads telemetry.lp and events.jsonl (never truth.jsonl); writes anomalies.jsonl and
-    deadletters.jsonl."""
+    """Reads telemetry.lp and events.jsonl (never truth.jsonl); writes anomalies.jsonl,
+    predictions.jsonl (empty without a predictor) and deadletters.jsonl."""
     telemetry = input_dir / "telemetry.lp"
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    loop = DetectLoop(drift_factory)
+    loop = DetectLoop(drift_factory, predictor=predictor)
     apply_events(loop.stack, load_events(input_dir / "events.jsonl"))
     started = time.perf_counter()
-    with (out_dir / "anomalies.jsonl").open("wb") as out, (out_dir / "deadletters.jsonl").open("wb") as dead:
+    with (
+        (out_dir / "anomalies.jsonl").open("wb") as out,
+        (out_dir / "deadletters.jsonl").open("wb") as dead,
+        (out_dir / "predictions.jsonl").open("wb") as predicted,
+    ):
         for chunk in read_chunks(telemetry):
             anomalies, letters = loop.feed(chunk)
             out.writelines(a.to_json() + b"\n" for a in anomalies)
             dead.writelines(d.to_json() + b"\n" for d in letters)
+            predicted.writelines(p.to_json() + b"\n" for p in loop.predictions)
+            loop.predictions.clear()
             if on_tick is not None:
                 on_tick()
         out.writelines(a.to_json() + b"\n" for a in loop.finish())
+        predicted.writelines(p.to_json() + b"\n" for p in loop.predictions)
     loop.stats.seconds = time.perf_counter() - started
     return loop.stats
 
@@ -153,6 +192,10 @@ class KafkaAnomalySink:
         for a in anomalies:
             self._producer.send_raw(self._topic, a.to_json(), key=a.entity.encode())
 
+    def add_predictions(self, predictions: list[Prediction]) -> None:
+        for p in predictions:
+            self._producer.send_raw(self._topic, p.to_json(), key=p.entity.encode())
+
     def flush(self) -> None:
         self._producer.flush()
 
@@ -167,18 +210,24 @@ def detect_kafka(
     idle_stop_s: float | None = None,
     lateness_s: float = 60.0,
     drift_factory: DriftFactory | None = default_drift,
+    predictor: OnlinePredictor | None = None,
 ) -> DetectStats:
-    """The daemon: telemetry topic in, anomalies (and late or bad lines as dead letters) out.
+    """The daemon: telemetry topic in, anomalies and predictions (and late or bad lines as dead
+    letters) out.
     Commits after the anomalies of a poll are flushed: at-least-once."""
     from ingest.kafka_io import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, ensure_topics, join_messages
 
-    ensure_topics(settings.bootstrap, [settings.telemetry_topic, settings.anomalies_topic, settings.deadletter_topic])
+    ensure_topics(
+        settings.bootstrap,
+        [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic],
+    )
     consumer = TelemetryConsumer(settings, group=settings.detect_group)
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
     dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
-    loop = DetectLoop(drift_factory)
+    loop = DetectLoop(drift_factory, predictor=predictor)
     loop.assembler.lateness_s = lateness_s
+    predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
     apply_events(loop.stack, events or [])
     started = idle_since = time.monotonic()
     try:
@@ -195,14 +244,20 @@ def detect_kafka(
             anomalies, letters = loop.feed(data)
             sink.add(anomalies)
             dead.add(letters)
+            predictions.add_predictions(loop.predictions)
+            loop.predictions.clear()
             sink.flush()
             dead.flush()
+            predictions.flush()
             consumer.commit()
         sink.add(loop.finish())
+        predictions.add_predictions(loop.predictions)
         sink.flush()
+        predictions.flush()
     finally:
         consumer.close()
         sink.close()
+        predictions.close()
         dead_producer.close()
     loop.stats.seconds = time.monotonic() - started
     return loop.stats

@@ -87,6 +87,8 @@ class PrecursorFeatures:
         self.kinds = {k: _Kind() for k in FEATURES}
         self._rates = {"gpu": CounterRates(2), "nic": CounterRates(1)}
         self._nic_rows = EntityIndex()
+        # where an entity's trouble shows up in the detectors: an optic's on its NIC and port
+        self.related: dict[str, str] = {}
 
     def update(self, t: float, frames: dict[str, Frame]) -> None:
         if "gpu" in frames:
@@ -139,7 +141,11 @@ class PrecursorFeatures:
 
     def _optic(self, t: float, frame: Frame, nic: Frame | None) -> None:
         k = self.kinds["optic"]
+        known = len(k.entities)
         rows = k.entities.add(frame.tag("optic"))
+        if len(k.entities) > known:
+            new = rows >= known
+            self.related.update(zip(frame.tag("optic")[new].tolist(), frame.tag("nic")[new].tolist(), strict=True))
         rx = _col(frame, "rx_power_dbm")
         for name, tau in (
             ("rx_dbm_10m", 10 * MINUTE),

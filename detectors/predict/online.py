@@ -71,13 +71,21 @@ class OnlinePredictor:
     threshold: float = 0.5
     every_ticks: int = 10
     features: PrecursorFeatures = field(default_factory=PrecursorFeatures)
+    warmup_s: float = 3 * HOUR  # the slow averages the model reads need this much history
     _ticks: int = 0
+    _started: float | None = None
     _episode: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (predicted at, low since)
 
-    def update(self, t: float, frames: dict[str, Frame]) -> list[Prediction]:
+    def update(
+        self, t: float, frames: dict[str, Frame], failing: set[str] | frozenset[str] = frozenset()
+    ) -> list[Prediction]:
+        """`failing`: entities the detectors currently report; a failure that is already under way
+        is an incident, not something to predict."""
         self.features.update(t, frames)
         self._ticks += 1
-        if self._ticks % self.every_ticks:
+        if self._started is None:
+            self._started = t
+        if self._ticks % self.every_ticks or t - self._started < self.warmup_s:
             return []
         out: list[Prediction] = []
         for kind in FEATURES:
@@ -87,7 +95,7 @@ class OnlinePredictor:
             p, which, ttf = self.model.probabilities(kind, X)
             for i in np.flatnonzero(p >= self.threshold).tolist():
                 entity = str(ids[i])
-                if entity in self._episode:
+                if entity in self._episode or entity in failing or self.features.related.get(entity) in failing:
                     continue
                 self._episode[entity] = (t, math.inf)
                 expected = None if math.isnan(ttf[i]) else float(min(ttf[i], self.model.horizon_s))
@@ -196,12 +204,19 @@ class PredictionReport:
 
 
 def evaluate_predictions(
-    predictions: Iterable[Prediction], truth: list[dict[str, Any]], min_lead_s: float = MIN_LEAD_S
+    predictions: Iterable[Prediction],
+    truth: list[dict[str, Any]],
+    min_lead_s: float = MIN_LEAD_S,
+    earliest: float | None = None,
 ) -> PredictionReport:
     """DESIGN.md's measures: a prediction for E at t is a hit if a fault rooted at E has onset in
-    (t, t + horizon]; recall counts predictable faults predicted at least `min_lead_s` ahead."""
+    (t, t + horizon]; recall counts predictable faults predicted at least `min_lead_s` ahead.
+    `earliest`: when the predictor could first speak (start of the record plus its warm-up);
+    faults with onset before earliest + min_lead_s could not be predicted and are left out."""
     preds = list(predictions)
     predictable = [f for f in truth if any(f["kind"] in kinds for kinds in PREDICTABLE.values())]
+    if earliest is not None:
+        predictable = [f for f in predictable if float(f["onset"]) >= earliest + min_lead_s]
     by_root: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in truth:
         by_root[str(f["root"])].append(f)
