@@ -62,7 +62,7 @@ def labels_for(
     """(label, time to onset, keep) per entity at time t. An entity between a failure's onset
     and its end is not a prediction sample (it has already failed)."""
     y = np.full(len(ids), NONE, dtype=object)
-    ttf = np.full(len(ids), np.nan)
+    ttf = np.full(len(ids), np.nan)  # time to onset whenever one is coming within 2 horizons
     keep = np.ones(len(ids), dtype=np.bool_)
     index = {e: i for i, e in enumerate(ids.tolist())}
     for f in truth:
@@ -70,8 +70,10 @@ def labels_for(
             continue
         i = index[f["root"]]
         onset, end = float(f["onset"]), float(f["end"])
+        if t < onset <= t + 2 * horizon:
+            ttf[i] = onset - t
         if t < onset <= t + horizon:
-            y[i], ttf[i] = f["kind"], onset - t
+            y[i] = f["kind"]
         elif onset <= t < end + HOUR:
             keep[i] = False
     return y, ttf, keep
@@ -147,7 +149,9 @@ def train(dataset: Dataset, horizon: float = HORIZON_S, seed: int = 0, sources: 
             max_iter=200, learning_rate=0.08, max_leaf_nodes=15, l2_regularization=1.0, random_state=seed
         )
         clf = CalibratedClassifierCV(base, method="isotonic", cv=3).fit(X, y)
-        positive = y != NONE
+        # the time-to-failure regressor also sees failures beyond the horizon, so it can tell
+        # "soon" from "coming, but later than the horizon"
+        positive = ~np.isnan(ttf)
         reg = None
         if positive.sum() >= 10:
             reg = HistGradientBoostingRegressor(max_iter=150, random_state=seed).fit(

@@ -93,7 +93,9 @@ class OnlinePredictor:
             if not len(ids):
                 continue
             p, which, ttf = self.model.probabilities(kind, X)
-            for i in np.flatnonzero(p >= self.threshold).tolist():
+            # expected time to failure beyond the horizon: coming, but not yet worth a drain
+            soon = ~(ttf > self.model.horizon_s)
+            for i in np.flatnonzero((p >= self.threshold) & soon).tolist():
                 entity = str(ids[i])
                 if entity in self._episode or entity in failing or self.features.related.get(entity) in failing:
                     continue

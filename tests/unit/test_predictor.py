@@ -1,0 +1,146 @@
+"""Failure prediction: features against a one-at-a-time reference, model files that round-trip or
+fail clearly, and the once-per-episode rule."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detectors.predict.features import FEATURES, Ewma, PrecursorFeatures, reference_ewma
+from detectors.predict.model import Dataset, ModelError, Predictor, card_path, collect, labels_for, load, save, train
+from detectors.predict.online import (
+    RE_ARM_S,
+    OnlinePredictor,
+    Prediction,
+    evaluate_predictions,
+    generated_history,
+    load_or_train_default,
+)
+
+SMALL = {
+    "gpus": 128,
+    "hours": 10.0,
+    "interval": 120.0,
+    "seeds": [7],
+    "faults": "gpu_hbm_ecc=4,gpu_thermal=4,optic_degradation=4,rack_cooling=3,gpu_straggler=1",
+}
+
+
+@cache
+def small_model() -> Predictor:
+    dataset = Dataset()
+    ticks, truth = generated_history(7, SMALL)
+    collect(ticks, truth, dataset, every_s=600)
+    return train(dataset, sources=["test"])
+
+
+def test_ewma_matches_the_reference_on_irregular_times_with_gaps() -> None:
+    rng = np.random.default_rng(1)
+    times = np.cumsum(rng.uniform(5, 120, 60)).tolist()
+    series = rng.normal(0, 1, (60, 3))
+    series[rng.random((60, 3)) < 0.2] = np.nan
+    avg = Ewma(300.0)
+    got = []
+    for t, row in zip(times, series, strict=True):
+        avg.update(t, np.arange(3), row)
+        got.append(avg.value[:3].copy())
+    for j in range(3):
+        expected = reference_ewma(times, series[:, j].tolist(), 300.0)
+        np.testing.assert_allclose([g[j] for g in got], expected, equal_nan=True)
+
+
+def test_features_of_a_creeping_gpu_and_a_sagging_optic_move_the_right_way() -> None:
+    ticks, truth = generated_history(5, {**SMALL, "faults": "gpu_thermal=1,optic_degradation=1", "hours": 8.0})
+    features = PrecursorFeatures()
+    thermal = next(f for f in truth if f["kind"] == "gpu_thermal")
+    optic = next(f for f in truth if f["kind"] == "optic_degradation")
+    for t, frames in ticks:
+        features.update(t, frames)
+        if t >= float(thermal["onset"]) - 60 and t >= float(optic["onset"]) - 60:
+            break
+    ids, X = features.matrix("gpu")
+    col = FEATURES["gpu"].index("temp_vs_node_10m")
+    assert ids[int(np.nanargmax(X[:, col]))] == thermal["root"]
+    ids, X = features.matrix("optic")
+    col = FEATURES["optic"].index("rx_vs_own_12h")
+    assert ids[int(np.nanargmin(X[:, col]))] == optic["root"]
+
+
+def test_labels_mark_the_horizon_and_drop_failed_entities() -> None:
+    truth = [{"kind": "gpu_hbm_ecc", "root": "g1", "onset": 10_000.0, "end": 12_000.0}]
+    ids = np.array(["g0", "g1"], dtype=object)
+    y, ttf, keep = labels_for("gpu", ids, 5_000.0, truth, 6 * 3600)
+    assert y.tolist() == ["none", "gpu_hbm_ecc"] and ttf[1] == 5_000.0 and keep.all()
+    y, _, keep = labels_for("gpu", ids, 11_000.0, truth, 6 * 3600)
+    assert keep.tolist() == [True, False]
+    y, _, _ = labels_for("gpu", ids, 10_000.0 - 7 * 3600, truth, 6 * 3600)
+    assert y.tolist() == ["none", "none"]
+
+
+def test_model_round_trips_through_save_and_load_with_identical_outputs(tmp_path: Path) -> None:
+    model = small_model()
+    path = tmp_path / "m.pkl"
+    save(model, path)
+    loaded = load(path)
+    X = np.random.default_rng(0).normal(0, 1, (50, len(FEATURES["gpu"])))
+    for a, b in zip(model.probabilities("gpu", X), loaded.probabilities("gpu", X), strict=True):
+        assert np.array_equal(a, b, equal_nan=True) if a.dtype != object else (a == b).all()
+    card = card_path(path).read_text()
+    assert "features" in card and "sklearn" in card and "training_data" in card
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no model at"),
+        (b"not a pickle", "unreadable"),
+        (pickle.dumps({"format": 999}), "format 999"),
+        (pickle.dumps({"format": 1, "sklearn": "0.1", "predictor": None}), "scikit-learn 0.1"),
+    ],
+    ids=["missing", "corrupt", "future-format", "other-sklearn"],
+)
+def test_bad_model_files_give_a_clear_error_with_the_retrain_path(
+    tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "m.pkl"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ModelError, match=message) as err:
+        load(path)
+    assert "aiops predictor train" in str(err.value)
+
+
+def test_a_corrupt_default_model_is_retrained_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from detectors.predict import online
+
+    monkeypatch.setattr(online, "DEFAULT_TRAINING", SMALL)
+    path = tmp_path / "default.pkl"
+    path.write_bytes(b"\x00garbage")
+    model = load_or_train_default(path)
+    assert isinstance(model, Predictor)
+    assert isinstance(load(path), Predictor)  # and it was saved for next time
+
+
+def test_a_prediction_is_made_once_per_episode() -> None:
+    model = small_model()
+    ticks, truth = generated_history(9, {**SMALL, "hours": 8.0, "faults": "gpu_hbm_ecc=2,optic_degradation=2"})
+    online = OnlinePredictor(model, threshold=0.5, every_ticks=1, warmup_s=3600)
+    predictions: list[Prediction] = []
+    for t, frames in ticks:
+        predictions += online.update(t, frames)
+    assert predictions, "nothing predicted at all"
+    last: dict[str, float] = {}
+    for p in predictions:  # no repeats every scoring: an entity is predicted again only after its
+        assert p.entity not in last or p.at - last[p.entity] >= RE_ARM_S  # probability fell for an hour
+        last[p.entity] = p.at
+    report = evaluate_predictions(predictions, truth)
+    assert report.hits >= 1
+    for p in predictions:
+        assert 0.5 <= p.probability <= 1.0 and p.action and p.horizon_s == 6 * 3600
+        assert p.expected_in_s is None or 0 < p.expected_in_s <= p.horizon_s
+    assert not math.isnan(report.precision)
