@@ -34,6 +34,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "temp_vs_node_10m",
         "temp_vs_node_3h",
         "temp_vs_node_trend",
+        "temp_vs_node_rise_12h",
         "power_vs_node_10m",
     ),
     "optic": ("rx_dbm_10m", "rx_vs_own_12h", "rx_trend", "rx_vs_all_10m", "symbol_err_per_h_30m"),
@@ -117,6 +118,8 @@ class PrecursorFeatures:
             return k.get(fast) - k.get(slow)
         if name == "rx_vs_own_12h":
             return k.get("rx_dbm_10m") - k.get("rx_dbm_12h")
+        if name == "temp_vs_node_rise_12h":  # a GPU that always ran a bit warm is not creeping
+            return k.get("temp_vs_node_10m") - k.get("temp_vs_node_12h")
         return k.get(name)
 
     # ------------------------------------------------------------------ per kind
@@ -137,6 +140,7 @@ class PrecursorFeatures:
         resid = values - median
         k.avg("temp_vs_node_10m", 10 * MINUTE).update(t, rows, resid[:, 0])
         k.avg("temp_vs_node_3h", 3 * HOUR).update(t, rows, resid[:, 0])
+        k.avg("temp_vs_node_12h", 12 * HOUR).update(t, rows, resid[:, 0])
         k.avg("power_vs_node_10m", 10 * MINUTE).update(t, rows, resid[:, 1])
 
     def _optic(self, t: float, frame: Frame, nic: Frame | None) -> None:
