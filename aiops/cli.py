@@ -234,6 +234,27 @@ def cmd_predictor(args: argparse.Namespace) -> int:
             print(f"trained the default model -> {path}")
         print(card_path(path).read_text())
         return 0
+    if args.action == "evaluate":
+        import json
+
+        from detectors.predict.online import evaluate_on_generated, format_prediction_report, load_or_train_default
+
+        model = load(path) if args.out else load_or_train_default()
+        reports = evaluate_on_generated(model, args.seeds)
+        for seed, report in zip(args.seeds, reports, strict=True):
+            print(f"held-out generated history, seed {seed}:")
+            print(format_prediction_report(report))
+        model.card["held_out"] = {
+            str(s): {
+                "recall": r.recall,
+                "precision": r.precision,
+                "median_lead_h": r.median_lead_h,
+                "per_kind": r.kinds,
+            }
+            for s, r in zip(args.seeds, reports, strict=True)
+        }
+        card_path(path).write_text(json.dumps(model.card, indent=2, sort_keys=True) + "\n")
+        return 0
     raise CliError(f"unknown predictor action {args.action!r}")
 
 
@@ -327,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_detect)
 
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
-    p.add_argument("action", choices=["train", "default"])
+    p.add_argument("action", choices=["train", "default", "evaluate"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[3001, 3002], help="with evaluate: held-out histories")
     p.add_argument("--data", nargs="+", metavar="DIR", help="generated histories (aiops gen --out) to train on")
     p.add_argument("--out", metavar="MODEL", help="where the model goes (a .card.json lands beside it)")
     p.add_argument("--retrain", action="store_true", help="with default: train again even if cached")
