@@ -215,7 +215,14 @@ def detect_kafka(
     """The daemon: telemetry topic in, anomalies and predictions (and late or bad lines as dead
     letters) out.
     Commits after the anomalies of a poll are flushed: at-least-once."""
-    from ingest.kafka_io import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, ensure_topics, join_messages
+    from ingest.kafka_io import (
+        KafkaDeadLetterSink,
+        TelemetryConsumer,
+        TelemetryProducer,
+        ensure_topics,
+        join_messages,
+        polls,
+    )
 
     ensure_topics(
         settings.bootstrap,
@@ -229,17 +236,9 @@ def detect_kafka(
     loop.assembler.lateness_s = lateness_s
     predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
     apply_events(loop.stack, events or [])
-    started = idle_since = time.monotonic()
+    started = time.monotonic()
     try:
-        while not should_stop():
-            messages = consumer.poll()
-            if not messages:
-                if not consumer.assigned:
-                    idle_since = time.monotonic()
-                elif idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
-                    break
-                continue
-            idle_since = time.monotonic()
+        for messages in polls(consumer, should_stop, idle_stop_s):
             data, _, _ = join_messages(messages)
             anomalies, letters = loop.feed(data)
             sink.add(anomalies)

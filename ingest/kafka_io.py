@@ -227,6 +227,26 @@ def join_messages(
     return b"".join(values), default_times, source_of
 
 
+Polled = list[tuple[Source, int, bytes]]
+
+
+def polls(
+    consumer: TelemetryConsumer, should_stop: Callable[[], bool], idle_stop_s: float | None = None
+) -> Iterator[Polled]:
+    """Non-empty polls until asked to stop, or until nothing arrived for `idle_stop_s` once the
+    group gave this member partitions (joining a group takes a while and is not idleness)."""
+    idle_since = time.monotonic()
+    while not should_stop():
+        messages = consumer.poll()
+        if messages:
+            idle_since = time.monotonic()
+            yield messages
+        elif not consumer.assigned:
+            idle_since = time.monotonic()
+        elif idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
+            return
+
+
 def consume(
     consumer: TelemetryConsumer,
     core: IngestCore,
@@ -238,16 +258,7 @@ def consume(
 ) -> None:
     """Poll, process, flush both sinks, then commit: a crash anywhere before the commit means
     the batch is read again (at-least-once); the database and the topics tolerate the repeat."""
-    idle_since = time.monotonic()
-    while not should_stop():
-        messages = consumer.poll()
-        if not messages:
-            if not consumer.assigned:  # still joining the group: not idle yet
-                idle_since = time.monotonic()
-            elif idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
-                return
-            continue
-        idle_since = time.monotonic()
+    for messages in polls(consumer, should_stop, idle_stop_s):
         data, default_times, source_of = join_messages(messages)
         try:
             batch = core.process(data, default_time_ns=default_times, source_of=source_of)

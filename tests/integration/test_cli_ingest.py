@@ -27,14 +27,9 @@ def _aiops(*args: str, env: dict[str, str] | None = None, timeout: float = 180) 
     )
 
 
-def test_produce_then_ingest_lands_every_valid_line_in_influxdb(
-    kafka_settings: KafkaSettings, influx_settings: InfluxSettings
-) -> None:
-    k = kafka_settings
-    produced = _aiops("produce", str(SAMPLE_LP), "--kafka", k.bootstrap, "--topic", k.telemetry_topic)
-    assert produced.returncode == 0, produced.stderr
-    assert "sent" in produced.stdout
-    ingested = _aiops(
+def _ingest(k: KafkaSettings, influx: InfluxSettings) -> subprocess.CompletedProcess[str]:
+    """`aiops ingest` on the test's own topics and database until the topic has been quiet 3 s."""
+    return _aiops(
         "ingest",
         "--kafka",
         k.bootstrap,
@@ -43,13 +38,23 @@ def test_produce_then_ingest_lands_every_valid_line_in_influxdb(
         "--group",
         k.ingest_group,
         "--influx",
-        influx_settings.url,
+        influx.url,
         "--database",
-        influx_settings.database,
+        influx.database,
         "--stop-when-idle",
         "3",
         env={"AIOPS_KAFKA__DEADLETTER_TOPIC": k.deadletter_topic},
     )
+
+
+def test_produce_then_ingest_lands_every_valid_line_in_influxdb(
+    kafka_settings: KafkaSettings, influx_settings: InfluxSettings
+) -> None:
+    k = kafka_settings
+    produced = _aiops("produce", str(SAMPLE_LP), "--kafka", k.bootstrap, "--topic", k.telemetry_topic)
+    assert produced.returncode == 0, produced.stderr
+    assert "sent" in produced.stdout
+    ingested = _ingest(k, influx_settings)
     assert ingested.returncode == 0, ingested.stderr
     assert "dead-lettered 5" in ingested.stdout
     body = influxql(influx_settings, 'SELECT count("DCGM_FI_DEV_POWER_USAGE") FROM gpu', influx_settings.database)
@@ -99,22 +104,7 @@ def test_generated_cluster_through_kafka_into_influxdb(
     )
     assert generated.returncode == 0, generated.stderr
     assert {p.name for p in tmp_path.iterdir()} == {"topology.json", "events.jsonl", "truth.jsonl"}
-    ingested = _aiops(
-        "ingest",
-        "--kafka",
-        k.bootstrap,
-        "--topic",
-        k.telemetry_topic,
-        "--group",
-        k.ingest_group,
-        "--influx",
-        influx_settings.url,
-        "--database",
-        influx_settings.database,
-        "--stop-when-idle",
-        "3",
-        env={"AIOPS_KAFKA__DEADLETTER_TOPIC": k.deadletter_topic},
-    )
+    ingested = _ingest(k, influx_settings)
     assert ingested.returncode == 0, ingested.stderr
     assert "dead-lettered 0" in ingested.stdout
     body = influxql(influx_settings, 'SELECT count("DCGM_FI_DEV_SM_CLOCK") FROM gpu', influx_settings.database)
