@@ -439,3 +439,12 @@ def test_dockerfile_builds_the_project_daemon(compose: dict[str, Any]) -> None:
         name = item.rstrip("*")
         excluded = [p for p in patterns if not p.startswith("!") and fnmatch.fnmatch(name, p.removeprefix("**/"))]
         assert not excluded, f".dockerignore excludes {name} (by {excluded}), which the image build needs"
+
+
+def test_every_service_of_our_image_runs_a_command_the_cli_accepts(compose: dict[str, Any]) -> None:
+    ours = {name: s for name, s in compose["services"].items() if str(s.get("image", "")).startswith("aiops-gpu")}
+    assert {"aiops", "aiops-detect"} <= set(ours)
+    for name, service in ours.items():
+        command = service["command"]
+        assert command[0] == "aiops", name
+        build_parser().parse_args(command[1:])  # argparse exits on anything it does not accept
