@@ -283,9 +283,13 @@ def cmd_score_csv(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from aiops.demo import run_demo
+    if args.sample or args.input:  # the ingest path alone, on a line-protocol file
+        from aiops.demo import run_demo
 
-    return run_demo(Path(args.input) if args.input else None)
+        return run_demo(Path(args.input) if args.input else None)
+    from aiops.demo_cluster import DEMO_FAULTS, run_cluster_demo
+
+    return run_cluster_demo(gpus=args.gpus, hours=args.hours, seed=args.seed, faults=args.faults or DEMO_FAULTS)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -361,7 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_score_csv)
 
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")
-    p.add_argument("--input", help="line-protocol file (default: the sample shipped with the tests)")
+    p.add_argument("--gpus", type=int, default=256)
+    p.add_argument("--hours", type=float, default=1.5)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--faults", metavar="SPEC", help="fault schedule (aiops gen syntax)")
+    p.add_argument("--sample", action="store_true", help="only the ingest path, on the sample shipped with the tests")
+    p.add_argument("--input", help="with the ingest path: a line-protocol file instead of the sample")
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks that print tables")
