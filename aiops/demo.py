@@ -1,9 +1,9 @@
-"""`aiops demo`: the pipeline in-process on an embedded sample, no services needed.
+"""`aiops demo --sample`: the ingest path alone, in-process, on a line-protocol file (by default
+the sample shipped with the tests, which ends with the bad input real exporters produce).
 
-Until the telemetry generator and detectors exist, this runs the ingest path: a producer thread
-puts the sample's batches on an in-process queue (standing in for Kafka), the ingest core decodes
-and validates them, and a memory sink stands in for InfluxDB. It prints what arrived and what
-was dead-lettered, with the reasons.
+A producer thread puts the file's batches on an in-process queue (standing in for Kafka), the
+ingest core decodes and validates them, and a memory sink stands in for InfluxDB. It prints what
+arrived and what was dead-lettered, with the reasons. The full pipeline demo is demo_cluster.py.
 """
 
 from __future__ import annotations
