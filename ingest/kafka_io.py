@@ -29,6 +29,8 @@ from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+JOIN_TIMEOUT_S = 20.0  # a first group join normally takes a few seconds
+MAX_REJOINS = 3  # when running until idle (tests, batch jobs); a daemon keeps trying
 
 
 class KafkaIOError(RuntimeError):
@@ -172,21 +174,34 @@ class TelemetryConsumer:
     """A consumer-group member that commits only after a batch was fully processed."""
 
     def __init__(self, settings: KafkaSettings, topic: str | None = None, group: str | None = None) -> None:
+        self._topic = topic or settings.telemetry_topic
+        self._group = group or settings.ingest_group
+        self._settings = settings
+        self._timeout_ms = settings.poll_timeout_ms
+        self._consumer = self._connect()
+
+    def _connect(self) -> KafkaConsumer:
         try:
-            self._consumer = KafkaConsumer(
-                topic or settings.telemetry_topic,
-                bootstrap_servers=settings.bootstrap,
-                group_id=group or settings.ingest_group,
+            return KafkaConsumer(
+                self._topic,
+                bootstrap_servers=self._settings.bootstrap,
+                group_id=self._group,
                 client_id="aiops-ingest",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
-                max_poll_records=settings.max_poll_records,
+                max_poll_records=self._settings.max_poll_records,
                 fetch_max_bytes=64 << 20,
                 max_partition_fetch_bytes=16 << 20,
             )
         except KafkaError as exc:
-            raise KafkaIOError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from exc
-        self._timeout_ms = settings.poll_timeout_ms
+            raise KafkaIOError(f"cannot reach Kafka at {self._settings.bootstrap}: {exc}") from exc
+
+    def rejoin(self) -> None:
+        """Leave and join the group again as a new member. kafka-python 3.0 now and then never
+        completes a first join against a 4.x broker; a fresh member gets through."""
+        log.warning("consumer of group %s got no partitions; joining again", self._group)
+        self._consumer.close(autocommit=False)
+        self._consumer = self._connect()
 
     def poll(self) -> list[tuple[Source, int, bytes]]:
         """Messages of one poll as (where, timestamp ms, value), in partition order."""
@@ -235,16 +250,26 @@ def polls(
 ) -> Iterator[Polled]:
     """Non-empty polls until asked to stop, or until nothing arrived for `idle_stop_s` once the
     group gave this member partitions (joining a group takes a while and is not idleness)."""
-    idle_since = time.monotonic()
+    idle_since = joining_since = time.monotonic()
+    rejoins = 0
     while not should_stop():
         messages = consumer.poll()
+        now = time.monotonic()
         if messages:
-            idle_since = time.monotonic()
+            idle_since = now
             yield messages
         elif not consumer.assigned:
-            idle_since = time.monotonic()
-        elif idle_stop_s is not None and time.monotonic() - idle_since > idle_stop_s:
+            idle_since = now
+            if now - joining_since > JOIN_TIMEOUT_S:
+                rejoins += 1
+                if idle_stop_s is not None and rejoins > MAX_REJOINS:
+                    raise KafkaIOError(f"no partitions assigned after {rejoins} attempts to join the group")
+                consumer.rejoin()
+                joining_since = time.monotonic()
+        elif idle_stop_s is not None and now - idle_since > idle_stop_s:
             return
+        if consumer.assigned:
+            joining_since = now
 
 
 def consume(

@@ -28,7 +28,7 @@ def _aiops(*args: str, env: dict[str, str] | None = None, timeout: float = 180) 
 
 
 def _ingest(k: KafkaSettings, influx: InfluxSettings) -> subprocess.CompletedProcess[str]:
-    """`aiops ingest` on the test's own topics and database until the topic has been quiet 3 s."""
+    """`aiops ingest` on the test's own topics and database until the topic has been quiet 8 s."""
     return _aiops(
         "ingest",
         "--kafka",
@@ -42,7 +42,7 @@ def _ingest(k: KafkaSettings, influx: InfluxSettings) -> subprocess.CompletedPro
         "--database",
         influx.database,
         "--stop-when-idle",
-        "3",
+        "8",
         env={"AIOPS_KAFKA__DEADLETTER_TOPIC": k.deadletter_topic},
     )
 

@@ -77,7 +77,7 @@ def test_lines_produced_come_back_as_identical_frames(kafka_settings: KafkaSetti
 
     consumer = TelemetryConsumer(kafka_settings)
     try:
-        consume(consumer, IngestCore(), sink, Letters(), should_stop=lambda: False, idle_stop_s=3)
+        consume(consumer, IngestCore(), sink, Letters(), should_stop=lambda: False, idle_stop_s=8)
     finally:
         consumer.close()
     assert letters == []
@@ -109,7 +109,7 @@ def test_malformed_lines_are_dead_lettered_with_reason_and_valid_lines_kept(kafk
     consumer = TelemetryConsumer(kafka_settings)
     core = IngestCore()
     try:
-        consume(consumer, core, sink, KafkaDeadLetterSink(producer, kafka_settings.deadletter_topic), lambda: False, 3)
+        consume(consumer, core, sink, KafkaDeadLetterSink(producer, kafka_settings.deadletter_topic), lambda: False, 8)
     finally:
         consumer.close()
         producer.close()
@@ -186,7 +186,7 @@ def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothi
     # Third member finishes the stream; what the crashed member held is delivered again.
     rest = MemoryFrameSink()
     last = TelemetryConsumer(small)
-    consume(last, IngestCore(), rest, Discard(), lambda: False, idle_stop_s=3)
+    consume(last, IngestCore(), rest, Discard(), lambda: False, idle_stop_s=8)
     last.close()
 
     merged = _merge(seen.batches + rest.batches)
