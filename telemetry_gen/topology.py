@@ -164,6 +164,17 @@ def _node_parts(b: _Builder, nodes: int, nics_per_node: int) -> tuple[list[str],
     return node_ids, nics, optics
 
 
+def _downlinks(b: _Builder, nics: list[str], optics: list[str], switch_of_nic: list[str], port_ids: list[str]) -> None:
+    """Each NIC's cable: optic -> link -> the switch port it plugs into (ports index-aligned with
+    NICs, which the simulator relies on)."""
+    links = [f"link-{n}" for n in nics]
+    b.add("port", port_ids, switch=switch_of_nic, peer=nics)
+    b.add("link", links)
+    b.edge(optics, links, "connects")
+    b.edge(links, port_ids, "connects")
+    b.edge(switch_of_nic, port_ids, "contains")
+
+
 def build_fat_tree(gpus: int) -> Topology:
     """Rail-optimised fat-tree: NIC i of every node on rail i; per pod of 32 nodes one leaf per
     rail; per rail a plane of spines that every leaf of that rail connects to.
@@ -193,12 +204,7 @@ def build_fat_tree(gpus: int) -> Topology:
     # NIC downlinks: optic -> link -> leaf port
     local = np.arange(nodes) % NODES_PER_POD
     port_ids = [f"{leaves[leaf]}:p{local[t.nic_node[i]]}" for i, leaf in enumerate(nic_leaf.tolist())]
-    links = [f"link-{n}" for n in nics]
-    b.add("port", port_ids, switch=[leaves[x] for x in nic_leaf.tolist()], peer=nics)
-    b.add("link", links)
-    b.edge(optics, links, "connects")
-    b.edge(links, port_ids, "connects")
-    b.edge([leaves[x] for x in nic_leaf.tolist()], port_ids, "contains")
+    _downlinks(b, nics, optics, [leaves[x] for x in nic_leaf.tolist()], port_ids)
     # Uplinks: every leaf to every spine of its rail plane, a port on each end
     up_ports, up_switch, up_peer_switch, up_peer, up_links, spine_ports, spine_of = [], [], [], [], [], [], []
     for li, leaf in enumerate(leaves):
@@ -284,12 +290,7 @@ def build_dragonfly(gpus: int) -> Topology:
     t.nic_switch = nic_router.astype(np.int64)
     slot = (t.nic_node % DRAGONFLY_NODES_PER_ROUTER) * NICS_PER_NODE + t.nic_rail
     port_ids = [f"{router_ids[r]}:p{s}" for r, s in zip(nic_router.tolist(), slot.tolist(), strict=True)]
-    links = [f"link-{n}" for n in nics]
-    b.add("port", port_ids, switch=[router_ids[r] for r in nic_router.tolist()], peer=nics)
-    b.add("link", links)
-    b.edge(optics, links, "connects")
-    b.edge(links, port_ids, "connects")
-    b.edge([router_ids[r] for r in nic_router.tolist()], port_ids, "contains")
+    _downlinks(b, nics, optics, [router_ids[r] for r in nic_router.tolist()], port_ids)
     inter: list[tuple[int, int]] = []
     for r in range(routers):
         g, local = divmod(r, DRAGONFLY_ROUTERS_PER_GROUP)
