@@ -237,13 +237,21 @@ def cmd_predictor(args: argparse.Namespace) -> int:
     if args.action == "evaluate":
         import json
 
-        from detectors.predict.online import evaluate_on_generated, format_prediction_report, load_or_train_default
+        from detectors.predict.online import (
+            evaluate_on_generated,
+            format_prediction_report,
+            load_or_train_default,
+            pool_reports,
+        )
 
         model = load(path) if args.out else load_or_train_default()
         reports = evaluate_on_generated(model, args.seeds)
         for seed, report in zip(args.seeds, reports, strict=True):
             print(f"held-out generated history, seed {seed}:")
             print(format_prediction_report(report))
+        if len(reports) > 1:
+            print(f"all {len(reports)} held-out histories together:")
+            print(format_prediction_report(pool_reports(reports)))
         model.card["held_out"] = {
             str(s): {
                 "recall": r.recall,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
+from detectors.base import FloatArray
 from detectors.predict.features import FEATURES, Ewma, PrecursorFeatures, reference_ewma
 from detectors.predict.model import Dataset, ModelError, Predictor, card_path, collect, labels_for, load, save, train
 from detectors.predict.online import (
@@ -21,6 +23,7 @@ from detectors.predict.online import (
     generated_history,
     load_or_train_default,
 )
+from ingest.frames import Frame
 
 SMALL = {
     "gpus": 128,
@@ -144,3 +147,47 @@ def test_a_prediction_is_made_once_per_episode() -> None:
         assert 0.5 <= p.probability <= 1.0 and p.action and p.horizon_s == 6 * 3600
         assert p.expected_in_s is None or 0 < p.expected_in_s <= p.horizon_s
     assert not math.isnan(report.precision)
+
+
+class _ScriptedFeatures(PrecursorFeatures):
+    """Three GPUs whose features are whatever the test says; the model below reads column 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = np.zeros(3)
+
+    def update(self, t: float, frames: dict[str, Frame]) -> None:
+        pass
+
+    def matrix(self, kind: str) -> tuple[NDArray[np.object_], FloatArray]:
+        if kind != "gpu":
+            return np.zeros(0, dtype=object), np.zeros((0, 1))
+        return np.array(["g0", "g1", "g2"], dtype=object), self.now[:, None]
+
+
+class _Column0Model(Predictor):
+    """P(failure) = feature 0; expected time to it = 2 h unless the feature is 0.99 (then 5 h)."""
+
+    def __init__(self) -> None:
+        super().__init__(models={}, horizon_s=6 * 3600.0, card={})
+
+    def probabilities(self, kind: str, X: FloatArray) -> tuple[FloatArray, NDArray[np.object_], FloatArray]:
+        p = X[:, 0]
+        return p, np.full(len(p), "gpu_hbm_ecc", dtype=object), np.where(p == 0.99, 5 * 3600.0, 2 * 3600.0)
+
+
+def test_a_prediction_needs_two_rounds_above_and_a_failure_expected_within_the_window() -> None:
+    features = _ScriptedFeatures()
+    online = OnlinePredictor(_Column0Model(), every_ticks=1, warmup_s=0.0, features=features)
+    rounds = [
+        [0.9, 0.99, 0.1],  # g0 above once; g1 above but expected 5 h out
+        [0.1, 0.99, 0.9],  # g0 fell back: its count starts again; g2 above once
+        [0.9, 0.99, 0.9],  # g2 above twice: predicted; g0 once again
+        [0.9, 0.9, 0.9],  # g0 twice: predicted; g1 first round inside the window
+        [0.9, 0.9, 0.9],  # g1 twice: predicted; g0 and g2 already in their episodes
+    ]
+    emitted: list[list[str]] = []
+    for n, row in enumerate(rounds):
+        features.now = np.array(row)
+        emitted.append([p.entity for p in online.update(float(n * 60), {})])
+    assert emitted == [[], [], ["g2"], ["g0"], ["g1"]]

@@ -1,0 +1,236 @@
+"""The cluster's topology as a dependency graph: what an entity depends on, what depends on it.
+
+Loaded from the topology file (JSON node-link, relations contains / connects / powers / cools /
+cooled_by / member_of), validated with errors that name the bad entity or edge, and turned into
+integer adjacency arrays so walks stay fast at 100,000 GPUs (about 900,000 entities).
+
+"A depends on B" means a failure of B can show up as symptoms on A. Mostly that is the edge
+direction the inventory already uses, with two exceptions: a NIC *contains* its optic but depends
+on it (a failing optic shows as NIC errors), and a node *contains* its PSUs but is powered by them.
+So a GPU depends on its node, the node's PSUs, rack and cooling loop, and the NVSwitches it
+talks through; a NIC on its optic, the link, the leaf port, the leaf and the leaf's spines.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+RELATIONS = frozenset({"contains", "connects", "powers", "cools", "cooled_by", "member_of"})
+KINDS = frozenset(
+    {"rack", "cooling", "node", "gpu", "nvswitch", "psu", "nic", "optic", "leaf", "spine", "port", "link", "group"}
+)
+
+
+class GraphError(ValueError):
+    """A topology that cannot be used; the message names the entity or edge at fault."""
+
+
+class TopologyGraph:
+    def __init__(self, entities: list[dict[str, Any]], links: list[dict[str, Any]]) -> None:
+        self.ids: list[str] = []
+        self.index: dict[str, int] = {}
+        self.attrs: list[dict[str, Any]] = []
+        for n, node in enumerate(entities):
+            entity, kind = node.get("id"), node.get("kind")
+            if not isinstance(entity, str) or not entity:
+                raise GraphError(f"entity #{n} has no id: {node!r}"[:200])
+            if kind not in KINDS:
+                raise GraphError(f"entity {entity!r} has unknown kind {kind!r} (expected one of {sorted(KINDS)})")
+            if entity in self.index:
+                raise GraphError(f"entity {entity!r} appears twice")
+            self.index[entity] = len(self.ids)
+            self.ids.append(entity)
+            self.attrs.append(node)
+        self.kinds: NDArray[np.str_] = np.array([a["kind"] for a in self.attrs]) if self.attrs else np.zeros(0, "U1")
+        up_src: list[int] = []
+        up_dst: list[int] = []
+        self._parent = np.full(len(self.ids), -1, dtype=np.int64)  # container, by "contains"
+        self._children: dict[int, list[int]] = {}
+        self._peers: dict[int, list[int]] = {}  # "connects", both directions
+        for n, link in enumerate(links):
+            s, t, rel = link.get("source"), link.get("target"), link.get("relation")
+            if rel not in RELATIONS:
+                raise GraphError(f"edge #{n} {s!r} -> {t!r} has unknown relation {rel!r}")
+            if s not in self.index or t not in self.index:
+                missing = s if s not in self.index else t
+                raise GraphError(f"edge #{n} {s!r} -{rel}-> {t!r} names unknown entity {missing!r}")
+            a, b = self.index[s], self.index[t]
+            if rel == "contains":
+                self._parent[b] = a
+                self._children.setdefault(a, []).append(b)
+                child_kind = self.kinds[b]
+                if child_kind == "optic":
+                    up_src.append(a)  # the NIC depends on its optic
+                    up_dst.append(b)
+                elif child_kind != "psu":  # PSUs power the node: see "powers"
+                    up_src.append(b)
+                    up_dst.append(a)
+            elif rel in {"powers", "cools"}:
+                up_src.append(b)
+                up_dst.append(a)
+            elif rel == "cooled_by":
+                pass  # the same dependency as "cools", stated from the rack's side
+            elif rel == "connects":
+                up_src.append(a)
+                up_dst.append(b)
+                self._peers.setdefault(a, []).append(b)
+                self._peers.setdefault(b, []).append(a)
+        self._up = _csr(len(self.ids), np.array(up_src, dtype=np.int64), np.array(up_dst, dtype=np.int64))
+        self._down = _csr(len(self.ids), np.array(up_dst, dtype=np.int64), np.array(up_src, dtype=np.int64))
+        self.dependents_of = lru_cache(maxsize=4096)(self._dependents)
+
+    # ------------------------------------------------------------------ loading
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> TopologyGraph:
+        if not isinstance(data, dict) or "nodes" not in data or "links" not in data:
+            raise GraphError('a topology is a JSON object with "nodes" and "links" (node-link format)')
+        return TopologyGraph(list(data["nodes"]), list(data["links"]))
+
+    @staticmethod
+    def load(path: Path) -> TopologyGraph:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise GraphError(f"no topology file at {path}") from None
+        except json.JSONDecodeError as exc:
+            raise GraphError(f"{path}: not JSON ({exc})") from None
+        return TopologyGraph.from_json(data)
+
+    # ------------------------------------------------------------------ queries
+
+    def __contains__(self, entity: str) -> bool:
+        return entity in self.index
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def kind(self, entity: str) -> str:
+        return str(self.kinds[self._i(entity)])
+
+    def depends_on(self, entity: str, max_depth: int = 8) -> list[str]:
+        """Everything whose failure can show on `entity`, nearest first."""
+        return [self.ids[i] for i in self._walk(self._i(entity), self._up, max_depth)]
+
+    def dependents(self, entity: str, kinds: Iterable[str] | None = None) -> list[str]:
+        """Everything that can show symptoms when `entity` fails (cached: hot during bursts)."""
+        found = self.dependents_of(self._i(entity))
+        if kinds is None:
+            return [self.ids[i] for i in found]
+        wanted = set(kinds)
+        return [self.ids[i] for i in found if self.kinds[i] in wanted]
+
+    def parent(self, entity: str) -> str | None:
+        p = int(self._parent[self._i(entity)])
+        return self.ids[p] if p >= 0 else None
+
+    def children(self, entity: str, kind: str | None = None) -> list[str]:
+        out = [self.ids[c] for c in self._children.get(self._i(entity), [])]
+        return out if kind is None else [c for c in out if self.kinds[self.index[c]] == kind]
+
+    def peers(self, entity: str) -> list[str]:
+        """What `entity` is cabled or linked to, either direction."""
+        return [self.ids[p] for p in self._peers.get(self._i(entity), [])]
+
+    def ancestor(self, entity: str, kind: str) -> str | None:
+        """The nearest container of `kind` (a GPU's node, a node's rack, a port's switch)."""
+        i = int(self._parent[self._i(entity)])
+        while i >= 0:
+            if self.kinds[i] == kind:
+                return self.ids[i]
+            i = int(self._parent[i])
+        return None
+
+    def node_of(self, entity: str) -> str | None:
+        return entity if self.kind(entity) == "node" else self.ancestor(entity, "node")
+
+    def switch_of(self, entity: str) -> str | None:
+        """The switch a port or NIC is cabled to (for a switch: itself)."""
+        kind = self.kind(entity)
+        if kind in ("leaf", "spine"):
+            return entity
+        if kind == "port":
+            return self.parent(entity)
+        for up in self.depends_on(entity, max_depth=4):
+            if self.kind(up) in ("leaf", "spine"):
+                return up
+        return None
+
+    def nic_of_port(self, port: str) -> str | None:
+        """The NIC at the far end of a downlink port (None for switch-to-switch ports)."""
+        for link in self.peers(port):
+            for optic in self.peers(link):
+                if self.kind(optic) == "optic":
+                    return self.parent(optic)
+        return None
+
+    def port_of_nic(self, nic: str) -> str | None:
+        for optic in self.children(nic, "optic"):
+            for link in self.peers(optic):
+                for end in self.peers(link):
+                    if self.kind(end) == "port":
+                        return end
+        return None
+
+    def far_switch(self, port: str) -> str | None:
+        """For a switch-to-switch port, the switch at the other end."""
+        for link in self.peers(port):
+            for end in self.peers(link):
+                if end != port and self.kind(end) == "port":
+                    return self.parent(end)
+        return None
+
+    def cooling_of(self, entity: str) -> str | None:
+        rack: str | None = entity if self.kind(entity) == "rack" else self.ancestor(entity, "rack")
+        if rack is None:
+            return None
+        return next((e for e in self.depends_on(rack, max_depth=1) if self.kind(e) == "cooling"), None)
+
+    def psus_of(self, node: str) -> list[str]:
+        return self.children(node, "psu")
+
+    # ------------------------------------------------------------------ internals
+
+    def _i(self, entity: str) -> int:
+        try:
+            return self.index[entity]
+        except KeyError:
+            raise GraphError(f"unknown entity {entity!r}") from None
+
+    @staticmethod
+    def _walk(start: int, adj: tuple[NDArray[np.int64], NDArray[np.int64]], max_depth: int) -> list[int]:
+        offsets, targets = adj
+        seen = {start}
+        out: list[int] = []
+        frontier = deque([(start, 0)])
+        while frontier:
+            i, depth = frontier.popleft()
+            if depth >= max_depth:
+                continue
+            for j in targets[offsets[i] : offsets[i + 1]].tolist():
+                if j not in seen:
+                    seen.add(j)
+                    out.append(j)
+                    frontier.append((j, depth + 1))
+        return out
+
+    def _dependents(self, i: int) -> tuple[int, ...]:
+        return tuple(self._walk(i, self._down, 16))
+
+
+def _csr(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    order = np.argsort(src, kind="stable")
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(offsets, src + 1, 1)
+    return np.cumsum(offsets), dst[order]
+
+
+__all__ = ["GraphError", "TopologyGraph"]
