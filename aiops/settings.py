@@ -21,6 +21,7 @@ class KafkaSettings(BaseModel):
     incidents_topic: str = "aiops.incidents"
     ingest_group: str = "aiops-ingest"
     detect_group: str = "aiops-detect"
+    run_group: str = "aiops-run"
     # How long one poll waits and how much it may return; a poll becomes one decoded batch.
     poll_timeout_ms: int = Field(default=500, ge=1)
     max_poll_records: int = Field(default=50_000, ge=1)

@@ -101,6 +101,8 @@ class DetectLoop:
         self.interval_known = interval is not None
         self._last_t: float | None = None
         self.stats = DetectStats()
+        # called once per analysed tick with its anomalies and predictions (the RCA engine)
+        self.tick_listener: Callable[[float, list[Anomaly], list[Prediction]], None] | None = None
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         batch = self.core.process(data)
@@ -130,6 +132,7 @@ class DetectLoop:
         found = self.stack.process(t, frames)
         self.stats.anomalies += len(found)
         self.stats.suppressed = self.stack.suppressed
+        predicted = len(self.predictions)
         if self.predictor is not None:
             for a in found:
                 self._recent[a.entity] = t
@@ -137,6 +140,8 @@ class DetectLoop:
                 self._recent = {e: at for e, at in self._recent.items() if t - at < FAILING_FOR_S}
             failing = {e for e, at in self._recent.items() if t - at < FAILING_FOR_S}
             self.predictions += self.predictor.update(t, frames, failing)
+        if self.tick_listener is not None:
+            self.tick_listener(t, found, self.predictions[predicted:])
         return found
 
 

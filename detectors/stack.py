@@ -93,6 +93,13 @@ DRIFT: dict[str, list[str]] = {
     "optic": ["rx_power_dbm"],
     "cooling": ["supply_temp_c"],
 }
+# Sagging physical levels, against each series' own slow reference (dB below it): an optic's
+# receive power falling is the classic sign of a dirty or failing transceiver. This is an early
+# warning ("warn:sag"), not a failure: the RCA engine uses it to tell a bad optic from a bad NIC.
+SAG: dict[str, dict[str, float]] = {"optic": {"rx_power_dbm": 1.5}}
+SAG_TAU_S = 6 * 3600.0
+SAG_REPEAT_S = 3600.0
+DARK_DBM = -20.0  # no light at all: the link is down, which the link rules report
 SILENT_AFTER_TICKS = 2  # missing this many ticks in a row while it should report
 PERSIST_TICKS = 2
 
@@ -107,6 +114,8 @@ class _MeasurementState:
     expected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))  # should report
     silent_reported: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
     drift: Detector | None = None
+    sag_ref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    sag_fired: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # when it last fired, nan: not sagging
 
 
 DriftFactory = Callable[[int], Detector]
@@ -249,6 +258,41 @@ class DetectorStack:
         out += self._peers(t, name, frame, ids, series, st, rates)
         if self.drift_factory is not None and name in DRIFT:
             out += self._drift(t, name, frame, ids, series, st)
+        if name in SAG:
+            out += self._sag(t, name, frame, ids, series, st)
+        return out
+
+    def _sag(
+        self, t: float, name: str, frame: Frame, ids: NDArray[np.object_], series: IndexArray, st: _MeasurementState
+    ) -> list[Anomaly]:
+        limits = SAG[name]
+        n = len(st.entities)
+        if st.sag_ref.shape[1:] != (len(limits),):
+            st.sag_ref = np.full((0, len(limits)), np.nan)
+            st.sag_fired = np.full((0, len(limits)), np.nan)
+        st.sag_ref, st.sag_fired = grow(st.sag_ref, n, np.nan), grow(st.sag_fired, n, np.nan)
+        alpha = 1.0 - np.exp(-self.interval / SAG_TAU_S)
+        out: list[Anomaly] = []
+        for j, (metric, drop) in enumerate(limits.items()):
+            if metric not in frame.fields:
+                continue
+            v = frame.fields[metric].as_float()
+            ref = st.sag_ref[series, j]
+            lit = ~np.isnan(v) & (v > DARK_DBM)
+            ref = np.where(np.isnan(ref) & lit, v, ref)
+            sagging = lit & (v < ref - drop)
+            # the reference follows the level only while it is healthy, so a slow sag cannot
+            # drag its own baseline down
+            learn = lit & ~sagging
+            ref = np.where(learn, ref + alpha * (np.nan_to_num(v) - ref), ref)
+            st.sag_ref[series, j] = ref
+            fired = st.sag_fired[series, j]
+            due = sagging & (np.isnan(fired) | (t - fired >= SAG_REPEAT_S))
+            st.sag_fired[series, j] = np.where(due, t, np.where(sagging, fired, np.nan))
+            for r in np.flatnonzero(due).tolist():
+                out.append(
+                    Anomaly(t, str(ids[r]), metric, "warn:sag", float(ref[r] - v[r]), _f(v[r]), _f(ref[r]), name)
+                )
         return out
 
     def _peers(
@@ -372,6 +416,8 @@ class DetectorStack:
                 "last_seen": st.last_seen.copy(),
                 "expected": st.expected.copy(),
                 "silent_reported": st.silent_reported.copy(),
+                "sag_ref": st.sag_ref.copy(),
+                "sag_fired": st.sag_fired.copy(),
             }
             if st.rates is not None:
                 s.update({f"rates.{k}": v for k, v in st.rates.state_dict().items()})
@@ -391,6 +437,9 @@ class DetectorStack:
             st.last_seen = np.asarray(s["last_seen"], dtype=np.float64).copy()
             st.expected = np.asarray(s["expected"], dtype=np.bool_).copy()
             st.silent_reported = np.asarray(s["silent_reported"], dtype=np.bool_).copy()
+            if "sag_ref" in s:
+                st.sag_ref = np.asarray(s["sag_ref"], dtype=np.float64).copy()
+                st.sag_fired = np.asarray(s["sag_fired"], dtype=np.float64).copy()
             sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith("rates.")}
             if sub:
                 st.rates = CounterRates(np.asarray(sub["last_value"]).shape[1])

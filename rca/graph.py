@@ -86,6 +86,8 @@ class TopologyGraph:
         self._up = _csr(len(self.ids), np.array(up_src, dtype=np.int64), np.array(up_dst, dtype=np.int64))
         self._down = _csr(len(self.ids), np.array(up_dst, dtype=np.int64), np.array(up_src, dtype=np.int64))
         self.dependents_of = lru_cache(maxsize=4096)(self._dependents)
+        self._plane = self._switch_planes()
+        self.plane = lru_cache(maxsize=1 << 16)(self._plane_of)
 
     # ------------------------------------------------------------------ loading
 
@@ -198,6 +200,28 @@ class TopologyGraph:
         return self.children(node, "psu")
 
     # ------------------------------------------------------------------ internals
+
+    def _switch_planes(self) -> dict[int, int]:
+        """Switches joined by switch-to-switch cables form a plane (a rail of a rail-optimised
+        fat-tree, the whole of a dragonfly): congestion and pause frames spread within one."""
+        switches = [i for i, k in enumerate(self.kinds.tolist()) if k in ("leaf", "spine")]
+        root = {i: i for i in switches}
+
+        def find(i: int) -> int:
+            while root[i] != i:
+                root[i] = root[root[i]]
+                i = root[i]
+            return i
+
+        for i in switches:
+            for j in self._peers.get(i, []):
+                if j in root:
+                    root[find(i)] = find(j)
+        return {i: find(i) for i in switches}
+
+    def _plane_of(self, entity: str) -> int:
+        switch = self.switch_of(entity)
+        return self._plane.get(self.index[switch], -1) if switch is not None else -1
 
     def _i(self, entity: str) -> int:
         try:

@@ -1,0 +1,320 @@
+"""Incidents: one per root cause, opened on the first tick of evidence, updated while evidence
+arrives, resolved after a quiet period.
+
+Per tick: anomalies become symptoms; symptoms that an open incident already explains are
+attached to it (inhibited: no new incident for the 32 NICs of a leaf that is already down);
+the rest are ranked and covered by new incidents, one per root (dedup by root entity). Drained
+nodes under announced maintenance are silenced. A prediction opens a *warning* incident for its
+entity; if that entity then fails, the warning becomes the failure's incident (`warned` keeps
+when it was first seen coming).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors.anomaly import Anomaly
+from detectors.predict.online import Prediction
+from rca.graph import TopologyGraph
+from rca.rank import Candidate, Context, Ranker
+from rca.schedule import Schedule
+from rca.symptoms import SOFT, Symptom, gpu_kind, symptom_of
+
+QUIET_S = 900.0  # no evidence for this long: resolved
+FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures
+SOFT_MEMORY_S = 12 * 3600.0  # early warnings (a sagging optic, a prediction) count for hours
+TALKER_MEMORY_S = 180.0
+MAX_EVIDENCE = 12
+MAX_AFFECTED = 500
+
+ACTIONS = {
+    "gpu_fell_off_bus": "drain the node and power-cycle it; reseat or replace the GPU if it recurs (XID 79)",
+    "gpu_hbm_ecc": "drain the node, reset the GPU to apply row remaps; replace it if remapping failed",
+    "gpu_thermal": "drain at the next checkpoint; check the GPU's cold plate, fans and airflow",
+    "gpu_nvlink": "drain the node and check NVLink/NVSwitch (nvidia-smi nvlink -e); reseat or replace the GPU",
+    "gpu_straggler": "cordon the GPU's node and restart the job from its last checkpoint without it",
+    "gpu_fault": "drain the node and run the GPU field diagnostics (dcgmi diag -r 3)",
+    "nic_link_flap": "reseat the NIC's cable; replace the NIC if the link keeps bouncing",
+    "optic_degradation": "replace the optic and clean the fibre; move the job off the link meanwhile",
+    "leaf_down": "restore the leaf switch (power, console); reschedule the jobs on its nodes meanwhile",
+    "switch_down": "restore the switch (power, console); check the fabric's routing around it",
+    "pfc_storm": "shut the origin NIC's switch port (PFC watchdog) and drain its node",
+    "spine_congestion": "rebalance traffic off the spine (adaptive routing / ECMP weights); check its uplinks",
+    "psu_failure": "replace the PSU; the node runs power-capped until then",
+    "rack_cooling": "check the rack's cooling loop (CDU pumps, flow, supply temperature); throttle or drain the rack",
+    "unknown": "inspect the entity",
+}
+SEVERITY = {
+    "gpu_fell_off_bus": "critical",
+    "gpu_hbm_ecc": "critical",
+    "leaf_down": "critical",
+    "switch_down": "critical",
+    "pfc_storm": "critical",
+    "optic_degradation": "major",
+    "nic_link_flap": "major",
+    "gpu_nvlink": "major",
+    "psu_failure": "major",
+    "rack_cooling": "major",
+    "spine_congestion": "major",
+    "gpu_thermal": "minor",
+    "gpu_straggler": "minor",
+}
+# Early signs that open a warning (not an incident) until the failure itself shows.
+EARLY_SIGNS = {
+    "warm": ("gpu_thermal", "the GPU runs hotter than its job's other GPUs: check its cooling at the next checkpoint"),
+    "optic_rx": ("optic_degradation", "the optic's receive power is sagging: plan to replace it and clean the fibre"),
+}
+WARNING_S = 6 * 3600.0
+
+
+@dataclass
+class Incident:
+    incident_id: str
+    opened: float
+    updated: float
+    root: Candidate
+    candidates: list[Candidate]
+    status: str = "open"  # open | resolved | warning
+    resolved: float | None = None
+    severity: str = "major"
+    warned: float | None = None
+    probability: float | None = None  # for warnings: the prediction's
+    symptoms: set[Symptom] = field(default_factory=set)
+    affected: dict[str, None] = field(default_factory=dict)  # insertion-ordered set
+    jobs: list[str] = field(default_factory=list)
+    gpus_hit: int = 0
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    evidence_count: int = 0
+    last_evidence: float = 0.0
+    action: str = ""
+
+    def record(self) -> dict[str, Any]:
+        confidence = self.probability if self.status == "warning" else _confidence(self.candidates)
+        return {
+            "incident_id": self.incident_id,
+            "opened": self.opened,
+            "updated": self.updated,
+            "resolved": self.resolved,
+            "status": self.status,
+            "severity": self.severity,
+            "root_cause": {"entity": self.root.entity, "kind": self.root.kind, "confidence": confidence},
+            "candidates": [{"entity": c.entity, "kind": c.kind, "score": c.score} for c in self.candidates[:5]],
+            "affected": list(self.affected)[:MAX_AFFECTED],
+            "affected_count": len(self.affected),
+            "jobs": self.jobs,
+            "gpus_hit": self.gpus_hit,
+            "evidence": self.evidence,
+            "evidence_count": self.evidence_count,
+            "action": self.action,
+            "warned": self.warned,
+        }
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.record(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def _confidence(ranked: list[Candidate]) -> float:
+    """The top score's share of the top three: 1.0 when nothing else explains the evidence."""
+    scores = [max(c.score, 0.0) for c in ranked[:3]]
+    return round(scores[0] / sum(scores), 3) if scores and sum(scores) > 0 else 1.0
+
+
+@dataclass(slots=True)
+class EngineStats:
+    anomalies: int = 0
+    symptoms: int = 0
+    attached: int = 0
+    silenced: int = 0
+    opened: int = 0
+    resolved: int = 0
+    warnings: int = 0
+
+
+class IncidentEngine:
+    def __init__(self, graph: TopologyGraph, schedule: Schedule | None = None) -> None:
+        self.graph = graph
+        self.schedule = schedule or Schedule()
+        self.ranker = Ranker(graph)
+        self.open: dict[str, Incident] = {}  # root entity -> open incident (and warnings)
+        self.stats = EngineStats()
+        self._seq = 0
+        self._families: dict[str, dict[str, float]] = {}  # entity -> family -> last seen
+        self._talkers: dict[str, float] = {}  # NIC sending pauses -> last seen
+
+    # ------------------------------------------------------------------ the tick
+
+    def process(self, t: float, anomalies: Iterable[Anomaly], predictions: Iterable[Prediction] = ()) -> list[Incident]:
+        """Everything detected at event time t; returns the incidents that changed."""
+        changed: dict[str, Incident] = {}
+        for p in predictions:
+            self._families.setdefault(p.entity, {})["predicted"] = p.at
+            self._warn(p.entity, p.kind, p.at, p.horizon_s, p.probability, p.action, changed)
+        fresh: dict[Symptom, Anomaly] = {}
+        for a in anomalies:
+            self.stats.anomalies += 1
+            s = symptom_of(a)
+            if self._silenced(s.entity, t):
+                self.stats.silenced += 1
+                continue
+            self._families.setdefault(s.entity, {})[s.family] = t
+            if s.family == "pause_tx":
+                self._talkers[s.entity] = t
+            if s.family not in SOFT:
+                fresh.setdefault(s, a)
+            elif s.family in EARLY_SIGNS:
+                kind, action = EARLY_SIGNS[s.family]
+                self._warn(s.entity, kind, t, WARNING_S, None, action, changed)
+        self.stats.symptoms += len(fresh)
+        ctx = self._context(t)
+        pending: dict[Symptom, Anomaly] = {}
+        for s, a in fresh.items():
+            incident = self._explaining(s, ctx)
+            if incident is None:
+                pending[s] = a
+            else:
+                self.stats.attached += 1
+                self._attach(incident, s, a, t, changed)
+        for best, rivals in self.ranker.cover(pending, ctx):
+            if self._silenced(best.entity, t):
+                self.stats.silenced += len(best.explains)
+                continue
+            incident = self._open(best, rivals, t)
+            for s in sorted(best.explains, key=lambda s: (s.entity, s.family)):
+                self._attach(incident, s, pending[s], t, changed)
+        for incident in changed.values():
+            if incident.status == "open":
+                self._refresh(incident, ctx, t)
+        self._expire(t, changed)
+        return sorted(changed.values(), key=lambda i: i.incident_id)
+
+    # ------------------------------------------------------------------ steps
+
+    def _context(self, t: float) -> Context:
+        for entity, last in list(self._talkers.items()):
+            if t - last > TALKER_MEMORY_S:
+                del self._talkers[entity]
+        talkers: dict[int, set[str]] = {}
+        for nic in self._talkers:
+            talkers.setdefault(self.graph.plane(nic) if nic in self.graph else -1, set()).add(nic)
+        return Context({e: set(f) for e, f in self._families.items()}, talkers)
+
+    def _explaining(self, s: Symptom, ctx: Context) -> Incident | None:
+        for entity, _ in self.ranker.suspects.of(s, ctx.talkers):
+            incident = self.open.get(entity)
+            if incident is not None and incident.status == "open":
+                return incident
+        return None
+
+    def _open(self, best: Candidate, rivals: list[Candidate], t: float) -> Incident:
+        warning = self.open.get(best.entity)
+        if warning is not None and warning.status == "warning":  # it was seen coming
+            incident = warning
+            incident.status, incident.warned, incident.opened, incident.probability = "open", warning.opened, t, None
+            incident.root, incident.candidates = best, rivals
+        else:
+            self._seq += 1
+            incident = Incident(f"inc-{self._seq:06d}", t, t, best, rivals)
+            self.open[best.entity] = incident
+        incident.affected.setdefault(best.entity, None)
+        incident.last_evidence = t
+        self.stats.opened += 1
+        return incident
+
+    def _attach(self, incident: Incident, s: Symptom, a: Anomaly, t: float, changed: dict[str, Incident]) -> None:
+        new_entity = s.entity not in incident.affected
+        incident.symptoms.add(s)
+        incident.affected.setdefault(s.entity, None)
+        incident.evidence_count += 1
+        if len(incident.evidence) < MAX_EVIDENCE:
+            incident.evidence.append(
+                {"at": a.at, "entity": a.entity, "metric": a.metric, "detector": a.detector, "value": a.value}
+            )
+        incident.last_evidence = t
+        if new_entity or incident.opened == t:
+            changed[incident.incident_id] = incident
+
+    def _refresh(self, incident: Incident, ctx: Context, t: float) -> None:
+        """Re-rank with all the evidence so far; name the kind; blast radius; severity."""
+        ranked = self.ranker.rank(incident.symptoms, ctx)
+        if ranked and ranked[0].entity != incident.root.entity and ranked[0].score > incident.root.score:
+            del self.open[incident.root.entity]
+            incident.root = ranked[0]
+            self.open.setdefault(incident.root.entity, incident)
+        current = next((c for c in ranked if c.entity == incident.root.entity), incident.root)
+        kind = current.kind
+        if current.entity in self.graph and self.graph.kind(current.entity) == "gpu":
+            own = {s for s in incident.symptoms if s.entity == current.entity}
+            kind = gpu_kind({s.family for s in own}, {s.hint for s in own if s.hint})
+        incident.root = Candidate(current.entity, kind, current.score, current.explains)
+        incident.candidates = [incident.root, *[c for c in ranked if c.entity != current.entity][:4]]
+        self._blast(incident, t)
+        incident.action = ACTIONS.get(kind, ACTIONS["unknown"])
+        incident.updated = t
+
+    def _blast(self, incident: Incident, t: float) -> None:
+        g = self.graph
+        nodes = {n for e in incident.affected if e in g and (n := g.node_of(e)) is not None}
+        jobs = self.schedule.jobs_on(sorted(nodes), t)
+        incident.jobs = [j.job for j in jobs]
+        gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")
+        incident.gpus_hit = sum(j.gpus for j in jobs) or gpus
+        severity = SEVERITY.get(incident.root.kind, "major")
+        if incident.gpus_hit >= 512:
+            severity = "critical"
+        elif incident.gpus_hit >= 64 and severity == "minor":
+            severity = "major"
+        incident.severity = severity
+
+    def _warn(
+        self,
+        entity: str,
+        kind: str,
+        t: float,
+        horizon_s: float,
+        probability: float | None,
+        action: str,
+        changed: dict[str, Incident],
+    ) -> None:
+        if entity in self.open or self._silenced(entity, t):
+            return  # already an incident or already warned
+        self._seq += 1
+        root = Candidate(entity, kind, probability if probability is not None else 1.0)
+        incident = Incident(f"inc-{self._seq:06d}", t, t, root, [root], status="warning", severity="warning")
+        incident.probability = probability
+        incident.action = action
+        incident.affected[entity] = None
+        incident.last_evidence = t + horizon_s  # a warning lasts its horizon
+        self.open[entity] = incident
+        self.stats.warnings += 1
+        changed[incident.incident_id] = incident
+
+    def _expire(self, t: float, changed: dict[str, Incident]) -> None:
+        for entity, incident in list(self.open.items()):
+            if incident.status == "open" and t - incident.last_evidence >= QUIET_S:
+                incident.status, incident.resolved, incident.updated = "resolved", t, t
+            elif incident.status == "warning" and t >= incident.last_evidence:
+                incident.resolved, incident.updated = t, t  # the horizon passed without a failure
+            else:
+                continue
+            self.stats.resolved += 1
+            del self.open[entity]
+            changed[incident.incident_id] = incident
+        for entity, families in list(self._families.items()):
+            for family, last in list(families.items()):
+                if t - last > (SOFT_MEMORY_S if family in SOFT else FAMILY_MEMORY_S):
+                    del families[family]
+            if not families:
+                del self._families[entity]
+
+    def _silenced(self, entity: str, t: float) -> bool:
+        g = self.graph
+        if not self.schedule.maintenance or entity not in g:
+            return False
+        node = g.node_of(entity)
+        return node is not None and self.schedule.in_maintenance(node, t)
+
+
+__all__ = ["ACTIONS", "QUIET_S", "EngineStats", "Incident", "IncidentEngine"]

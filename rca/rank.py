@@ -1,0 +1,113 @@
+"""Ranking root causes: which suspect explains the symptoms best.
+
+A suspect's score adds up
+- how many symptomatic entities it explains (one each, however many metrics they trip),
+- whether it shows its own signature (the leaf went silent, the PSU reports failed, the optic's
+  receive power sagged, the NIC is the one *sending* pause frames): the symptom that only the
+  root has,
+- for the things many entities hang off (a leaf, a PSU, a cooling loop), how much of what
+  depends on it is sick: a leaf with all 32 NICs down is the cause, a leaf with one bad NIC is
+  not; below half, the group suspect loses to the specific one,
+- a small prior by kind from published failure statistics, to break ties.
+Then a greedy cover: the best suspect takes the symptoms it explains, the next best the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rca.graph import TopologyGraph
+from rca.symptoms import PRIOR, SOFT, Suspects, Symptom
+
+SIGNATURE: dict[str, tuple[frozenset[str], float]] = {
+    "nic_link_flap": (frozenset({"link"}), 2.0),
+    # the optic's own sag outweighs the NIC's errors: both explain the same link
+    "optic_degradation": (frozenset({"optic_rx", "predicted"}), 3.0),
+    "leaf_down": (frozenset({"silent"}), 2.0),
+    "switch_down": (frozenset({"silent"}), 2.0),
+    "pfc_storm": (frozenset({"pause_tx"}), 2.0),
+    "spine_congestion": (frozenset({"wait"}), 2.0),
+    "psu_failure": (frozenset({"psu"}), 2.0),
+    "rack_cooling": (frozenset({"env"}), 2.0),
+}
+GROUP_WEIGHT = 3.0  # full coverage of a group suspect is worth this many extra entities
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    entity: str
+    kind: str
+    score: float
+    explains: frozenset[Symptom] = field(default_factory=frozenset)
+
+
+@dataclass
+class Context:
+    """What is going on around the symptoms being ranked."""
+
+    families: dict[str, set[str]] = field(default_factory=dict)  # entity -> recent symptom families
+    talkers: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> NICs sending pauses
+
+
+class Ranker:
+    def __init__(self, graph: TopologyGraph) -> None:
+        self.graph = graph
+        self.suspects = Suspects(graph)
+
+    def rank(self, symptoms: Iterable[Symptom], ctx: Context) -> list[Candidate]:
+        """Every suspect of these symptoms, best first."""
+        explains: dict[tuple[str, str], set[Symptom]] = {}
+        for s in symptoms:
+            for suspect in self.suspects.of(s, ctx.talkers):
+                explains.setdefault(suspect, set()).add(s)
+        ranked = [Candidate(e, k, self.score(e, k, found, ctx), frozenset(found)) for (e, k), found in explains.items()]
+        ranked.sort(key=lambda c: (-c.score, c.entity, c.kind))
+        return ranked
+
+    def cover(self, symptoms: Iterable[Symptom], ctx: Context) -> list[tuple[Candidate, list[Candidate]]]:
+        """Greedy: (root, its ranked alternatives) per group of symptoms, until all are explained."""
+        remaining = {s for s in symptoms if s.family not in SOFT}
+        out: list[tuple[Candidate, list[Candidate]]] = []
+        while remaining:
+            ranked = self.rank(remaining, ctx)
+            best = ranked[0]
+            rivals = [c for c in ranked if c.explains & best.explains]
+            out.append((best, rivals))
+            remaining -= best.explains
+        return out
+
+    def score(self, entity: str, kind: str, found: set[Symptom], ctx: Context) -> float:
+        entities = {s.entity for s in found if s.family not in SOFT}
+        score = float(len(entities)) + PRIOR.get(kind, 0.0)
+        own = ctx.families.get(entity, set())
+        wanted, weight = SIGNATURE.get(kind, (None, 2.0))
+        if (wanted is None and own - SOFT) or (wanted is not None and own & wanted):
+            score += weight
+        coverage = self._coverage(entity, kind, entities)
+        if coverage is not None:
+            score += GROUP_WEIGHT * coverage - 1.0
+        return round(score, 4)
+
+    def _coverage(self, entity: str, kind: str, sick: set[str]) -> float | None:
+        g = self.graph
+        if entity not in g:
+            return None
+        if kind in ("leaf_down", "switch_down"):
+            nics = g.dependents(entity, ["nic"])
+            ports = set(g.children(entity, "port"))
+            hit = {n for n in nics if n in sick} | {g.nic_of_port(p) for p in ports & sick}
+            hit.discard(None)
+            return len(hit) / len(nics) if nics else 1.0 if sick else 0.0
+        if kind == "psu_failure":
+            node = g.parent(entity)
+            gpus = g.children(node, "gpu") if node else []
+            return sum(gpu in sick for gpu in gpus) / len(gpus) if gpus else None
+        if kind == "rack_cooling":
+            nodes = g.dependents(entity, ["node"])
+            sick_nodes = {n for e in sick if e in g and (n := g.node_of(e)) is not None}
+            return len(sick_nodes & set(nodes)) / len(nodes) if nodes else None
+        return None
+
+
+__all__ = ["Candidate", "Context", "Ranker"]

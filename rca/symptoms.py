@@ -1,0 +1,190 @@
+"""From anomalies to symptoms, and from a symptom to the root causes that could explain it.
+
+A symptom is what an anomaly says about one entity, reduced to a family ("link" errors on a NIC,
+"pause" frames on a port, a GPU running "slow"). Each family on each kind of entity has a short,
+explicit list of suspects: the entity itself and the things in the topology whose failure looks
+like that (a NIC's link errors: the NIC, its optic, its leaf). The ranking (rank.py) then decides
+among the suspects by what else is going on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from detectors.anomaly import Anomaly
+from rca.graph import TopologyGraph
+
+HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x20, 0x40, 0x80
+
+ECC = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}
+NVLINK = {
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "nvlink_crc_errors",
+    "nvlink_replay_errors",
+}
+LINK = {"symbol_error", "port_rcv_errors", "link_downed", "link_state", "port_xmit_discards"}
+PAUSE = {"rx_prio3_pause", "tx_prio3_pause"}
+ENV = {"inlet_temp_c", "supply_temp_c"}
+
+# Families that are early warnings, not failures: they rank suspects, they never open an incident.
+SOFT = frozenset({"optic_rx", "warm", "predicted"})
+HOT_OVER_PEERS_C = 18.0  # hotter than its job's GPUs by this much: a cooling failure, not a creep
+
+# Share of interruptions by cause in Meta's Llama 3 training report (54 days, 16,384 H100s;
+# GPU faults dominate, switches and cooling are rare): a tie-breaker, never the deciding evidence.
+PRIOR: dict[str, float] = {
+    "gpu_hbm_ecc": 0.17,
+    "gpu_fell_off_bus": 0.15,
+    "gpu_straggler": 0.10,
+    "psu_failure": 0.10,
+    "rack_cooling": 0.09,
+    "nic_link_flap": 0.08,
+    "optic_degradation": 0.08,
+    "gpu_nvlink": 0.06,
+    "gpu_thermal": 0.05,
+    "spine_congestion": 0.05,
+    "pfc_storm": 0.04,
+    "leaf_down": 0.03,
+    "switch_down": 0.02,
+    "gpu_fault": 0.02,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Symptom:
+    entity: str
+    family: str  # xid, ecc, nvlink, pcie, slow, hot, power_brake, silent, link, pause, pause_tx, wait, env, psu, ...
+    hint: str = ""  # a fault kind the evidence itself names (an XID's usual cause), or ""
+
+
+def symptom_of(a: Anomaly) -> Symptom:
+    m = a.metric
+    if m == "silent":
+        return Symptom(a.entity, "silent")
+    if m == "DCGM_FI_DEV_XID_ERRORS":
+        suggests = a.detail.get("suggests", "")
+        return Symptom(a.entity, "xid", suggests if suggests in PRIOR else "")
+    if m in ECC:
+        return Symptom(a.entity, "ecc", "gpu_hbm_ecc")
+    if m in NVLINK:
+        return Symptom(a.entity, "nvlink", "gpu_nvlink")
+    if m == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER":
+        return Symptom(a.entity, "pcie")
+    if m == "DCGM_FI_DEV_CLOCKS_EVENT_REASONS":
+        reasons = int(a.value or 0)
+        if reasons & HW_POWER_BRAKE:
+            return Symptom(a.entity, "power_brake")
+        return Symptom(a.entity, "hot" if reasons & (SW_THERMAL | HW_THERMAL) else "slow")
+    if m in ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE"):
+        return Symptom(a.entity, "slow")
+    if m == "DCGM_FI_DEV_GPU_TEMP":
+        over = (a.value or 0.0) - (a.expected if a.expected is not None else (a.value or 0.0))
+        return Symptom(a.entity, "hot" if over >= HOT_OVER_PEERS_C else "warm")
+    if m in LINK:
+        return Symptom(a.entity, "link")
+    if m in PAUSE:
+        sending = m == "tx_prio3_pause" and a.measurement == "nic"  # a host sending pauses: a storm's source
+        return Symptom(a.entity, "pause_tx" if sending else "pause")
+    if m == "port_xmit_wait":
+        return Symptom(a.entity, "wait")
+    if m in ENV:
+        return Symptom(a.entity, "env")
+    if m == "status" and a.measurement == "psu":
+        return Symptom(a.entity, "psu")
+    if m == "rx_power_dbm" and a.detector.startswith("warn:"):
+        return Symptom(a.entity, "optic_rx")
+    return Symptom(a.entity, "other")
+
+
+def gpu_kind(families: set[str], hints: set[str]) -> str:
+    """What is wrong with a GPU, from everything it shows (strongest evidence first)."""
+    for kind in ("gpu_fell_off_bus", "gpu_hbm_ecc", "gpu_nvlink"):
+        if kind in hints:
+            return kind
+    if "silent" in families:
+        return "gpu_fell_off_bus"
+    if "hot" in families:
+        return "gpu_thermal"
+    if "slow" in families or "power_brake" in families:
+        return "gpu_straggler"
+    return "gpu_fault"
+
+
+def switch_kind(graph: TopologyGraph, switch: str) -> str:
+    return "leaf_down" if graph.kind(switch) == "leaf" else "switch_down"
+
+
+class Suspects:
+    """Who could explain a symptom. `talkers` (NICs currently sending pause frames, by fabric
+    plane) are kept by the caller, since a pause anywhere is explained by whoever is sending."""
+
+    def __init__(self, graph: TopologyGraph) -> None:
+        self.graph = graph
+
+    def of(self, s: Symptom, talkers: dict[int, set[str]]) -> list[tuple[str, str]]:
+        g = self.graph
+        if s.entity not in g:
+            return [(s.entity, "unknown")]
+        kind = g.kind(s.entity)
+        if kind == "gpu":
+            return self._gpu(s)
+        if kind == "nvswitch" and s.family == "nvlink":
+            node = g.parent(s.entity)
+            return [(gpu, "gpu_nvlink") for gpu in (g.children(node, "gpu") if node else [])]
+        if s.family == "pause":
+            plane = g.plane(s.entity)
+            sources = sorted(talkers.get(plane, ()))
+            if sources:
+                return [(nic, "pfc_storm") for nic in sources]
+            nic = s.entity if kind == "nic" else g.nic_of_port(s.entity) if kind == "port" else None
+            return [(nic or s.entity, "pfc_storm")]
+        if s.family == "pause_tx":
+            return [(s.entity, "pfc_storm")]
+        if kind == "nic" and s.family in ("link", "other"):
+            return self._cable(s.entity)
+        if kind == "port" and s.family in ("link", "other", "wait"):
+            nic = g.nic_of_port(s.entity)
+            if nic is not None:
+                return self._cable(nic)
+            own, far = g.parent(s.entity), g.far_switch(s.entity)
+            out = [(sw, switch_kind(g, sw)) for sw in (far, own) if sw is not None]
+            return out or [(s.entity, "unknown")]
+        if kind == "optic":
+            return [(s.entity, "optic_degradation")]
+        if kind in ("leaf", "spine"):
+            if s.family == "wait":
+                return [(s.entity, "spine_congestion" if kind == "spine" else "switch_down")]
+            return [(s.entity, switch_kind(g, s.entity))]
+        if kind == "psu":
+            return [(s.entity, "psu_failure")]
+        if kind == "cooling":
+            return [(s.entity, "rack_cooling")]
+        if kind == "node" and s.family == "env":
+            cdu = g.cooling_of(s.entity)
+            return [(cdu, "rack_cooling")] if cdu else [(s.entity, "unknown")]
+        return [(s.entity, "unknown")]
+
+    def _gpu(self, s: Symptom) -> list[tuple[str, str]]:
+        g = self.graph
+        out = [(s.entity, s.hint or gpu_kind({s.family}, set()))]
+        node = g.parent(s.entity)
+        if node is not None and s.family in ("slow", "power_brake"):
+            out += [(psu, "psu_failure") for psu in g.psus_of(node)]
+        if node is not None and s.family == "hot":
+            cdu = g.cooling_of(node)
+            if cdu is not None:
+                out.append((cdu, "rack_cooling"))
+        return out
+
+    def _cable(self, nic: str) -> list[tuple[str, str]]:
+        g = self.graph
+        out = [(nic, "nic_link_flap")]
+        out += [(optic, "optic_degradation") for optic in g.children(nic, "optic")]
+        switch = g.switch_of(nic)
+        if switch is not None:
+            out.append((switch, switch_kind(g, switch)))
+        return out
+
+
+__all__ = ["PRIOR", "SOFT", "Suspects", "Symptom", "gpu_kind", "switch_kind", "symptom_of"]
