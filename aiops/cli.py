@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from aiops import cli_rca
 from aiops.settings import InfluxSettings, KafkaSettings, Settings
 
 Handler = Callable[[argparse.Namespace], int]
@@ -358,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
     p.add_argument("--no-predict", action="store_true", help="detect only, no failure prediction")
     p.set_defaults(handler=cmd_detect)
+
+    cli_rca.add_parsers(sub)
 
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
     p.add_argument("action", choices=["train", "default", "evaluate"])

@@ -2,7 +2,9 @@
 
 Exporters report counters as running totals; detectors want rates. A counter that goes down was
 reset (driver reload, GPU replaced, exporter restart): that tick gives no rate, not a negative
-one, and certainly not an anomaly.
+one, and certainly not an anomaly. Nor does a counter seen again after a long silence (a switch
+back from a reboot, a node back from maintenance): what it gained while unseen is no one tick's
+behaviour, so that sample starts a new baseline.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ class CounterRates:
         self.last_value = np.full((0, width), np.nan)
         self.last_time = np.full((0, width), np.nan)
 
-    def update(self, t: float, series: IndexArray, values: FloatArray) -> tuple[FloatArray, FloatArray]:
+    def update(
+        self, t: float, series: IndexArray, values: FloatArray, max_gap_s: float = np.inf
+    ) -> tuple[FloatArray, FloatArray]:
         """(rates per second, increments) for this tick; NaN where there is no previous value,
-        the counter reset, or the value is missing. Missing values keep the old reference."""
+        the counter reset, the previous value is older than `max_gap_s`, or the value is missing.
+        Missing values keep the old reference."""
         rows = int(series.max()) + 1 if len(series) else 0
         self.last_value = grow(self.last_value, rows, np.nan)
         self.last_time = grow(self.last_time, rows, np.nan)
         previous = self.last_value[series]
         dt = t - self.last_time[series]
         increment = values - previous
-        increment[increment < 0] = np.nan  # a reset
+        increment[(increment < 0) | (dt > max_gap_s)] = np.nan  # a reset, or back after a silence
         with np.errstate(invalid="ignore", divide="ignore"):
             rate = np.where(dt > 0, increment / dt, np.nan)
         present = ~np.isnan(values)

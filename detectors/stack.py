@@ -101,6 +101,7 @@ SAG_TAU_S = 6 * 3600.0
 SAG_REPEAT_S = 3600.0
 DARK_DBM = -20.0  # no light at all: the link is down, which the link rules report
 SILENT_AFTER_TICKS = 2  # missing this many ticks in a row while it should report
+MAX_GAP_TICKS = 5  # a counter unseen for longer starts a new baseline (see rates.py)
 PERSIST_TICKS = 2
 
 
@@ -201,7 +202,7 @@ class DetectorStack:
             for j, c in enumerate(self._counters[name]):
                 if c in frame.fields:
                     values[:, j] = frame.fields[c].as_float()
-            rate, inc = st.rates.update(t, series, values)
+            rate, inc = st.rates.update(t, series, values, max_gap_s=MAX_GAP_TICKS * self.interval)
             for j, c in enumerate(self._counters[name]):
                 rates[c], increments[c] = rate[:, j], inc[:, j]
 

@@ -384,13 +384,17 @@ def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = N
     predictions_path = run_dir / "predictions.jsonl"
     predictions = _read_jsonl(predictions_path) if predictions_path.exists() else []
     run_path = run_dir / "run.json"
-    if interval_s is None and run_path.exists():
+    earliest = None
+    if run_path.exists():
         try:
             run = json.loads(run_path.read_text())
         except json.JSONDecodeError as exc:
             raise EvaluationError(f"{run_path}:{exc.lineno}: not JSON ({exc.msg})") from None
-        if isinstance(run, dict) and isinstance(run.get("interval_s"), int | float):
+        if interval_s is None and isinstance(run, dict) and isinstance(run.get("interval_s"), int | float):
             interval_s = float(run["interval_s"])
+        # faults too early for the predictor to have spoken (its warm-up) are not counted missed
+        if isinstance(run, dict) and isinstance(run.get("predictions_from"), int | float):
+            earliest = float(run["predictions_from"])
     topology = truth_path.parent / "topology.json"
     contains = load_contains(topology) if topology.exists() else None
-    return evaluate_run(truth, incidents, predictions, interval_s=interval_s, contains=contains)
+    return evaluate_run(truth, incidents, predictions, interval_s=interval_s, contains=contains, earliest=earliest)

@@ -42,6 +42,7 @@ ACTIONS = {
     "leaf_down": "restore the leaf switch (power, console); reschedule the jobs on its nodes meanwhile",
     "switch_down": "restore the switch (power, console); check the fabric's routing around it",
     "pfc_storm": "shut the origin NIC's switch port (PFC watchdog) and drain its node",
+    "switch_congestion": "check the switch's uplinks and the traffic through it (xmit wait, ECN marks)",
     "spine_congestion": "rebalance traffic off the spine (adaptive routing / ECMP weights); check its uplinks",
     "psu_failure": "replace the PSU; the node runs power-capped until then",
     "rack_cooling": "check the rack's cooling loop (CDU pumps, flow, supply temperature); throttle or drain the rack",
@@ -143,6 +144,8 @@ class IncidentEngine:
         self._seq = 0
         self._families: dict[str, dict[str, float]] = {}  # entity -> family -> last seen
         self._talkers: dict[str, float] = {}  # NIC sending pauses -> last seen
+        self._congested: dict[str, float] = {}  # spine waiting on its ports -> last seen
+        self._under: dict[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ the tick
 
@@ -162,6 +165,8 @@ class IncidentEngine:
             self._families.setdefault(s.entity, {})[s.family] = t
             if s.family == "pause_tx":
                 self._talkers[s.entity] = t
+            elif s.family == "wait" and s.entity in self.graph and self.graph.kind(s.entity) == "spine":
+                self._congested[s.entity] = t
             if s.family not in SOFT:
                 fresh.setdefault(s, a)
             elif s.family in EARLY_SIGNS:
@@ -193,16 +198,19 @@ class IncidentEngine:
     # ------------------------------------------------------------------ steps
 
     def _context(self, t: float) -> Context:
-        for entity, last in list(self._talkers.items()):
-            if t - last > TALKER_MEMORY_S:
-                del self._talkers[entity]
-        talkers: dict[int, set[str]] = {}
-        for nic in self._talkers:
-            talkers.setdefault(self.graph.plane(nic) if nic in self.graph else -1, set()).add(nic)
-        return Context({e: set(f) for e, f in self._families.items()}, talkers)
+        by_plane: list[dict[int, set[str]]] = []
+        for sources in (self._talkers, self._congested):
+            for entity, last in list(sources.items()):
+                if t - last > TALKER_MEMORY_S:
+                    del sources[entity]
+            planes: dict[int, set[str]] = {}
+            for entity in sources:
+                planes.setdefault(self.graph.plane(entity) if entity in self.graph else -1, set()).add(entity)
+            by_plane.append(planes)
+        return Context({e: set(f) for e, f in self._families.items()}, by_plane[0], by_plane[1])
 
     def _explaining(self, s: Symptom, ctx: Context) -> Incident | None:
-        for entity, _ in self.ranker.suspects.of(s, ctx.talkers):
+        for entity, _ in self.ranker.suspects.of(s, ctx):
             incident = self.open.get(entity)
             if incident is not None and incident.status == "open":
                 return incident
@@ -257,6 +265,7 @@ class IncidentEngine:
     def _blast(self, incident: Incident, t: float) -> None:
         g = self.graph
         nodes = {n for e in incident.affected if e in g and (n := g.node_of(e)) is not None}
+        nodes |= self._nodes_under(incident.root.entity)
         jobs = self.schedule.jobs_on(sorted(nodes), t)
         incident.jobs = [j.job for j in jobs]
         gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")
@@ -267,6 +276,18 @@ class IncidentEngine:
         elif incident.gpus_hit >= 64 and severity == "minor":
             severity = "major"
         incident.severity = severity
+
+    def _nodes_under(self, entity: str) -> frozenset[str]:
+        """The nodes whose work passes through `entity` (a leaf's, a spine's plane, a PSU's):
+        their jobs are hit even where no symptom shows yet."""
+        found = self._under.get(entity)
+        if found is None:
+            g = self.graph
+            found = frozenset(
+                n for d in (g.dependents(entity) if entity in g else []) if (n := g.node_of(d)) is not None
+            )
+            self._under[entity] = found
+        return found
 
     def _warn(
         self,

@@ -28,6 +28,7 @@ SIGNATURE: dict[str, tuple[frozenset[str], float]] = {
     "switch_down": (frozenset({"silent"}), 2.0),
     "pfc_storm": (frozenset({"pause_tx"}), 2.0),
     "spine_congestion": (frozenset({"wait"}), 2.0),
+    "switch_congestion": (frozenset({"wait"}), 2.0),
     "psu_failure": (frozenset({"psu"}), 2.0),
     "rack_cooling": (frozenset({"env"}), 2.0),
 }
@@ -48,6 +49,7 @@ class Context:
 
     families: dict[str, set[str]] = field(default_factory=dict)  # entity -> recent symptom families
     talkers: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> NICs sending pauses
+    congested: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> spines waiting
 
 
 class Ranker:
@@ -59,7 +61,7 @@ class Ranker:
         """Every suspect of these symptoms, best first."""
         explains: dict[tuple[str, str], set[Symptom]] = {}
         for s in symptoms:
-            for suspect in self.suspects.of(s, ctx.talkers):
+            for suspect in self.suspects.of(s, ctx):
                 explains.setdefault(suspect, set()).add(s)
         ranked = [Candidate(e, k, self.score(e, k, found, ctx), frozenset(found)) for (e, k), found in explains.items()]
         ranked.sort(key=lambda c: (-c.score, c.entity, c.kind))

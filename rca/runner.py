@@ -36,6 +36,7 @@ class RunStats:
     deadletters: int = 0
     seconds: float = 0.0
     interval_s: float | None = None
+    predictions_from: float | None = None  # first tick plus the predictor's warm-up
 
 
 class Pipeline:
@@ -128,6 +129,8 @@ def run_folder(
     stats.ticks, stats.values = pipeline.detect.stats.ticks, pipeline.detect.stats.values
     stats.deadletters = pipeline.detect.stats.deadletters
     stats.interval_s = pipeline.detect.stack.interval
+    if predictor is not None and pipeline.ticks:
+        stats.predictions_from = pipeline.ticks[0] + predictor.warmup_s
     stats.seconds = time.perf_counter() - started
     (out_dir / "run.json").write_text(
         json.dumps({**asdict(stats), "engine": asdict(pipeline.engine_stats)}, indent=1) + "\n"

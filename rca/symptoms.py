@@ -10,9 +10,13 @@ among the suspects by what else is going on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from detectors.anomaly import Anomaly
 from rca.graph import TopologyGraph
+
+if TYPE_CHECKING:
+    from rca.rank import Context
 
 HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x20, 0x40, 0x80
 
@@ -47,6 +51,7 @@ PRIOR: dict[str, float] = {
     "pfc_storm": 0.04,
     "leaf_down": 0.03,
     "switch_down": 0.02,
+    "switch_congestion": 0.02,
     "gpu_fault": 0.02,
 }
 
@@ -116,14 +121,16 @@ def switch_kind(graph: TopologyGraph, switch: str) -> str:
 
 
 class Suspects:
-    """Who could explain a symptom. `talkers` (NICs currently sending pause frames, by fabric
-    plane) are kept by the caller, since a pause anywhere is explained by whoever is sending."""
+    """Who could explain a symptom. The context carries what is going on in each fabric plane
+    (NICs sending pause frames, spines congested), since a pause or a wait anywhere in a plane
+    is explained by whoever causes it there."""
 
     def __init__(self, graph: TopologyGraph) -> None:
         self.graph = graph
 
-    def of(self, s: Symptom, talkers: dict[int, set[str]]) -> list[tuple[str, str]]:
+    def of(self, s: Symptom, ctx: Context) -> list[tuple[str, str]]:
         g = self.graph
+        talkers = ctx.talkers
         if s.entity not in g:
             return [(s.entity, "unknown")]
         kind = g.kind(s.entity)
@@ -153,9 +160,15 @@ class Suspects:
         if kind == "optic":
             return [(s.entity, "optic_degradation")]
         if kind in ("leaf", "spine"):
-            if s.family == "wait":
-                return [(s.entity, "spine_congestion" if kind == "spine" else "switch_down")]
-            return [(s.entity, switch_kind(g, s.entity))]
+            if s.family != "wait":
+                return [(s.entity, switch_kind(g, s.entity))]
+            if kind == "spine":
+                return [(s.entity, "spine_congestion")]
+            # a leaf waiting on its uplinks: a congested spine of its plane, or a storm's source
+            plane = g.plane(s.entity)
+            out = [(spine, "spine_congestion") for spine in sorted(ctx.congested.get(plane, ()))]
+            out += [(nic, "pfc_storm") for nic in sorted(talkers.get(plane, ()))]
+            return [*out, (s.entity, "switch_congestion")]
         if kind == "psu":
             return [(s.entity, "psu_failure")]
         if kind == "cooling":

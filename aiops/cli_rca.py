@@ -1,0 +1,106 @@
+"""`aiops run` (the whole pipeline: detectors, predictor, incidents) and `aiops eval`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("run", help="the whole pipeline: anomalies, predictions and incidents (folder or Kafka)")
+    p.add_argument("--input", metavar="DIR", help="folder with topology.json, telemetry.lp, events.jsonl")
+    p.add_argument("--out", metavar="DIR", help="where incidents.jsonl, anomalies.jsonl, predictions.jsonl go")
+    p.add_argument("--kafka", metavar="HOST:PORT", help="daemon: aiops.telemetry -> anomalies, predictions, incidents")
+    p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
+    p.add_argument("--topology", metavar="FILE", help="with --kafka: the cluster's topology.json")
+    p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (jobs, maintenance), JSON lines")
+    p.add_argument("--group", help="with --kafka: consumer group (default aiops-run)")
+    p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
+    p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
+    p.add_argument("--no-predict", action="store_true", help="no failure prediction")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (DESIGN.md)")
+    p.add_argument("--truth", metavar="FILE", required=True, help="truth.jsonl of the generated cluster")
+    p.add_argument("--run", metavar="DIR", required=True, help="the output folder of aiops run")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_eval)
+
+
+def _predictor(args: argparse.Namespace) -> Any:
+    from aiops.cli import CliError
+    from detectors.predict.model import ModelError, load
+    from detectors.predict.online import OnlinePredictor, load_or_train_default
+
+    if args.no_predict:
+        return None
+    try:
+        model = load(Path(args.model)) if args.model else load_or_train_default()
+    except ModelError as exc:
+        raise CliError(str(exc)) from None
+    return OnlinePredictor(model)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from aiops.cli import CliError, _settings
+    from detectors.runner import load_events
+    from rca.graph import GraphError
+    from rca.runner import run_folder, run_kafka
+
+    predictor = _predictor(args)
+    try:
+        if args.kafka:
+            if not args.topology:
+                raise CliError("with --kafka, give --topology FILE (the cluster's topology.json)")
+            settings = _settings(args)
+            kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
+            events = load_events(Path(args.events)) if args.events else []
+            stop = {"now": False}
+
+            def request_stop(signum: int, _frame: object) -> None:
+                stop["now"] = True
+
+            signal.signal(signal.SIGTERM, request_stop)
+            signal.signal(signal.SIGINT, request_stop)
+            stats = run_kafka(
+                kafka,
+                Path(args.topology),
+                lambda: stop["now"],
+                events,
+                idle_stop_s=args.stop_when_idle,
+                predictor=predictor,
+            )
+            print(
+                f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
+                f"{stats.predictions} predictions, {stats.incidents} incident updates -> {kafka.incidents_topic}"
+            )
+            return 0
+        if not args.input or not args.out:
+            raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
+        stats = run_folder(Path(args.input), Path(args.out), predictor)
+    except (FileNotFoundError, GraphError) as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"{stats.ticks} ticks, {stats.values:,} values in {stats.seconds:.1f}s "
+        f"({stats.values / max(stats.seconds, 1e-9):,.0f} values/s): {stats.anomalies} anomalies, "
+        f"{stats.predictions} predictions, {stats.incidents} incident updates -> {args.out}"
+    )
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from aiops.cli import CliError
+    from rca.evaluate import EvaluationError, evaluate_paths
+
+    try:
+        result = evaluate_paths(Path(args.truth), Path(args.run))
+    except EvaluationError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1, sort_keys=True, allow_nan=False))
+    else:
+        print(result.format_table())
+    return 0
