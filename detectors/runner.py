@@ -18,7 +18,7 @@ from aiops.settings import KafkaSettings
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor, Prediction
 from detectors.stack import DetectorStack, DriftFactory, default_drift
-from detectors.ticks import TickAssembler
+from detectors.ticks import PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
@@ -241,10 +241,12 @@ def detect_kafka(
     loop.assembler.lateness_s = lateness_s
     predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
     apply_events(loop.stack, events or [])
+    clock = PartitionClock()
     started = time.monotonic()
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):
             data, _, _ = join_messages(messages)
+            loop.assembler.cap_ns = clock.observe([((m[0].topic, m[0].partition), m[1]) for m in messages])
             anomalies, letters = loop.feed(data)
             sink.add(anomalies)
             dead.add(letters)

@@ -5,6 +5,11 @@ split across polls. The assembler holds rows until the stream is `lateness` seco
 timestamp (event time, never the wall clock), then releases whole ticks in time order. A row that
 arrives after its tick was released is counted as late and handed back to the caller, who decides
 what to do with it (the runner dead-letters it with a reason).
+
+From Kafka, "the stream" is several partitions that a consumer reads unevenly: replaying a
+backlog, one partition can be many ticks ahead of another. So the Kafka runners also cap the
+release at the slowest partition's newest event time (`PartitionClock`), as stream processors do
+with per-partition watermarks; lateness then only has to cover disorder within a partition.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class TickAssembler:
     _watermark_ns: int | None = None  # everything at or before this was released
     _newest_ns: int | None = None
     late_rows: int = 0
+    cap_ns: int | None = None  # release nothing newer than this (the slowest source's clock)
 
     def add(self, frames: dict[str, Frame]) -> list[Frame]:
         """Buffer frames; returns the rows that came too late (already-released ticks)."""
@@ -57,7 +63,8 @@ class TickAssembler:
         lateness: every tick before the newest, which may still be arriving)."""
         if self._newest_ns is None:
             return
-        yield from self._release(self._newest_ns - int(self.lateness_s * 1e9) - 1)
+        newest = self._newest_ns if self.cap_ns is None else min(self._newest_ns, self.cap_ns)
+        yield from self._release(newest - int(self.lateness_s * 1e9) - 1)
 
     def flush(self) -> Iterator[AssembledTick]:
         """Everything still held (end of input)."""
@@ -85,3 +92,25 @@ class TickAssembler:
         for ts in sorted(by_time):
             self._watermark_ns = ts if self._watermark_ns is None else max(self._watermark_ns, ts)
             yield AssembledTick(ts / 1e9, by_time[ts])
+
+
+@dataclass(slots=True)
+class PartitionClock:
+    """The newest event time each source (topic partition) has delivered; `cap` is the slowest.
+    Sources that never delivered do not hold the stream back (an empty partition stays empty), nor
+    do sources more than `stall_s` behind the fastest: a partition whose producers all went quiet
+    must not stop the analysis of everything else."""
+
+    stall_s: float = 1800.0
+    newest_ns: dict[object, int] = field(default_factory=dict)
+
+    def observe(self, stamps: list[tuple[object, int]]) -> int | None:
+        """(source, event time in ms) per message; returns the cap in ns."""
+        for source, ms in stamps:
+            ns = int(ms) * 1_000_000
+            if ns > self.newest_ns.get(source, -1):
+                self.newest_ns[source] = ns
+        if not self.newest_ns:
+            return None
+        floor = max(self.newest_ns.values()) - int(self.stall_s * 1e9)
+        return min(ns for ns in self.newest_ns.values() if ns >= floor)

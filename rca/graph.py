@@ -103,8 +103,10 @@ class TopologyGraph:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise GraphError(f"no topology file at {path}") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise GraphError(f"{path}: not JSON ({exc})") from None
+        except OSError as exc:
+            raise GraphError(f"{path}: cannot read ({exc.strerror})") from None
         return TopologyGraph.from_json(data)
 
     # ------------------------------------------------------------------ queries

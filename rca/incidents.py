@@ -28,6 +28,7 @@ FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" 
 SOFT_MEMORY_S = 12 * 3600.0  # early warnings (a sagging optic, a prediction) count for hours
 TALKER_MEMORY_S = 180.0
 MAX_EVIDENCE = 12
+UPDATE_EVERY_S = 300.0
 MAX_AFFECTED = 500
 
 ACTIONS = {
@@ -156,7 +157,9 @@ class IncidentEngine:
             self._families.setdefault(p.entity, {})["predicted"] = p.at
             self._warn(p.entity, p.kind, p.at, p.horizon_s, p.probability, p.action, changed)
         fresh: dict[Symptom, Anomaly] = {}
-        for a in anomalies:
+        # rows of a tick arrive in whatever order the partitions gave them: sort, so a stream and
+        # a file give the same incidents
+        for a in sorted(anomalies, key=lambda a: (a.entity, a.metric, a.detector)):
             self.stats.anomalies += 1
             s = symptom_of(a)
             if self._silenced(s.entity, t):
@@ -189,9 +192,9 @@ class IncidentEngine:
             incident = self._open(best, rivals, t)
             for s in sorted(best.explains, key=lambda s: (s.entity, s.family)):
                 self._attach(incident, s, pending[s], t, changed)
-        for incident in changed.values():
+        for incident in list(changed.values()):
             if incident.status == "open":
-                self._refresh(incident, ctx, t)
+                self._refresh(incident, ctx, t, changed)
         self._expire(t, changed)
         return sorted(changed.values(), key=lambda i: i.incident_id)
 
@@ -218,6 +221,9 @@ class IncidentEngine:
 
     def _open(self, best: Candidate, rivals: list[Candidate], t: float) -> Incident:
         warning = self.open.get(best.entity)
+        if warning is not None and warning.status == "open":  # dedup: one incident per root
+            warning.last_evidence = t
+            return warning
         if warning is not None and warning.status == "warning":  # it was seen coming
             incident = warning
             incident.status, incident.warned, incident.opened, incident.probability = "open", warning.opened, t, None
@@ -241,16 +247,16 @@ class IncidentEngine:
                 {"at": a.at, "entity": a.entity, "metric": a.metric, "detector": a.detector, "value": a.value}
             )
         incident.last_evidence = t
-        if new_entity or incident.opened == t:
+        # a new entity is news; more of the same is reported now and then, so the last state
+        # written stays close to the truth without a line per anomaly
+        if new_entity or incident.opened == t or t - incident.updated >= UPDATE_EVERY_S:
             changed[incident.incident_id] = incident
 
-    def _refresh(self, incident: Incident, ctx: Context, t: float) -> None:
+    def _refresh(self, incident: Incident, ctx: Context, t: float, changed: dict[str, Incident]) -> None:
         """Re-rank with all the evidence so far; name the kind; blast radius; severity."""
         ranked = self.ranker.rank(incident.symptoms, ctx)
         if ranked and ranked[0].entity != incident.root.entity and ranked[0].score > incident.root.score:
-            del self.open[incident.root.entity]
-            incident.root = ranked[0]
-            self.open.setdefault(incident.root.entity, incident)
+            self._reroot(incident, ranked[0], t, changed)
         current = next((c for c in ranked if c.entity == incident.root.entity), incident.root)
         kind = current.kind
         if current.entity in self.graph and self.graph.kind(current.entity) == "gpu":
@@ -261,6 +267,22 @@ class IncidentEngine:
         self._blast(incident, t)
         incident.action = ACTIONS.get(kind, ACTIONS["unknown"])
         incident.updated = t
+
+    def _reroot(self, incident: Incident, root: Candidate, t: float, changed: dict[str, Incident]) -> None:
+        """Later evidence names another root. If that root already has an incident of its own,
+        stay put (the two are reported apart rather than silently merged); a warning on it is
+        taken over, as when it turns into a failure."""
+        holder = self.open.get(root.entity)
+        if holder is not None and holder.status == "open":
+            return
+        if holder is not None:  # a warning: this incident is what it warned of
+            incident.warned = holder.opened if incident.warned is None else min(incident.warned, holder.opened)
+            holder.resolved = holder.updated = t
+            changed[holder.incident_id] = holder
+        if self.open.get(incident.root.entity) is incident:
+            del self.open[incident.root.entity]
+        incident.root = root
+        self.open[root.entity] = incident
 
     def _blast(self, incident: Incident, t: float) -> None:
         g = self.graph
@@ -299,8 +321,11 @@ class IncidentEngine:
         action: str,
         changed: dict[str, Incident],
     ) -> None:
-        if entity in self.open or self._silenced(entity, t):
-            return  # already an incident or already warned
+        held = self.open.get(entity)
+        if held is not None and held.status == "warning":  # still coming: the warning lasts
+            held.last_evidence = max(held.last_evidence, t + horizon_s)
+        if held is not None or self._silenced(entity, t):
+            return
         self._seq += 1
         root = Candidate(entity, kind, probability if probability is not None else 1.0)
         incident = Incident(f"inc-{self._seq:06d}", t, t, root, [root], status="warning", severity="warning")

@@ -7,7 +7,7 @@ A suspect's score adds up
   root has,
 - for the things many entities hang off (a leaf, a PSU, a cooling loop), how much of what
   depends on it is sick: a leaf with all 32 NICs down is the cause, a leaf with one bad NIC is
-  not; below half, the group suspect loses to the specific one,
+  not; below half, what a group suspect explains counts for less, so the specific one wins,
 - a small prior by kind from published failure statistics, to break ties.
 Then a greedy cover: the best suspect takes the symptoms it explains, the next best the rest.
 """
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rca.graph import TopologyGraph
-from rca.symptoms import PRIOR, SOFT, Suspects, Symptom
+from rca.symptoms import PRIOR, SOFT, Suspects, Symptom, gpu_kind
 
 SIGNATURE: dict[str, tuple[frozenset[str], float]] = {
     "nic_link_flap": (frozenset({"link"}), 2.0),
@@ -59,13 +59,26 @@ class Ranker:
 
     def rank(self, symptoms: Iterable[Symptom], ctx: Context) -> list[Candidate]:
         """Every suspect of these symptoms, best first."""
-        explains: dict[tuple[str, str], set[Symptom]] = {}
+        explains: dict[str, dict[str, set[Symptom]]] = {}  # entity -> kind -> symptoms
         for s in symptoms:
-            for suspect in self.suspects.of(s, ctx):
-                explains.setdefault(suspect, set()).add(s)
-        ranked = [Candidate(e, k, self.score(e, k, found, ctx), frozenset(found)) for (e, k), found in explains.items()]
+            for entity, kind in self.suspects.of(s, ctx):
+                explains.setdefault(entity, {}).setdefault(kind, set()).add(s)
+        ranked = []
+        for entity, by_kind in explains.items():
+            # one candidate per entity: a GPU that is both hot and slow is one suspect
+            found = set().union(*by_kind.values())
+            kind = self._kind(entity, by_kind)
+            ranked.append(Candidate(entity, kind, self.score(entity, kind, found, ctx), frozenset(found)))
         ranked.sort(key=lambda c: (-c.score, c.entity, c.kind))
         return ranked
+
+    def _kind(self, entity: str, by_kind: dict[str, set[Symptom]]) -> str:
+        if len(by_kind) == 1:
+            return next(iter(by_kind))
+        if entity in self.graph and self.graph.kind(entity) == "gpu":
+            own = set().union(*by_kind.values())
+            return gpu_kind({s.family for s in own if s.entity == entity}, {s.hint for s in own if s.hint})
+        return max(by_kind, key=lambda k: (len(by_kind[k]), PRIOR.get(k, 0.0), k))
 
     def cover(self, symptoms: Iterable[Symptom], ctx: Context) -> list[tuple[Candidate, list[Candidate]]]:
         """Greedy: (root, its ranked alternatives) per group of symptoms, until all are explained."""
@@ -81,12 +94,17 @@ class Ranker:
 
     def score(self, entity: str, kind: str, found: set[Symptom], ctx: Context) -> float:
         entities = {s.entity for s in found if s.family not in SOFT}
-        score = float(len(entities)) + PRIOR.get(kind, 0.0)
+        coverage = self._coverage(entity, kind, entities)
+        others = float(len(entities - {entity}))
+        if coverage is not None:
+            # a group suspect explaining a few of its many dependents is a coincidence, not a
+            # cause: below half coverage what it explains counts for less and less
+            others = others * min(1.0, 2.0 * coverage)
+        score = others + (entity in entities) + PRIOR.get(kind, 0.0)
         own = ctx.families.get(entity, set())
         wanted, weight = SIGNATURE.get(kind, (None, 2.0))
         if (wanted is None and own - SOFT) or (wanted is not None and own & wanted):
             score += weight
-        coverage = self._coverage(entity, kind, entities)
         if coverage is not None:
             score += GROUP_WEIGHT * coverage - 1.0
         return round(score, 4)

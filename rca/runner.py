@@ -20,9 +20,10 @@ from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor, Prediction
 from detectors.runner import DetectLoop, load_events, read_chunks
 from detectors.stack import DetectorStack
+from detectors.ticks import PartitionClock
 from ingest.deadletter import DeadLetter
 from rca.graph import TopologyGraph
-from rca.incidents import EngineStats, Incident, IncidentEngine
+from rca.incidents import EngineStats, IncidentEngine
 from rca.schedule import Schedule
 
 
@@ -56,14 +57,16 @@ class Pipeline:
         for e in events or []:
             if e.get("type") == "maintenance":
                 _announce(self.detect.stack, e)
-        self.incidents: list[Incident] = []  # changes since the caller last took them
+        # (incident id, its state as JSON) per change since the caller last took them: taken as
+        # they happen, since the incident itself moves on in later ticks of the same batch
+        self.incidents: list[tuple[str, bytes]] = []
         self.detect.tick_listener = self._on_tick
         self.ticks: list[float] = []
         self.letters: list[DeadLetter] = []  # of the last feed
 
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
         self.ticks.append(t)
-        self.incidents += self.engine.process(t, anomalies, predictions)
+        self.incidents += [(i.incident_id, i.to_json()) for i in self.engine.process(t, anomalies, predictions)]
 
     def feed(self, data: bytes) -> list[Anomaly]:
         anomalies, letters = self.detect.feed(data)
@@ -73,7 +76,7 @@ class Pipeline:
     def finish(self) -> list[Anomaly]:
         return self.detect.finish()
 
-    def take(self) -> tuple[list[Prediction], list[Incident]]:
+    def take(self) -> tuple[list[Prediction], list[tuple[str, bytes]]]:
         """Predictions and incident changes since the last call (incidents as of now)."""
         predictions, incidents = self.detect.predictions, self.incidents
         self.detect.predictions, self.incidents = [], []
@@ -115,7 +118,7 @@ def run_folder(
             anomalies_out.writelines(a.to_json() + b"\n" for a in anomalies)
             predictions, incidents = pipeline.take()
             predictions_out.writelines(p.to_json() + b"\n" for p in predictions)
-            incidents_out.writelines(i.to_json() + b"\n" for i in incidents)
+            incidents_out.writelines(state + b"\n" for _, state in incidents)
             stats.anomalies += len(anomalies)
             stats.predictions += len(predictions)
             stats.incidents += len(incidents)
@@ -175,6 +178,7 @@ def run_kafka(
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()
+    clock = PartitionClock()
     started = time.monotonic()
 
     def publish(anomalies: list[Anomaly]) -> None:
@@ -183,8 +187,8 @@ def run_kafka(
             producer.send_raw(settings.anomalies_topic, a.to_json(), key=a.entity.encode())
         for p in predictions:
             producer.send_raw(settings.predictions_topic, p.to_json(), key=p.entity.encode())
-        for i in incidents:  # keyed by incident: one incident's history stays in order
-            producer.send_raw(settings.incidents_topic, i.to_json(), key=i.incident_id.encode())
+        for incident_id, state in incidents:  # keyed by incident: its history stays in order
+            producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
         producer.flush()
         stats.anomalies += len(anomalies)
         stats.predictions += len(predictions)
@@ -193,6 +197,7 @@ def run_kafka(
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):
             data, _, _ = join_messages(messages)
+            pipeline.detect.assembler.cap_ns = clock.observe([((m[0].topic, m[0].partition), m[1]) for m in messages])
             anomalies = pipeline.feed(data)
             dead.add(pipeline.letters)
             publish(anomalies)

@@ -308,6 +308,8 @@ def build_dragonfly(gpus: int) -> Topology:
     b.add("port", ports_a, switch=[router_ids[a] for a, _ in inter], peer=[router_ids[x] for _, x in inter])
     b.add("port", ports_b, switch=[router_ids[x] for _, x in inter], peer=[router_ids[a] for a, _ in inter])
     b.add("link", inter_links)
+    b.edge([router_ids[a] for a, _ in inter], ports_a, "contains")
+    b.edge([router_ids[x] for _, x in inter], ports_b, "contains")
     b.edge(ports_a, inter_links, "connects")
     b.edge(inter_links, ports_b, "connects")
     b.edge([router_ids[a] for a, _ in inter], [router_ids[x] for _, x in inter], "connects")
