@@ -416,11 +416,6 @@ class RcaRow:
     def root_ok(self) -> bool:
         return self.leaf_root == self.leaf and self.storm_root == self.storm_origin
 
-    @property
-    def worst_ms(self) -> float:
-        """The slowest tick on warm caches: what a daemon sees on its bad days."""
-        return max(self.leaf_ms[1], self.leaf_silent_ms[1], self.storm_first_ms[1], self.storm_steady_ms[1])
-
 
 def _anomaly(t: float, entity: str, metric: str, detector: str, measurement: str, value: float = 1.0) -> Anomaly:
     return Anomaly(t, entity, metric, detector, 1.0, value, 0.0, measurement)

@@ -297,8 +297,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         return run_demo(Path(args.input) if args.input else None)
     from aiops.demo_cluster import DEMO_FAULTS, run_cluster_demo
+    from detectors.predict.model import ModelError, load
+    from detectors.predict.online import OnlinePredictor, default_model_path, load_or_train_default
 
-    return run_cluster_demo(gpus=args.gpus, hours=args.hours, seed=args.seed, faults=args.faults or DEMO_FAULTS)
+    predictor = None
+    if not args.no_predict:
+        try:
+            load(default_model_path())
+        except ModelError:
+            print(f"training the failure predictor once (about a minute), cached in {default_model_path().parent}")
+        predictor = OnlinePredictor(load_or_train_default())
+    return run_cluster_demo(
+        gpus=args.gpus,
+        hours=args.hours,
+        seed=args.seed,
+        faults=args.faults or DEMO_FAULTS,
+        predictor=predictor,
+        speed=args.speed,
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -377,7 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")
     p.add_argument("--gpus", type=int, default=256)
-    p.add_argument("--hours", type=float, default=1.5)
+    p.add_argument("--hours", type=float, default=4.0, help="simulated hours (the predictor speaks after 3)")
+    p.add_argument("--speed", type=float, help="simulated seconds per second (default: as fast as it goes)")
+    p.add_argument("--no-predict", action="store_true", help="without the failure predictor")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--faults", metavar="SPEC", help="fault schedule (aiops gen syntax)")
     p.add_argument("--sample", action="store_true", help="only the ingest path, on the sample shipped with the tests")

@@ -1,110 +1,160 @@
 """`aiops demo` (default): a generated cluster with a handful of faults through the whole
-in-process pipeline — generator → line protocol on an in-process queue (standing in for Kafka) →
-ingest core → detectors (→ failure predictor, when its model is ready) — at accelerated time,
-with a progress line, then what was found against the generator's truth."""
+pipeline in-process — generator → line protocol on an in-process queue (standing in for Kafka)
+→ ingest core → detectors and failure predictor → root-cause engine and incidents — at
+accelerated time, with a live view, then what it found against the generator's truth."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
+from typing import Any, cast
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from detectors.anomaly import Anomaly
-from detectors.evaluate import evaluate
-from detectors.predict.online import OnlinePredictor, Prediction, evaluate_predictions
-from detectors.runner import DetectLoop, apply_events
+from detectors.predict.online import OnlinePredictor, Prediction
+from rca.evaluate import evaluate_run, latest_states
+from rca.graph import TopologyGraph
+from rca.incidents import Incident
+from rca.runner import Pipeline
 from telemetry_gen.generator import GenConfig, Generation
 
 _DONE = b""
-DEMO_FAULTS = "gpu_straggler=1,psu_failure=1,leaf_down=1,pfc_storm=1,gpu_fell_off_bus=1,nic_link_flap=1"
+DEMO_FAULTS = (
+    "gpu_straggler=1,psu_failure=1,leaf_down=1,pfc_storm=1,"
+    "gpu_hbm_ecc=1,optic_degradation=1,gpu_thermal=1,rack_cooling=1"
+)
+SEVERITY_STYLE = {"critical": "bold red", "major": "red", "minor": "yellow", "warning": "cyan"}
 
 
 def run_cluster_demo(
     gpus: int = 256,
-    hours: float = 1.5,
+    hours: float = 4.0,
     interval: float = 30.0,
     seed: int = 7,
     faults: str = DEMO_FAULTS,
     predictor: OnlinePredictor | None = None,
+    speed: float | None = None,
     console: Console | None = None,
 ) -> int:
+    """`speed`: simulated seconds per wall-clock second (None: as fast as it goes)."""
     console = console or Console()
     gen = Generation(GenConfig(gpus=gpus, hours=hours, interval=interval, seed=seed, faults=faults))
     console.print(
-        f"[bold]aiops demo[/bold]: {gpus} GPUs ({gen.topology.entity_count:,} entities), {hours} h at {interval:g} s, "
-        f"{len(gen.faults)} injected faults, jobs, checkpoints and maintenance; everything in-process"
+        f"[bold]aiops demo[/bold]: {gpus} GPUs ({gen.topology.entity_count:,} entities), {hours:g} h at "
+        f"{interval:g} s ticks, {len(gen.faults)} injected faults plus jobs, checkpoints and maintenance; "
+        "everything in-process, no services"
     )
+    graph = TopologyGraph.from_json(gen.topology.to_json())
+    pipeline = Pipeline(graph, gen.events(), predictor)
     inbox: queue.Queue[bytes] = queue.Queue(maxsize=4)
 
-    def exporter() -> None:  # the generator's side: encoded ticks onto the "topic"
+    def exporter() -> None:  # the cluster's side: one encoded tick at a time onto the "topic"
+        from ingest.lineprotocol import lines_to_bytes
+
         for tick in gen.ticks():
-            inbox.put(b"".join(lines for _, lines in _encoded(gen, tick)))
+            inbox.put(b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick)))
+            if speed:
+                time.sleep(interval / speed)
         inbox.put(_DONE)
 
-    loop = DetectLoop(interval=interval, predictor=predictor)
-    apply_events(loop.stack, gen.events())
-    anomalies: list[Anomaly] = []
-    started = time.perf_counter()
+    states: list[dict[str, Any]] = []
+    predictions: list[Prediction] = []
+    started = drawn = time.perf_counter()
     threading.Thread(target=exporter, name="demo-exporter", daemon=True).start()
-    with console.status("running") as status:
-        while (data := inbox.get()) != _DONE:
-            found, _ = loop.feed(data)
-            anomalies += found
-            rate = loop.stats.values / (time.perf_counter() - started)
-            status.update(
-                f"{loop.stats.ticks} ticks, {loop.stats.values:,} values, {len(anomalies)} anomalies, "
-                f"{len(loop.predictions)} predictions, {rate:,.0f} values/s"
-            )
-        anomalies += loop.finish()
+    with Live(console=console, auto_refresh=False, transient=False) as live:
+        while True:
+            data = inbox.get()
+            if data == _DONE:
+                pipeline.finish()
+            else:
+                pipeline.feed(data)
+            new_predictions, changes = pipeline.take()
+            predictions += new_predictions
+            states += [json.loads(state) for _, state in changes]
+            if data == _DONE or time.perf_counter() - drawn >= 0.2:  # drawing costs more than a tick
+                live.update(_view(pipeline, predictions, started, gen.workload.t0), refresh=True)
+                drawn = time.perf_counter()
+            if data == _DONE:
+                break
     elapsed = time.perf_counter() - started
-    _show(console, gen, anomalies, loop.predictions, interval, gpus, hours)
-    console.print(
-        f"{loop.stats.values:,} values in {elapsed:.1f} s ({loop.stats.values / elapsed:,.0f} values/s); "
-        f"{loop.stats.suppressed} anomalies held back for announced maintenance"
-    )
+    values = pipeline.detect.stats.values
+    console.print(f"{values:,} values in {elapsed:.1f} s ({values / elapsed:,.0f} values/s)")
+    earliest = gen.workload.t0 + predictor.warmup_s if predictor is not None else None
+    _report(console, gen, states, predictions, interval, earliest)
     return 0
 
 
-def _encoded(gen: Generation, tick: object) -> list[tuple[object, bytes]]:
-    from ingest.lineprotocol import lines_to_bytes
+def _view(pipeline: Pipeline, predictions: list[Prediction], started: float, t0: float) -> Group:
+    stats = pipeline.detect.stats
+    elapsed = max(time.perf_counter() - started, 1e-9)
+    now = (pipeline.ticks[-1] - t0) / 3600 if pipeline.ticks else 0.0
+    head = Text(
+        f"cluster time {now:5.2f} h, {stats.ticks} ticks, {stats.values:,} values "
+        f"({stats.values / elapsed:,.0f}/s)\n{stats.anomalies:,} anomalies -> "
+        f"{pipeline.engine_stats.opened} incidents ({pipeline.engine_stats.attached:,} symptoms folded in), "
+        f"{len(predictions)} predictions"
+    )
+    table = Table(title="open incidents and warnings")
+    for col in ("id", "severity", "root cause", "kind", "affected", "jobs/GPUs"):
+        table.add_column(col, no_wrap=True)
+    shown: list[Incident] = sorted(
+        {id(i): i for i in pipeline.engine.open.values()}.values(), key=lambda i: (i.status != "open", i.opened)
+    )
+    for i in shown[:12]:
+        table.add_row(
+            i.incident_id,
+            Text(i.severity, style=SEVERITY_STYLE.get(i.severity, "")),
+            i.root.entity,
+            i.root.kind,
+            str(len(i.affected)),
+            f"{len(i.jobs)}/{i.gpus_hit}",
+        )
+    return Group(head, table)
 
-    return [(frame, lines_to_bytes(lines)) for frame, lines in gen.sim.lines(tick)]  # type: ignore[arg-type]
 
-
-def _show(
+def _report(
     console: Console,
     gen: Generation,
-    anomalies: list[Anomaly],
+    states: list[dict[str, Any]],
     predictions: list[Prediction],
     interval: float,
-    gpus: int,
-    hours: float,
+    earliest: float | None,
 ) -> None:
-    report = evaluate(anomalies, gen.truth(), interval, gpus, hours)
-    table = Table(title="Injected faults and what the detectors saw first")
-    for col in ("fault", "root", "onset (min)", "first anomaly on it", "delay (ticks)"):
-        table.add_column(col)
-    by_entity: dict[str, list[Anomaly]] = {}
-    for a in anomalies:
-        by_entity.setdefault(a.entity, []).append(a)
-    for f in gen.faults:
-        hits = sorted((a for e in f.affected for a in by_entity.get(e, []) if a.at >= f.onset), key=lambda a: a.at)
-        first = hits[0] if hits else None
+    truth = cast(list[dict[str, Any]], gen.truth())
+    incidents = [dict(i) for i in latest_states(states)]
+    table = Table(title="Injected faults and the incidents that named them")
+    for col in ("fault", "root", "onset h", "incident", "named root", "ticks to detect"):
+        table.add_column(col, no_wrap=True)
+    for f in truth:
+        matches = [
+            i
+            for i in incidents
+            if i["status"] != "warning"
+            and f["onset"] <= i["opened"] <= f["onset"] + 600
+            and (i["root_cause"]["entity"] == f["root"] or f["root"] in i["affected"])
+        ]
+        first = min(matches, key=lambda i: i["opened"], default=None)
+        right = first is not None and first["candidates"][0]["entity"] == f["root"]
         table.add_row(
-            f.kind,
-            f.root,
-            f"{(f.onset - gen.workload.t0) / 60:.1f}",
-            f"{first.entity} {first.metric} ({first.detector})" if first else "—",
-            f"{(first.at - f.onset) / interval:.1f}" if first else "—",
+            f["kind"],
+            f["root"],
+            f"{(f['onset'] - gen.workload.t0) / 3600:.2f}",
+            first["incident_id"] if first else "missed",
+            ("yes" if right else f"no: {first['candidates'][0]['entity']}") if first else "—",
+            f"{(first['opened'] - f['onset']) / interval:.1f}" if first else "—",
         )
     console.print(table)
-    console.print(
-        f"detected within two ticks: {sum(r.detected for r in report.kinds.values())}/{len(gen.faults)}; "
-        f"alarm episodes {report.episodes}, false {report.false_alarm_episodes}"
-    )
-    if predictions:
-        p = evaluate_predictions(predictions, gen.truth())
-        console.print(f"{len(predictions)} failure predictions, {p.hits} came true within their horizon")
+    result = evaluate_run(truth, incidents, [_as_dict(p) for p in predictions], interval_s=interval, earliest=earliest)
+    console.print(result.format_table(), soft_wrap=True, highlight=False)
+
+
+def _as_dict(p: Prediction) -> dict[str, Any]:
+    return dict(json.loads(p.to_json()))
+
+
+__all__ = ["DEMO_FAULTS", "run_cluster_demo"]

@@ -22,12 +22,12 @@ def test_bench_rca_has_a_row_per_size_and_finds_the_roots() -> None:
     assert [r.gpus for r in rows] == [256, 1024]
     for r in rows:
         assert r.root_ok, (r.leaf, r.leaf_root, r.storm_origin, r.storm_root)
-        assert r.leaf_anomalies > 0 and r.storm_anomalies > r.leaf_anomalies
+        assert r.leaf_anomalies > 0 and r.storm_anomalies > 0
         assert r.entities > 0 and r.edges > 0
     graphs, latency = rca_tables(rows)
     assert graphs.row_count == latency.row_count == 2
     text = out.getvalue()
-    assert "root ok" in text and "1,024" in text
+    assert "root ok" in text and "1,024" in text  # wide enough for one-line headers
     assert text.count(" yes ") == 2
 
 
@@ -50,4 +50,4 @@ def test_bench_rca_bursts_are_the_ones_the_graph_expects() -> None:
 def test_cli_bench_rca(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "rca", "--sizes", "256", "--repeat", "1", "--background-ticks", "3"]) == 0
     out = capsys.readouterr().out
-    assert "root ok" in out and "yes" in out
+    assert "IncidentEngine.process" in out and "yes" in out and " no" not in out
