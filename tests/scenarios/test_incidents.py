@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -26,7 +26,7 @@ def _incidents(out: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_one_fault_gives_one_incident_naming_its_root(tmp_path: Path, kind: str) -> None:
     gen = Generation(GenConfig(gpus=256, hours=2, interval=30, seed=5, faults=f"{kind}=1"))
-    [fault] = gen.truth()
+    [fault] = cast(list[dict[str, Any]], gen.truth())
     write_folder(gen, tmp_path / "run")
     run_folder(tmp_path / "run", tmp_path / "out")
     incidents = [i for i in _incidents(tmp_path / "out") if i["status"] != "warning"]
