@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import time
 import uuid
 from collections.abc import Callable
@@ -570,6 +571,8 @@ def measure_rca(gpus: int, repeat: int = 3, background_ticks: int = 20, seed: in
     load_s = time.perf_counter() - started
     del data
     sc = _RcaScenario.build(topology, background_ticks, seed)
+    gc.collect()  # as the daemon does after loading its topology (rca/runner.py)
+    gc.freeze()
     burst_t = background_ticks * RCA_INTERVAL_S
     background: list[float] = []
     leaf_ms: list[float] = []

@@ -49,7 +49,7 @@ class TopologyGraph:
             self.index[entity] = len(self.ids)
             self.ids.append(entity)
             self.attrs.append(node)
-        self.kinds: NDArray[np.str_] = np.array([a["kind"] for a in self.attrs]) if self.attrs else np.zeros(0, "U1")
+        self.kinds: list[str] = [a["kind"] for a in self.attrs]  # a list: indexing numpy strings is slow
         up_src: list[int] = []
         up_dst: list[int] = []
         self._parent = np.full(len(self.ids), -1, dtype=np.int64)  # container, by "contains"
@@ -88,6 +88,9 @@ class TopologyGraph:
         self.dependents_of = lru_cache(maxsize=4096)(self._dependents)
         self._plane = self._switch_planes()
         self.plane = lru_cache(maxsize=1 << 16)(self._plane_of)
+        self.node_of = lru_cache(maxsize=1 << 20)(self._node_of)
+        self.cables = lru_cache(maxsize=1 << 14)(self._cables)
+        self._far = self._far_ends()
 
     # ------------------------------------------------------------------ loading
 
@@ -118,7 +121,7 @@ class TopologyGraph:
         return len(self.ids)
 
     def kind(self, entity: str) -> str:
-        return str(self.kinds[self._i(entity)])
+        return self.kinds[self._i(entity)]
 
     def depends_on(self, entity: str, max_depth: int = 8) -> list[str]:
         """Everything whose failure can show on `entity`, nearest first."""
@@ -130,7 +133,8 @@ class TopologyGraph:
         if kinds is None:
             return [self.ids[i] for i in found]
         wanted = set(kinds)
-        return [self.ids[i] for i in found if self.kinds[i] in wanted]
+        kinds = self.kinds
+        return [self.ids[i] for i in found if kinds[i] in wanted]
 
     def parent(self, entity: str) -> str | None:
         p = int(self._parent[self._i(entity)])
@@ -153,8 +157,32 @@ class TopologyGraph:
             i = int(self._parent[i])
         return None
 
-    def node_of(self, entity: str) -> str | None:
+    def _node_of(self, entity: str) -> str | None:
         return entity if self.kind(entity) == "node" else self.ancestor(entity, "node")
+
+    def _cables(self, switch: str) -> tuple[tuple[str, str | None], ...]:
+        """(port, what is at its far end: a NIC, or the far switch's port) for each port of a
+        switch: what a switch failure shows up on, without walking everything behind it."""
+        out = []
+        for port in self._children.get(self._i(switch), []):
+            if self.kinds[port] == "port":
+                far = self._far.get(port)
+                out.append((self.ids[port], self.ids[far] if far is not None else None))
+        return tuple(out)
+
+    def _far_ends(self) -> dict[int, int]:
+        """Port -> the entity at the other end of its cable (a NIC, through its optic, or another
+        switch's port), for every cable, once at load: bursts ask about thousands of them."""
+        far: dict[int, int] = {}
+        kinds, parent = self.kinds, self._parent
+        for link, ends in self._peers.items():
+            if kinds[link] != "link" or len(ends) != 2:
+                continue
+            a, b = ends
+            for near, other in ((a, b), (b, a)):
+                if kinds[near] == "port":
+                    far[near] = int(parent[other]) if kinds[other] == "optic" and parent[other] >= 0 else other
+        return far
 
     def switch_of(self, entity: str) -> str | None:
         """The switch a port or NIC is cabled to (for a switch: itself)."""
@@ -206,7 +234,7 @@ class TopologyGraph:
     def _switch_planes(self) -> dict[int, int]:
         """Switches joined by switch-to-switch cables form a plane (a rail of a rail-optimised
         fat-tree, the whole of a dragonfly): congestion and pause frames spread within one."""
-        switches = [i for i, k in enumerate(self.kinds.tolist()) if k in ("leaf", "spine")]
+        switches = [i for i, k in enumerate(self.kinds) if k in ("leaf", "spine")]
         root = {i: i for i in switches}
 
         def find(i: int) -> int:

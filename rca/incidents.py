@@ -254,7 +254,9 @@ class IncidentEngine:
 
     def _refresh(self, incident: Incident, ctx: Context, t: float, changed: dict[str, Incident]) -> None:
         """Re-rank with all the evidence so far; name the kind; blast radius; severity."""
-        ranked = self.ranker.rank(incident.symptoms, ctx)
+        # just opened from this very evidence: the cover's ranking stands
+        fresh = incident.opened == t and incident.candidates and incident.candidates[0] is incident.root
+        ranked = incident.candidates if fresh else self.ranker.rank(incident.symptoms, ctx)
         if ranked and ranked[0].entity != incident.root.entity and ranked[0].score > incident.root.score:
             self._reroot(incident, ranked[0], t, changed)
         current = next((c for c in ranked if c.entity == incident.root.entity), incident.root)
@@ -305,9 +307,16 @@ class IncidentEngine:
         found = self._under.get(entity)
         if found is None:
             g = self.graph
-            found = frozenset(
-                n for d in (g.dependents(entity) if entity in g else []) if (n := g.node_of(d)) is not None
-            )
+            if entity not in g:
+                found = frozenset()
+            elif g.kind(entity) in ("leaf", "spine"):  # through its cables (a spine's: to leaves)
+                ends = [far for _, far in g.cables(entity) if far is not None]
+                if not any(g.kind(e) == "nic" for e in ends):
+                    far_switches = {g.parent(e) for e in ends if g.kind(e) == "port"}
+                    ends += [f for s in far_switches if s is not None for _, f in g.cables(s) if f is not None]
+                found = frozenset(n for e in ends if g.kind(e) == "nic" and (n := g.node_of(e)) is not None)
+            else:
+                found = frozenset(n for d in g.dependents(entity) if (n := g.node_of(d)) is not None)
             self._under[entity] = found
         return found
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rca.graph import TopologyGraph
 from rca.symptoms import PRIOR, SOFT, Suspects, Symptom, gpu_kind
@@ -50,6 +51,8 @@ class Context:
     families: dict[str, set[str]] = field(default_factory=dict)  # entity -> recent symptom families
     talkers: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> NICs sending pauses
     congested: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> spines waiting
+    # suspects per symptom, worked out once per tick (a storm asks about thousands, several times)
+    suspects: dict[Any, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 class Ranker:
@@ -114,11 +117,10 @@ class Ranker:
         if entity not in g:
             return None
         if kind in ("leaf_down", "switch_down"):
-            nics = g.dependents(entity, ["nic"])
-            ports = set(g.children(entity, "port"))
-            hit = {n for n in nics if n in sick} | {g.nic_of_port(p) for p in ports & sick}
-            hit.discard(None)
-            return len(hit) / len(nics) if nics else 1.0 if sick else 0.0
+            # the share of its cables that went bad, seen from either end
+            cables = g.cables(entity)
+            hit = sum(1 for port, far in cables if port in sick or far in sick)
+            return hit / len(cables) if cables else 1.0 if sick else 0.0
         if kind == "psu_failure":
             node = g.parent(entity)
             gpus = g.children(node, "gpu") if node else []

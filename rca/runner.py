@@ -8,6 +8,7 @@ predictions, so both modes open the same incidents from the same data.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Callable
@@ -50,6 +51,10 @@ class Pipeline:
         predictor: OnlinePredictor | None = None,
         lateness_s: float = 0.0,
     ) -> None:
+        # the graph is a million long-lived objects: keep the cyclic collector from walking
+        # them on every full pass (which would land on a burst tick)
+        gc.collect()
+        gc.freeze()
         self.detect = DetectLoop(predictor=predictor)
         self.detect.assembler.lateness_s = lateness_s
         self.schedule = Schedule.from_events(events or [])

@@ -129,6 +129,12 @@ class Suspects:
         self.graph = graph
 
     def of(self, s: Symptom, ctx: Context) -> list[tuple[str, str]]:
+        found = ctx.suspects.get(s)
+        if found is None:
+            found = ctx.suspects[s] = self._of(s, ctx)
+        return found
+
+    def _of(self, s: Symptom, ctx: Context) -> list[tuple[str, str]]:
         g = self.graph
         talkers = ctx.talkers
         if s.entity not in g:
