@@ -29,6 +29,7 @@ SOFT_MEMORY_S = 12 * 3600.0  # early warnings (a sagging optic, a prediction) co
 TALKER_MEMORY_S = 180.0
 MAX_EVIDENCE = 12
 UPDATE_EVERY_S = 300.0
+SWEEP_EVERY_S = 60.0  # forgetting old symptom families is housekeeping, not per tick
 MAX_AFFECTED = 500
 
 ACTIONS = {
@@ -147,6 +148,7 @@ class IncidentEngine:
         self._talkers: dict[str, float] = {}  # NIC sending pauses -> last seen
         self._congested: dict[str, float] = {}  # spine waiting on its ports -> last seen
         self._under: dict[str, frozenset[str]] = {}
+        self._swept = -float("inf")
 
     # ------------------------------------------------------------------ the tick
 
@@ -210,7 +212,7 @@ class IncidentEngine:
             for entity in sources:
                 planes.setdefault(self.graph.plane(entity) if entity in self.graph else -1, set()).add(entity)
             by_plane.append(planes)
-        return Context({e: set(f) for e, f in self._families.items()}, by_plane[0], by_plane[1])
+        return Context(self._families, by_plane[0], by_plane[1])  # live: read within this tick only
 
     def _explaining(self, s: Symptom, ctx: Context) -> Incident | None:
         for entity, _ in self.ranker.suspects.of(s, ctx):
@@ -357,6 +359,9 @@ class IncidentEngine:
             self.stats.resolved += 1
             del self.open[entity]
             changed[incident.incident_id] = incident
+        if t - self._swept < SWEEP_EVERY_S:
+            return
+        self._swept = t
         for entity, families in list(self._families.items()):
             for family, last in list(families.items()):
                 if t - last > (SOFT_MEMORY_S if family in SOFT else FAMILY_MEMORY_S):

@@ -14,7 +14,7 @@ Then a greedy cover: the best suspect takes the symptoms it explains, the next b
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ class Candidate:
 class Context:
     """What is going on around the symptoms being ranked."""
 
-    families: dict[str, set[str]] = field(default_factory=dict)  # entity -> recent symptom families
+    # entity -> the symptom families it showed recently (any collection of family names)
+    families: Mapping[str, Collection[str]] = field(default_factory=dict)
     talkers: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> NICs sending pauses
     congested: dict[int, set[str]] = field(default_factory=dict)  # fabric plane -> spines waiting
     # suspects per symptom, worked out once per tick (a storm asks about thousands, several times)
@@ -104,7 +105,7 @@ class Ranker:
             # cause: below half coverage what it explains counts for less and less
             others = others * min(1.0, 2.0 * coverage)
         score = others + (entity in entities) + PRIOR.get(kind, 0.0)
-        own = ctx.families.get(entity, set())
+        own = set(ctx.families.get(entity, ()))
         wanted, weight = SIGNATURE.get(kind, (None, 2.0))
         if (wanted is None and own - SOFT) or (wanted is not None and own & wanted):
             score += weight

@@ -9,8 +9,7 @@ among the suspects by what else is going on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from detectors.anomaly import Anomaly
 from rca.graph import TopologyGraph
@@ -56,8 +55,7 @@ PRIOR: dict[str, float] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Symptom:
+class Symptom(NamedTuple):  # a tuple: hashed in C, and a storm hashes tens of thousands a tick
     entity: str
     family: str  # xid, ecc, nvlink, pcie, slow, hot, power_brake, silent, link, pause, pause_tx, wait, env, psu, ...
     hint: str = ""  # a fault kind the evidence itself names (an XID's usual cause), or ""
@@ -147,9 +145,13 @@ class Suspects:
             return [(gpu, "gpu_nvlink") for gpu in (g.children(node, "gpu") if node else [])]
         if s.family == "pause":
             plane = g.plane(s.entity)
-            sources = sorted(talkers.get(plane, ()))
-            if sources:
-                return [(nic, "pfc_storm") for nic in sources]
+            by_plane = ctx.suspects.get(("pause", plane))
+            if by_plane is None:
+                by_plane = ctx.suspects[("pause", plane)] = [
+                    (nic, "pfc_storm") for nic in sorted(talkers.get(plane, ()))
+                ]
+            if by_plane:
+                return by_plane
             nic = s.entity if kind == "nic" else g.nic_of_port(s.entity) if kind == "port" else None
             return [(nic or s.entity, "pfc_storm")]
         if s.family == "pause_tx":
