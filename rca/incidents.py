@@ -204,12 +204,15 @@ class IncidentEngine:
 
     def _context(self, t: float) -> Context:
         by_plane: list[dict[int, set[str]]] = []
-        for sources in (self._talkers, self._congested):
+        for sources, kind in ((self._talkers, "pfc_storm"), (self._congested, "spine_congestion")):
             for entity, last in list(sources.items()):
                 if t - last > TALKER_MEMORY_S:
                     del sources[entity]
+            # a storm or a congestion with an open incident still explains its plane's symptoms
+            # between the detectors' repeats
+            ongoing = {e for e, i in self.open.items() if i.status == "open" and i.root.kind == kind}
             planes: dict[int, set[str]] = {}
-            for entity in sources:
+            for entity in sources.keys() | ongoing:
                 planes.setdefault(self.graph.plane(entity) if entity in self.graph else -1, set()).add(entity)
             by_plane.append(planes)
         return Context(self._families, by_plane[0], by_plane[1])  # live: read within this tick only

@@ -443,7 +443,7 @@ def test_dockerfile_builds_the_project_daemon(compose: dict[str, Any]) -> None:
 
 def test_every_service_of_our_image_runs_a_command_the_cli_accepts(compose: dict[str, Any]) -> None:
     ours = {name: s for name, s in compose["services"].items() if str(s.get("image", "")).startswith("aiops-gpu")}
-    assert {"aiops", "aiops-detect"} <= set(ours)
+    assert {"aiops", "aiops-run"} <= set(ours)
     for name, service in ours.items():
         command = service["command"]
         assert command[0] == "aiops", name
