@@ -24,8 +24,8 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (DESIGN.md)")
-    p.add_argument("--truth", metavar="FILE", required=True, help="truth.jsonl of the generated cluster")
-    p.add_argument("--run", metavar="DIR", required=True, help="the output folder of aiops run")
+    p.add_argument("--truth", metavar="FILE", required=True, nargs="+", help="truth.jsonl of the generated cluster")
+    p.add_argument("--run", metavar="DIR", required=True, nargs="+", help="the output folder of aiops run")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=cmd_eval)
 
@@ -93,10 +93,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from aiops.cli import CliError
-    from rca.evaluate import EvaluationError, evaluate_paths
+    from rca.evaluate import EvaluationError, evaluate_many, evaluate_paths
 
+    if len(args.truth) != len(args.run):
+        raise CliError("give one --run DIR per --truth FILE (in the same order) to score several runs together")
     try:
-        result = evaluate_paths(Path(args.truth), Path(args.run))
+        if len(args.truth) == 1:
+            result = evaluate_paths(Path(args.truth[0]), Path(args.run[0]))
+        else:
+            result = evaluate_many([(Path(t), Path(r)) for t, r in zip(args.truth, args.run, strict=True)])
     except EvaluationError as exc:
         raise CliError(str(exc)) from None
     if args.json:

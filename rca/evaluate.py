@@ -24,6 +24,7 @@ __all__ = [
     "EvaluationError",
     "KindScore",
     "RunEvaluation",
+    "evaluate_many",
     "evaluate_paths",
     "evaluate_run",
     "latest_states",
@@ -375,10 +376,17 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = None) -> RunEvaluation:
-    """Score run_dir (incidents.jsonl, predictions.jsonl if any, run.json if any) against
-    truth_path; topology.json beside the truth enables the "E contains" prediction rule. An
-    explicit interval_s wins over run.json's."""
+@dataclass
+class _Loaded:
+    truth: list[dict[str, Any]]
+    incidents: list[dict[str, Any]]
+    predictions: list[dict[str, Any]]
+    interval_s: float | None
+    earliest: float | None
+    contains: dict[str, set[str]] | None
+
+
+def _load(truth_path: Path, run_dir: Path, interval_s: float | None) -> _Loaded:
     truth = _read_jsonl(truth_path)
     incidents = _read_jsonl(run_dir / "incidents.jsonl")
     predictions_path = run_dir / "predictions.jsonl"
@@ -397,4 +405,54 @@ def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = N
             earliest = float(run["predictions_from"])
     topology = truth_path.parent / "topology.json"
     contains = load_contains(topology) if topology.exists() else None
-    return evaluate_run(truth, incidents, predictions, interval_s=interval_s, contains=contains, earliest=earliest)
+    return _Loaded(truth, incidents, predictions, interval_s, earliest, contains)
+
+
+def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = None) -> RunEvaluation:
+    """Score run_dir (incidents.jsonl, predictions.jsonl if any, run.json if any) against
+    truth_path; topology.json beside the truth enables the "E contains" prediction rule. An
+    explicit interval_s wins over run.json's."""
+    r = _load(truth_path, run_dir, interval_s)
+    return evaluate_run(
+        r.truth, r.incidents, r.predictions, interval_s=r.interval_s, contains=r.contains, earliest=r.earliest
+    )
+
+
+POOL_SPACING_S = 1e8  # runs are laid end to end this far apart, so no window spans two of them
+
+
+def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = None) -> RunEvaluation:
+    """Several (truth, run) pairs scored as one: each run is moved to its own stretch of time and
+    its ids are prefixed, so matches never cross runs; counts add up and percentiles are over
+    every fault. A fault its run's predictor could not yet have seen is left out of prediction
+    recall, as evaluate_paths does for one run."""
+    truth: list[dict[str, Any]] = []
+    incidents: list[dict[str, Any]] = []
+    predictions: list[dict[str, Any]] = []
+    contains: dict[str, set[str]] = {}
+    intervals = set()
+    for k, (truth_path, run_dir) in enumerate(pairs):
+        r = _load(truth_path, run_dir, interval_s)
+        shift = k * POOL_SPACING_S
+        intervals.add(r.interval_s)
+        for f in r.truth:
+            g = {**f, "fault_id": f"{k}:{f['fault_id']}"}
+            for key in ("onset", "end", "precursor_start"):
+                if g.get(key) is not None:
+                    g[key] = float(g[key]) + shift
+            too_early = r.earliest is not None and float(f["onset"]) < r.earliest + MIN_LEAD_S
+            if too_early and g.get("precursor_start") is not None:
+                g["precursor_start"] = None  # before the predictor could speak: not counted
+            truth.append(g)
+        for i in r.incidents:
+            j = {**i, "incident_id": f"{k}:{i['incident_id']}"}
+            for key in ("opened", "updated", "resolved", "warned"):
+                if j.get(key) is not None:
+                    j[key] = float(j[key]) + shift
+            incidents.append(j)
+        predictions += [{**p, "at": float(p["at"]) + shift} for p in r.predictions]
+        for parent, children in (r.contains or {}).items():
+            contains.setdefault(parent, set()).update(children)
+    known = {i for i in intervals if i is not None}
+    pooled_interval = known.pop() if len(known) == 1 else None
+    return evaluate_run(truth, incidents, predictions, interval_s=pooled_interval, contains=contains or None)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rca.evaluate import EvaluationError, evaluate_paths, evaluate_run, load_contains
+from rca.evaluate import EvaluationError, evaluate_many, evaluate_paths, evaluate_run, load_contains
 
 ONSET = 10_000.0
 HOUR = 3600.0
@@ -293,3 +293,19 @@ def test_to_json_is_strict_json_and_table_names_every_kind() -> None:
     for name in ("gpu_thermal", "leaf_down", "gpu_hbm_ecc", "all", "prediction precision"):
         assert name in table
     assert "ticks" in table
+
+
+def test_several_runs_pool_into_one_evaluation_without_crossing(tmp_path: Path) -> None:
+    pairs = []
+    for k, opened in enumerate([ONSET + 30, ONSET + 900]):  # the second run detects too late
+        data, out = tmp_path / f"data{k}", tmp_path / f"out{k}"
+        data.mkdir()
+        out.mkdir()
+        write_jsonl(data / "truth.jsonl", [fault("f1")])  # same ids, same times, same entities
+        write_jsonl(out / "incidents.jsonl", [incident("i1", opened=opened)])
+        (out / "run.json").write_text(json.dumps({"interval_s": 30.0}))
+        pairs.append((data / "truth.jsonl", out))
+    pooled = evaluate_many(pairs)
+    assert (pooled.overall.faults, pooled.overall.detected) == (2, 1)  # run 1's incident saves no one in run 2
+    assert pooled.overall.incidents == 2 and pooled.overall.true_incidents == 2  # late, but while it lasted
+    assert pooled.interval_s == 30.0 and pooled.overall.ttd_p50_ticks == 1.0
