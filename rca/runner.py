@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,6 +27,8 @@ from ingest.deadletter import DeadLetter
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
 from rca.schedule import Schedule
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -68,10 +71,17 @@ class Pipeline:
         self.detect.tick_listener = self._on_tick
         self.ticks: list[float] = []
         self.letters: list[DeadLetter] = []  # of the last feed
+        self.engine_errors = 0
 
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
         self.ticks.append(t)
-        self.incidents += [(i.incident_id, i.to_json()) for i in self.engine.process(t, anomalies, predictions)]
+        try:
+            changed = self.engine.process(t, anomalies, predictions)
+        except Exception:  # a bug in the analysis must not stop telemetry, anomalies or the daemon
+            self.engine_errors += 1
+            log.exception("incident engine failed on tick %s (%d anomalies); continuing", t, len(anomalies))
+            return
+        self.incidents += [(i.incident_id, i.to_json()) for i in changed]
 
     def feed(self, data: bytes) -> list[Anomaly]:
         anomalies, letters = self.detect.feed(data)

@@ -400,3 +400,21 @@ def test_evidence_is_capped_but_counted(engine: IncidentEngine) -> None:
     body = incident.record()
     assert len(body["evidence"]) == 12 and body["evidence_count"] == 32
     assert body["affected_count"] == 33
+
+
+def test_an_engine_failure_does_not_stop_the_pipeline(graph: TopologyGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingest.lineprotocol import lines_to_bytes
+    from rca.runner import Pipeline
+    from telemetry_gen.generator import GenConfig, Generation
+
+    gen = Generation(GenConfig(gpus=256, hours=0.1, interval=30, seed=3, faults="psu_failure=1"))
+    pipeline = Pipeline(graph, gen.events())
+
+    def broken(*_: object) -> list[Incident]:
+        raise RuntimeError("a bug in the engine")
+
+    monkeypatch.setattr(pipeline.engine, "process", broken)
+    for tick in gen.ticks():
+        pipeline.feed(b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick)))
+    pipeline.finish()
+    assert pipeline.engine_errors == pipeline.detect.stats.ticks > 0  # every tick failed, none stopped it
