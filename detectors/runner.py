@@ -135,7 +135,8 @@ class DetectLoop:
         predicted = len(self.predictions)
         if self.predictor is not None:
             for a in found:
-                self._recent[a.entity] = t
+                if not a.detector.startswith("warn:"):  # an early warning is what predictions are for
+                    self._recent[a.entity] = t
             if len(self._recent) > 10_000:  # forget old ones now and then
                 self._recent = {e: at for e, at in self._recent.items() if t - at < FAILING_FOR_S}
             failing = {e for e, at in self._recent.items() if t - at < FAILING_FOR_S}

@@ -88,6 +88,7 @@ class Incident:
     symptoms: set[Symptom] = field(default_factory=set)
     affected: dict[str, None] = field(default_factory=dict)  # insertion-ordered set
     jobs: list[str] = field(default_factory=list)
+    job_gpus: dict[str, int] = field(default_factory=dict)  # every job hit so far -> its GPUs
     gpus_hit: int = 0
     evidence: list[dict[str, Any]] = field(default_factory=list)
     evidence_count: int = 0
@@ -295,10 +296,12 @@ class IncidentEngine:
         g = self.graph
         nodes = {n for e in incident.affected if e in g and (n := g.node_of(e)) is not None}
         nodes |= self._nodes_under(incident.root.entity)
-        jobs = self.schedule.jobs_on(sorted(nodes), t)
-        incident.jobs = [j.job for j in jobs]
+        # every job the incident has hit so far: a job it killed has ended, but it was hit
+        for job in self.schedule.jobs_on(sorted(nodes), t):
+            incident.job_gpus.setdefault(job.job, job.gpus)
+        incident.jobs = sorted(incident.job_gpus)
         gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")
-        incident.gpus_hit = sum(j.gpus for j in jobs) or gpus
+        incident.gpus_hit = sum(incident.job_gpus.values()) or gpus
         severity = SEVERITY.get(incident.root.kind, "major")
         if incident.gpus_hit >= 512:
             severity = "critical"
