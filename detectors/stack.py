@@ -100,6 +100,7 @@ SAG: dict[str, dict[str, float]] = {"optic": {"rx_power_dbm": 1.5}}
 SAG_TAU_S = 6 * 3600.0
 SAG_REPEAT_S = 3600.0
 DARK_DBM = -20.0  # no light at all: the link is down, which the link rules report
+STATE_REPEAT_S = 300.0  # a bad state that lasts is reported again this often
 SILENT_AFTER_TICKS = 2  # missing this many ticks in a row while it should report
 MAX_GAP_TICKS = 5  # a counter unseen for longer starts a new baseline (see rates.py)
 PERSIST_TICKS = 2
@@ -110,6 +111,7 @@ class _MeasurementState:
     entities: EntityIndex = field(default_factory=EntityIndex)
     rates: CounterRates | None = None
     bad_state: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.bool_))
+    state_fired: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # when each state last fired
     persistence: Persistence | None = None
     last_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
     expected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))  # should report
@@ -246,6 +248,9 @@ class DetectorStack:
             st.bad_state = grow(st.bad_state, n_entities, False)
             if st.bad_state.shape[1] != len(states):
                 st.bad_state = np.zeros((len(st.bad_state), len(states)), dtype=np.bool_)
+            st.state_fired = grow(st.state_fired, n_entities, -np.inf)
+            if st.state_fired.shape[1:] != (len(states),):
+                st.state_fired = np.full((len(st.bad_state), len(states)), -np.inf)
             for j, (metric, test) in enumerate(states.items()):
                 if metric not in frame.fields:
                     continue
@@ -253,6 +258,11 @@ class DetectorStack:
                 bad = test(v) & ~np.isnan(v)
                 entering = bad & ~st.bad_state[series, j]
                 st.bad_state[series, j] = bad
+                # a state that persists is said again now and then: whoever listens (the incident
+                # engine, a fresh subscriber) learns it is still failed, not only that it failed once
+                fired = st.state_fired[series, j]
+                entering |= bad & (t - fired >= STATE_REPEAT_S)
+                st.state_fired[series, j] = np.where(entering, t, fired)
                 detector = "rule:xid" if metric == "DCGM_FI_DEV_XID_ERRORS" else "rule:state"
                 detail = _xid_detail(v) if metric == "DCGM_FI_DEV_XID_ERRORS" else None
                 emit(np.flatnonzero(entering), metric, detector, np.ones(len(frame)), v, np.nan, detail)
@@ -417,6 +427,7 @@ class DetectorStack:
                 "last_seen": st.last_seen.copy(),
                 "expected": st.expected.copy(),
                 "silent_reported": st.silent_reported.copy(),
+                "state_fired": st.state_fired.copy(),
                 "sag_ref": st.sag_ref.copy(),
                 "sag_fired": st.sag_fired.copy(),
             }
@@ -438,6 +449,8 @@ class DetectorStack:
             st.last_seen = np.asarray(s["last_seen"], dtype=np.float64).copy()
             st.expected = np.asarray(s["expected"], dtype=np.bool_).copy()
             st.silent_reported = np.asarray(s["silent_reported"], dtype=np.bool_).copy()
+            if "state_fired" in s:
+                st.state_fired = np.asarray(s["state_fired"], dtype=np.float64).copy()
             if "sag_ref" in s:
                 st.sag_ref = np.asarray(s["sag_ref"], dtype=np.float64).copy()
                 st.sag_fired = np.asarray(s["sag_fired"], dtype=np.float64).copy()
