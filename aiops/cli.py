@@ -20,6 +20,19 @@ class CliError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
 
 
+def stop_on_signals() -> Callable[[], bool]:
+    """A daemon's stop flag: SIGTERM (docker stop) or SIGINT asks it to finish its batch and exit."""
+    stop = {"now": False}
+
+    def request_stop(signum: int, _frame: object) -> None:
+        logging.getLogger("aiops").info("signal %d: finishing the current batch, then stopping", signum)
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    return lambda: stop["now"]
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     base = Settings()
     kafka: KafkaSettings = base.kafka
@@ -69,15 +82,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ingest.service import run_ingest_service
 
     settings = _settings(args)
-    stop = {"now": False}
-
-    def request_stop(signum: int, _frame: object) -> None:
-        logging.getLogger("aiops").info("signal %d: finishing the current batch, then stopping", signum)
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    stats = run_ingest_service(settings, should_stop=lambda: stop["now"], idle_stop_s=args.stop_when_idle)
+    stats = run_ingest_service(settings, should_stop=stop_on_signals(), idle_stop_s=args.stop_when_idle)
     print(
         f"ingested {stats.lines} lines ({stats.values} values); written {stats.written}, "
         f"dead-lettered {stats.deadlettered}, dropped {stats.dropped}"
@@ -153,15 +158,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.kafka:
         settings = _settings(args)
         events = load_events(Path(args.events)) if args.events else []
-        stop = {"now": False}
-
-        def request_stop(signum: int, _frame: object) -> None:
-            stop["now"] = True
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
         stats = detect_kafka(
-            settings.kafka, lambda: stop["now"], events, idle_stop_s=args.stop_when_idle, predictor=predictor
+            settings.kafka, stop_on_signals(), events, idle_stop_s=args.stop_when_idle, predictor=predictor
         )
         print(
             f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "

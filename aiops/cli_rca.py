@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ def _predictor(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError, _settings
+    from aiops.cli import CliError, _settings, stop_on_signals
     from detectors.runner import load_events
     from rca.graph import GraphError
     from rca.runner import run_folder, run_kafka
@@ -58,17 +57,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             settings = _settings(args)
             kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
             events = load_events(Path(args.events)) if args.events else []
-            stop = {"now": False}
-
-            def request_stop(signum: int, _frame: object) -> None:
-                stop["now"] = True
-
-            signal.signal(signal.SIGTERM, request_stop)
-            signal.signal(signal.SIGINT, request_stop)
             stats = run_kafka(
                 kafka,
                 Path(args.topology),
-                lambda: stop["now"],
+                stop_on_signals(),
                 events,
                 idle_stop_s=args.stop_when_idle,
                 predictor=predictor,

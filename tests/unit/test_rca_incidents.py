@@ -15,6 +15,7 @@ from rca.incidents import QUIET_S, WARNING_S, Incident, IncidentEngine
 from rca.schedule import Schedule
 from rca.symptoms import Symptom
 from telemetry_gen.topology import build_fat_tree
+from tests.unit.rca_anomalies import anomaly, node
 
 # 256 GPUs: 32 nodes in one pod, 8 racks of 4, leaves leaf-p0-r0..7, one spine per rail.
 # Node n00005 is in rack0001 and on port :p5 of every leaf.
@@ -38,24 +39,7 @@ def engine(graph: TopologyGraph) -> IncidentEngine:
     return IncidentEngine(graph)
 
 
-def node(n: int) -> str:
-    return f"n{n:05d}"
-
-
 # ---------------------------------------------------------------------- anomalies, as detectors/stack.py names them
-
-
-def anomaly(
-    at: float,
-    entity: str,
-    metric: str,
-    detector: str,
-    measurement: str,
-    value: float | None = 1.0,
-    expected: float | None = 0.0,
-    detail: dict[str, str] | None = None,
-) -> Anomaly:
-    return Anomaly(at, entity, metric, detector, 1.0, value, expected, measurement, detail or {})
 
 
 def link_downed(at: float, entity: str) -> Anomaly:

@@ -4,6 +4,7 @@ suspects, power and cooling against the GPUs they feed, and congestion spreading
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 import pytest
 
@@ -12,6 +13,10 @@ from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, symptom_of
 from telemetry_gen.topology import build_fat_tree
+from tests.unit.rca_anomalies import anomaly as anomaly_at
+from tests.unit.rca_anomalies import node
+
+anomaly = partial(anomaly_at, 1_000_000.0)  # one tick is enough to rank
 
 # 1024 GPUs: 128 nodes in 4 pods of 32; node n00037 is in pod 1, rack 9, on leaf port :p5 of each
 # of its rails' leaves; two spines per rail.
@@ -32,23 +37,7 @@ def ranker(graph: TopologyGraph) -> Ranker:
     return Ranker(graph)
 
 
-def node(n: int) -> str:
-    return f"n{n:05d}"
-
-
 # ---------------------------------------------------------------------- anomalies, as detectors/stack.py names them
-
-
-def anomaly(
-    entity: str,
-    metric: str,
-    detector: str,
-    measurement: str,
-    value: float | None = 1.0,
-    expected: float | None = 0.0,
-    detail: dict[str, str] | None = None,
-) -> Anomaly:
-    return Anomaly(1_000_000.0, entity, metric, detector, 1.0, value, expected, measurement, detail or {})
 
 
 def link_downed(entity: str) -> Anomaly:
@@ -131,9 +120,10 @@ def storm(origin: str, rail: int, victims: Iterable[int]) -> list[Anomaly]:
 
 def context(graph: TopologyGraph, symptoms: Iterable[Symptom]) -> Context:
     """As IncidentEngine builds it: every entity's families, pause senders and waiting spines by plane."""
-    ctx = Context()
+    families: dict[str, set[str]] = {}
+    ctx = Context(families)
     for s in symptoms:
-        ctx.families.setdefault(s.entity, set()).add(s.family)
+        families.setdefault(s.entity, set()).add(s.family)
         if s.family == "pause_tx":
             ctx.talkers.setdefault(graph.plane(s.entity), set()).add(s.entity)
         elif s.family == "wait" and graph.kind(s.entity) == "spine":
