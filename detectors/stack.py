@@ -75,13 +75,16 @@ class PeerRule:
     rel_floor: float = 0.0
     log: bool = False  # compare log10 of the value (rates spanning decades)
     rate: bool = False  # a counter: compare its rate
+    # off its peers by less than this (in the metric's unit): an early warning ("warn:<cohort>"),
+    # not a failure; e.g. a GPU a few degrees warmer than its job's other GPUs is creeping
+    warn_within: float = 0.0
 
 
 PEERS: dict[str, list[PeerRule]] = {
     "gpu": [
         PeerRule("DCGM_FI_DEV_SM_CLOCK", "job", -6.0, abs_floor=15.0, rel_floor=0.01),
         PeerRule("DCGM_FI_DEV_POWER_USAGE", "job", -6.0, abs_floor=15.0, rel_floor=0.04),
-        PeerRule("DCGM_FI_DEV_GPU_TEMP", "job", 6.0, abs_floor=1.5),
+        PeerRule("DCGM_FI_DEV_GPU_TEMP", "job", 6.0, abs_floor=1.5, warn_within=18.0),
     ],
     "switch": [PeerRule("port_xmit_wait", "role", 8.0, abs_floor=0.15, log=True, rate=True)],
     "node": [PeerRule("inlet_temp_c", "all", 8.0, abs_floor=0.5)],
@@ -344,12 +347,13 @@ class DetectorStack:
             value, expected = values[r, j], medians[r, j]
             if rule.log:
                 value, expected = 10**value, 10**expected
+            early = bool(abs(value - expected) < rule.warn_within)
             out.append(
                 Anomaly(
                     t,
                     str(ids[r]),
                     rule.metric,
-                    f"peer:{rule.cohort}",
+                    f"warn:{rule.cohort}" if early else f"peer:{rule.cohort}",
                     float(abs(zs[r, j])),
                     _f(value),
                     _f(expected),

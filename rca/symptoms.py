@@ -32,7 +32,6 @@ ENV = {"inlet_temp_c", "supply_temp_c"}
 
 # Families that are early warnings, not failures: they rank suspects, they never open an incident.
 SOFT = frozenset({"optic_rx", "warm", "predicted"})
-HOT_OVER_PEERS_C = 18.0  # hotter than its job's GPUs by this much: a cooling failure, not a creep
 
 # Share of interruptions by cause in Meta's Llama 3 training report (54 days, 16,384 H100s;
 # GPU faults dominate, switches and cooling are rare): a tie-breaker, never the deciding evidence.
@@ -81,9 +80,8 @@ def symptom_of(a: Anomaly) -> Symptom:
         return Symptom(a.entity, "hot" if reasons & (SW_THERMAL | HW_THERMAL) else "slow")
     if m in ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE"):
         return Symptom(a.entity, "slow")
-    if m == "DCGM_FI_DEV_GPU_TEMP":
-        over = (a.value or 0.0) - (a.expected if a.expected is not None else (a.value or 0.0))
-        return Symptom(a.entity, "hot" if over >= HOT_OVER_PEERS_C else "warm")
+    if m == "DCGM_FI_DEV_GPU_TEMP":  # the detectors say when it is only warmer than its peers
+        return Symptom(a.entity, "warm" if a.detector.startswith("warn:") else "hot")
     if m in LINK:
         return Symptom(a.entity, "link")
     if m in PAUSE:

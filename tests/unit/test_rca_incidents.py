@@ -64,7 +64,8 @@ def ecc(at: float, gpu: str = GPU) -> Anomaly:
 
 
 def gpu_temp(at: float, over: float, gpu: str = GPU) -> Anomaly:
-    return anomaly(at, gpu, "DCGM_FI_DEV_GPU_TEMP", "peer:job", "gpu", 62.0 + over, 62.0)
+    detector = "warn:job" if over < 18.0 else "peer:job"  # as detectors/stack.py tells them apart
+    return anomaly(at, gpu, "DCGM_FI_DEV_GPU_TEMP", detector, "gpu", 62.0 + over, 62.0)
 
 
 def sag(at: float, optic: str = OPTIC) -> Anomaly:

@@ -77,7 +77,8 @@ def inlet_hot(n: str) -> Anomaly:
 
 
 def gpu_temp(gpu: str, over: float) -> Anomaly:
-    return anomaly(gpu, "DCGM_FI_DEV_GPU_TEMP", "peer:job", "gpu", 62.0 + over, 62.0)
+    detector = "warn:job" if over < 18.0 else "peer:job"  # as detectors/stack.py tells them apart
+    return anomaly(gpu, "DCGM_FI_DEV_GPU_TEMP", detector, "gpu", 62.0 + over, 62.0)
 
 
 def gpu_nvlink(gpu: str) -> Anomaly:
