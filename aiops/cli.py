@@ -9,9 +9,13 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiops import cli_rca
 from aiops.settings import InfluxSettings, KafkaSettings, Settings
+
+if TYPE_CHECKING:
+    from detectors.predict.online import OnlinePredictor
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -31,6 +35,21 @@ def stop_on_signals() -> Callable[[], bool]:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     return lambda: stop["now"]
+
+
+def load_predictor(args: argparse.Namespace) -> OnlinePredictor | None:
+    """The failure predictor `--model` names, or the default one (trained on first use), or
+    none with `--no-predict`; a model file that cannot be used is a one-line error."""
+    from detectors.predict.model import ModelError, load
+    from detectors.predict.online import OnlinePredictor, load_or_train_default
+
+    if args.no_predict:
+        return None
+    try:
+        model = load(Path(args.model)) if args.model else load_or_train_default()
+    except ModelError as exc:
+        raise CliError(str(exc)) from None
+    return OnlinePredictor(model)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -137,24 +156,14 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     from detectors.evaluate import evaluate, format_report
-    from detectors.predict.model import ModelError, load
     from detectors.predict.online import (
-        OnlinePredictor,
         Prediction,
         evaluate_predictions,
         format_prediction_report,
-        load_or_train_default,
     )
     from detectors.runner import detect_folder, detect_kafka, load_events, read_anomalies
 
-    predictor = None
-    if not args.no_predict:
-        try:
-            model = load(Path(args.model)) if args.model else load_or_train_default()
-        except ModelError as exc:
-            raise CliError(str(exc)) from None
-        predictor = OnlinePredictor(model)
-
+    predictor = load_predictor(args)
     if args.kafka:
         settings = _settings(args)
         events = load_events(Path(args.events)) if args.events else []

@@ -29,27 +29,13 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(handler=cmd_eval)
 
 
-def _predictor(args: argparse.Namespace) -> Any:
-    from aiops.cli import CliError
-    from detectors.predict.model import ModelError, load
-    from detectors.predict.online import OnlinePredictor, load_or_train_default
-
-    if args.no_predict:
-        return None
-    try:
-        model = load(Path(args.model)) if args.model else load_or_train_default()
-    except ModelError as exc:
-        raise CliError(str(exc)) from None
-    return OnlinePredictor(model)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError, _settings, stop_on_signals
+    from aiops.cli import CliError, _settings, load_predictor, stop_on_signals
     from detectors.runner import load_events
     from rca.graph import GraphError
     from rca.runner import run_folder, run_kafka
 
-    predictor = _predictor(args)
+    predictor = load_predictor(args)
     try:
         if args.kafka:
             if not args.topology:
