@@ -9,7 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
-from aiops.bench import _RcaScenario, bench_rca, rca_tables
+from aiops.bench_rca import _RcaScenario, bench_rca, rca_tables
 from aiops.cli import main
 from rca.graph import TopologyGraph
 from telemetry_gen.topology import build_fat_tree
