@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
@@ -19,9 +18,6 @@ from rich.table import Table
 
 from aiops.settings import InfluxSettings, KafkaSettings
 from ingest.lineprotocol import decode, encode
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True, slots=True)
