@@ -160,6 +160,7 @@ class IncidentEngine:
             self._families.setdefault(p.entity, {})["predicted"] = p.at
             self._warn(p.entity, p.kind, p.at, p.horizon_s, p.probability, p.action, changed)
         fresh: dict[Symptom, Anomaly] = {}
+        signs: dict[Symptom, Anomaly] = {}  # early signs: warnings, unless an incident explains them
         # rows of a tick arrive in whatever order the partitions gave them: sort, so a stream and
         # a file give the same incidents
         for a in sorted(anomalies, key=lambda a: (a.entity, a.metric, a.detector)):
@@ -176,8 +177,7 @@ class IncidentEngine:
             if s.family not in SOFT:
                 fresh.setdefault(s, a)
             elif s.family in EARLY_SIGNS:
-                kind, action = EARLY_SIGNS[s.family]
-                self._warn(s.entity, kind, t, WARNING_S, None, action, changed)
+                signs.setdefault(s, a)
         self.stats.symptoms += len(fresh)
         ctx = self._context(t)
         pending: dict[Symptom, Anomaly] = {}
@@ -195,6 +195,15 @@ class IncidentEngine:
             incident = self._open(best, rivals, t)
             for s in sorted(best.explains, key=lambda s: (s.entity, s.family)):
                 self._attach(incident, s, pending[s], t, changed)
+        for s, a in signs.items():
+            # a GPU warm because its rack's cooling failed (even this very tick) is that
+            # incident's evidence, not a warning of its own
+            incident = self._explaining(s, ctx)
+            if incident is not None:
+                self._attach(incident, s, a, t, changed)
+            else:
+                kind, action = EARLY_SIGNS[s.family]
+                self._warn(s.entity, kind, t, WARNING_S, None, action, changed)
         for incident in list(changed.values()):
             if incident.status == "open":
                 self._refresh(incident, ctx, t, changed)

@@ -190,7 +190,7 @@ class Suspects:
         node = g.parent(s.entity)
         if node is not None and s.family in ("slow", "power_brake"):
             out += [(psu, "psu_failure") for psu in g.psus_of(node)]
-        if node is not None and s.family == "hot":
+        if node is not None and s.family in ("hot", "warm"):
             cdu = g.cooling_of(node)
             if cdu is not None:
                 out.append((cdu, "rack_cooling"))

@@ -372,6 +372,7 @@ def test_incident_json_has_every_design_field(graph: TopologyGraph) -> None:
     assert {(e["entity"], e["metric"], e["detector"]) for e in body["evidence"]} == {
         (NIC, "link_downed", "rule:error_counter"),
         (PORT, "link_downed", "rule:error_counter"),
+        (OPTIC, "rx_power_dbm", "warn:sag"),  # the early sign is the incident's evidence, not a warning
     }
     assert all(e["at"] == T for e in body["evidence"])
     assert body["action"].startswith("replace the optic")
@@ -403,3 +404,14 @@ def test_an_engine_failure_does_not_stop_the_pipeline(graph: TopologyGraph, monk
         pipeline.feed(b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick)))
     pipeline.finish()
     assert pipeline.engine_errors == pipeline.detect.stats.ticks > 0  # every tick failed, none stopped it
+
+
+def test_gpus_warm_because_their_rack_cooling_failed_are_its_evidence_not_warnings(engine: IncidentEngine) -> None:
+    supply = anomaly(T, "rack0000-cdu", "supply_temp_c", "stat:drift", "cooling", 44.0, 30.0)
+    warm = [gpu_temp(T, 12.0, f"{node(n)}-gpu{g}") for n in range(4) for g in (1, 5)]
+    changed = engine.process(T, [supply, *warm])
+    assert [i.status for i in changed] == ["open"]  # one incident, no warnings
+    [incident] = changed
+    assert incident.root.entity == "rack0000-cdu" and len(incident.affected) == 1 + len(warm)
+    later = engine.process(T + TICK, [gpu_temp(T + TICK, 12.0, f"{node(2)}-gpu7")])  # a tick later too
+    assert all(i is incident for i in later)
