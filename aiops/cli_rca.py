@@ -20,6 +20,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
     p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
     p.add_argument("--no-predict", action="store_true", help="no failure prediction")
+    p.add_argument("--influx", metavar="URL", help="also write incident states to InfluxDB (for Grafana)")
+    p.add_argument("--database", help="with --influx: database (default aiops)")
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (DESIGN.md)")
@@ -36,6 +38,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rca.runner import run_folder, run_kafka
 
     predictor = load_predictor(args)
+    writer = None
+    if args.influx:
+        from rca.influx import IncidentWriter
+
+        writer = IncidentWriter(_settings(args).influx)
+    sink = writer.add if writer is not None else None
     try:
         if args.kafka:
             if not args.topology:
@@ -50,6 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 events,
                 idle_stop_s=args.stop_when_idle,
                 predictor=predictor,
+                incident_sink=sink,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -58,9 +67,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         if not args.input or not args.out:
             raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
-        stats = run_folder(Path(args.input), Path(args.out), predictor)
+        stats = run_folder(Path(args.input), Path(args.out), predictor, incident_sink=sink)
     except (FileNotFoundError, GraphError) as exc:
         raise CliError(str(exc)) from None
+    finally:
+        if writer is not None:
+            writer.close()
     print(
         f"{stats.ticks} ticks, {stats.values:,} values in {stats.seconds:.1f}s "
         f"({stats.values / max(stats.seconds, 1e-9):,.0f} values/s): {stats.anomalies} anomalies, "

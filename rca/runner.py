@@ -106,11 +106,15 @@ def _announce(stack: DetectorStack, e: dict[str, Any]) -> None:
     stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))
 
 
+IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
+
+
 def run_folder(
     input_dir: Path,
     out_dir: Path,
     predictor: OnlinePredictor | None = None,
     on_tick: Callable[[Pipeline], None] | None = None,
+    incident_sink: IncidentSink | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, deadletters.jsonl and run.json."""
@@ -134,6 +138,8 @@ def run_folder(
             predictions, incidents = pipeline.take()
             predictions_out.writelines(p.to_json() + b"\n" for p in predictions)
             incidents_out.writelines(state + b"\n" for _, state in incidents)
+            if incident_sink is not None:
+                incident_sink([state for _, state in incidents])
             stats.anomalies += len(anomalies)
             stats.predictions += len(predictions)
             stats.incidents += len(incidents)
@@ -168,6 +174,7 @@ def run_kafka(
     idle_stop_s: float | None = None,
     lateness_s: float = 60.0,
     predictor: OnlinePredictor | None = None,
+    incident_sink: IncidentSink | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents and dead letters out.
     Commits after a poll's outputs are flushed: at-least-once."""
@@ -205,6 +212,8 @@ def run_kafka(
         for incident_id, state in incidents:  # keyed by incident: its history stays in order
             producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
         producer.flush()
+        if incident_sink is not None:
+            incident_sink([state for _, state in incidents])
         stats.anomalies += len(anomalies)
         stats.predictions += len(predictions)
         stats.incidents += len(incidents)
@@ -229,4 +238,4 @@ def run_kafka(
     return stats
 
 
-__all__ = ["Pipeline", "RunStats", "run_folder", "run_kafka"]
+__all__ = ["IncidentSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]

@@ -22,6 +22,7 @@ from aiops.catalog import MEASUREMENTS
 from aiops.settings import InfluxSettings
 from ingest.pipeline import IngestStats
 from ingest.service import STATS_MEASUREMENT, stats_line
+from rca.influx import MEASUREMENT as INCIDENT_MEASUREMENT
 
 if TYPE_CHECKING:
     from tests.conftest import SAMPLE_LP, influxql
@@ -101,6 +102,31 @@ def ingest_counter_lines() -> list[str]:
     return lines
 
 
+def incident_lines() -> list[str]:
+    """aiops_incident as `aiops run --influx` writes it: the real engine on a leaf going down, a
+    PSU failing and a prediction, within the sample's time range."""
+    from detectors.anomaly import Anomaly
+    from detectors.predict.online import Prediction
+    from rca.graph import TopologyGraph
+    from rca.incidents import IncidentEngine
+    from rca.influx import incident_line
+    from telemetry_gen.topology import build_fat_tree
+
+    engine = IncidentEngine(TopologyGraph.from_json(build_fat_tree(256).to_json()))
+    t0 = START_NS / 1e9
+    leaf = [Anomaly(t0, f"n{n:05d}-nic3", "link_downed", "rule:error_counter", 1.0, 1.0, 0.0, "nic") for n in range(32)]
+    psu = [Anomaly(t0 + 100, "n00007-psu1", "status", "rule:state", 1.0, 0.0, None, "psu")]
+    warning = Prediction("n00020-gpu2", t0 + 20, "gpu_hbm_ecc", 0.8, 6 * 3600.0, 7200.0, "drain")
+    states = []
+    for tick in range(TICKS):
+        t = t0 + tick * TICK_NS / 1e9
+        anomalies = (leaf if tick in (0, 5) else []) + (psu if tick == 10 else [])
+        predictions = [warning] if tick == 2 else []
+        states += [json.loads(i.to_json()) for i in engine.process(t, anomalies, predictions)]
+    assert {s["status"] for s in states} == {"open", "warning"}
+    return [incident_line(s) for s in states]
+
+
 def write_lines(settings: InfluxSettings, lines: list[str]) -> None:
     response = requests.post(
         f"{settings.url}/write",
@@ -116,6 +142,7 @@ def telemetry_db(influx_settings: InfluxSettings) -> InfluxSettings:
     """A fresh database holding the sample telemetry and the ingest counters."""
     write_lines(influx_settings, good_sample_lines())
     write_lines(influx_settings, ingest_counter_lines())
+    write_lines(influx_settings, incident_lines())
     return influx_settings
 
 
@@ -214,7 +241,7 @@ def resolve_variables(settings: InfluxSettings, dashboard: dict[str, Any]) -> tu
 def test_sample_data_is_in_influxdb(telemetry_db: InfluxSettings) -> None:
     body = influxql(telemetry_db, "SHOW MEASUREMENTS", telemetry_db.database)
     measurements = {row[0] for s in series_of(body) for row in s["values"]}
-    assert measurements == {m.name for m in MEASUREMENTS} | {STATS_MEASUREMENT}
+    assert measurements == {m.name for m in MEASUREMENTS} | {STATS_MEASUREMENT, INCIDENT_MEASUREMENT}
     body = influxql(telemetry_db, 'SELECT count("DCGM_FI_DEV_GPU_TEMP") FROM "gpu"', telemetry_db.database)
     assert series_of(body)[0]["values"][0][1] == 16 * TICKS
     body = influxql(

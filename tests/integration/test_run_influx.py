@@ -1,0 +1,74 @@
+"""`aiops run --influx`: every incident state lands in InfluxDB for Grafana, the latest state of
+each incident equal to the last line of incidents.jsonl."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from aiops.cli import main
+from aiops.settings import InfluxSettings
+from rca.evaluate import latest_states
+from rca.influx import MEASUREMENT, incident_line
+
+if TYPE_CHECKING:
+    from tests.conftest import influxql
+else:
+    try:
+        from tests.conftest import influxql
+    except ModuleNotFoundError:
+        from conftest import influxql
+
+pytestmark = pytest.mark.services
+
+
+def test_incident_states_reach_influxdb(influx_settings: InfluxSettings, tmp_path: Path) -> None:
+    gen = ["gen", "--gpus", "256", "--hours", "0.5", "--interval", "30", "--seed", "4"]
+    assert main([*gen, "--faults", "psu_failure=1,leaf_down=1", "--out", str(tmp_path / "run")]) == 0
+    out = tmp_path / "out"
+    run = ["run", "--input", str(tmp_path / "run"), "--out", str(out), "--no-predict"]
+    assert main([*run, "--influx", influx_settings.url, "--database", influx_settings.database]) == 0
+    lines = (out / "incidents.jsonl").read_text().splitlines()
+    states: list[dict[str, Any]] = [dict(s) for s in latest_states(json.loads(line) for line in lines)]
+    assert states
+    query = f'SELECT last("root"), last("state"), last("gpus_hit") FROM "{MEASUREMENT}" GROUP BY "incident_id"'
+    body = influxql(influx_settings, query, influx_settings.database)
+    stored = {
+        s["tags"]["incident_id"]: tuple(s["values"][0][1:])
+        for r in body["results"]  # type: ignore[attr-defined]
+        for s in r.get("series", [])
+    }
+    expected = {s["incident_id"]: (s["root_cause"]["entity"], s["status"], s["gpus_hit"]) for s in states}
+    assert stored == expected
+
+
+@pytest.mark.parametrize(
+    ("root", "action", "jobs"),
+    [("leaf-p0-r3", 'say "drain", then wait', []), ("n 1,x=2", "back\\slash", ["job a", "job,b"])],
+)
+def test_incident_line_escapes_what_line_protocol_needs(root: str, action: str, jobs: list[str]) -> None:
+    from ingest.lineprotocol import decode
+
+    state = {
+        "incident_id": "inc 1,x=y",
+        "severity": "major",
+        "status": "open",
+        "root_cause": {"entity": root, "kind": "leaf_down", "confidence": 0.9},
+        "affected": [root],
+        "gpus_hit": 8,
+        "jobs": jobs,
+        "action": action,
+        "opened": 1767225600.0,
+        "updated": 1767225630.0,
+    }
+    batch = decode((incident_line(state) + "\n").encode())
+    assert not batch.rejects, batch.rejects
+    frame = batch.frames[MEASUREMENT]
+    assert frame.tag("incident_id").tolist() == ["inc 1,x=y"]
+    assert frame.fields["root"].values.tolist() == [root]
+    assert frame.fields["action"].values.tolist() == [action]
+    assert frame.fields["jobs"].values.tolist() == [",".join(jobs)]
+    assert frame.time_ns.tolist() == [1767225630 * 10**9]
