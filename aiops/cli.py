@@ -314,14 +314,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         except ModelError:
             print(f"training the failure predictor once (about a minute), cached in {default_model_path().parent}")
         predictor = OnlinePredictor(load_or_train_default())
-    return run_cluster_demo(
-        gpus=args.gpus,
-        hours=args.hours,
-        seed=args.seed,
-        faults=args.faults or DEMO_FAULTS,
-        predictor=predictor,
-        speed=args.speed,
-    )
+    from telemetry_gen.faults import FaultSpecError
+    from telemetry_gen.topology import TopologyError
+
+    try:
+        return run_cluster_demo(
+            gpus=args.gpus,
+            hours=args.hours,
+            seed=args.seed,
+            faults=args.faults or DEMO_FAULTS,
+            predictor=predictor,
+            speed=args.speed,
+        )
+    except (TopologyError, FaultSpecError) as exc:
+        raise CliError(f"{exc} (a larger --gpus or --hours, or fewer --faults)") from None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

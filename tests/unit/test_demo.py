@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from aiops.demo import run_demo
@@ -30,3 +31,11 @@ def test_sample_demo_shows_accepted_telemetry_and_dead_letters() -> None:
     text = out.getvalue()
     assert "unknown measurement 'mystery_device'" in text
     assert "5 dead-lettered" in text
+
+
+def test_a_demo_too_small_for_its_faults_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from aiops.cli import main
+
+    assert main(["demo", "--no-predict", "--gpus", "128", "--hours", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("aiops: no free place for another") and "\n" not in err
