@@ -29,6 +29,7 @@ SOFT_MEMORY_S = 12 * 3600.0  # early warnings (a sagging optic, a prediction) co
 TALKER_MEMORY_S = 180.0
 MAX_EVIDENCE = 12
 UPDATE_EVERY_S = 300.0
+ABSORB_S = 90.0  # an incident this young can still turn out to be the first sign of a bigger one
 SWEEP_EVERY_S = 60.0  # forgetting old symptom families is housekeeping, not per tick
 MAX_AFFECTED = 500
 
@@ -94,6 +95,7 @@ class Incident:
     evidence_count: int = 0
     last_evidence: float = 0.0
     action: str = ""
+    merged_into: str | None = None  # folded into that incident (it turned out to be part of it)
 
     def record(self) -> dict[str, Any]:
         confidence = self.probability if self.status == "warning" else _confidence(self.candidates)
@@ -114,6 +116,7 @@ class Incident:
             "evidence_count": self.evidence_count,
             "action": self.action,
             "warned": self.warned,
+            "merged_into": self.merged_into,
         }
 
     def to_json(self) -> bytes:
@@ -192,7 +195,7 @@ class IncidentEngine:
             if self._silenced(best.entity, t):
                 self.stats.silenced += len(best.explains)
                 continue
-            incident = self._open(best, rivals, t)
+            incident = self._absorbing(best, rivals, t, ctx, changed) or self._open(best, rivals, t)
             for s in sorted(best.explains, key=lambda s: (s.entity, s.family)):
                 self._attach(incident, s, pending[s], t, changed)
         for s, a in signs.items():
@@ -233,6 +236,43 @@ class IncidentEngine:
             if incident is not None and incident.status == "open":
                 return incident
         return None
+
+    def _absorbing(
+        self, best: Candidate, rivals: list[Candidate], t: float, ctx: Context, changed: dict[str, Incident]
+    ) -> Incident | None:
+        """Incidents opened moments ago whose every symptom `best` also explains become `best`'s
+        incident: two NICs of a leaf that report a tick before the other thirty (their exporters
+        scrape at different moments) were the first signs of the leaf, not faults of their own.
+        The earliest is kept (its id, its opening time); the others are folded into it and closed
+        with `merged_into`."""
+        if best.entity in self.open:
+            return None  # it has its incident (or warning) already: _open deals with it
+        young = []
+        for incident in sorted(self.open.values(), key=lambda i: (i.opened, i.incident_id)):
+            if incident.status != "open" or t - incident.opened > ABSORB_S or incident in young:
+                continue
+            hard = [s for s in incident.symptoms if s.family not in SOFT]
+            if hard and all(any(e == best.entity for e, _ in self.ranker.suspects.of(s, ctx)) for s in hard):
+                young.append(incident)
+        if not young:
+            return None
+        host, *others = young
+        for incident in young:
+            if self.open.get(incident.root.entity) is incident:
+                del self.open[incident.root.entity]
+        for other in others:
+            host.symptoms |= other.symptoms
+            host.affected.update(other.affected)
+            host.evidence = (host.evidence + other.evidence)[:MAX_EVIDENCE]
+            host.evidence_count += other.evidence_count
+            other.status, other.resolved, other.updated, other.merged_into = "resolved", t, t, host.incident_id
+            changed[other.incident_id] = other
+        host.root, host.candidates = best, rivals
+        self.open[best.entity] = host
+        host.affected.setdefault(best.entity, None)
+        host.last_evidence = t
+        changed[host.incident_id] = host
+        return host
 
     def _open(self, best: Candidate, rivals: list[Candidate], t: float) -> Incident:
         warning = self.open.get(best.entity)

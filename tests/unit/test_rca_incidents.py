@@ -415,3 +415,16 @@ def test_gpus_warm_because_their_rack_cooling_failed_are_its_evidence_not_warnin
     assert incident.root.entity == "rack0000-cdu" and len(incident.affected) == 1 + len(warm)
     later = engine.process(T + TICK, [gpu_temp(T + TICK, 12.0, f"{node(2)}-gpu7")])  # a tick later too
     assert all(i is incident for i in later)
+
+
+def test_nics_that_report_a_tick_before_their_leaf_are_the_leafs_incident(engine: IncidentEngine) -> None:
+    early = engine.process(T, [link_downed(T, f"{node(n)}-nic3") for n in (4, 9)])
+    assert [i.root.entity for i in early] == [f"{node(4)}-nic3", f"{node(9)}-nic3"]  # a tick later: one leaf
+    rest = engine.process(T + TICK, [link_downed(T + TICK, f"{node(n)}-nic3") for n in range(32) if n not in (4, 9)])
+    open_now = {id(i): i for i in engine.open.values() if i.status == "open"}
+    assert len(open_now) == 1
+    [leaf] = open_now.values()
+    assert leaf.root.entity == LEAF and leaf.opened == T and leaf is early[0] and leaf in rest
+    assert len([e for e in leaf.affected if e.endswith("-nic3")]) == 32
+    folded = early[1]  # the other early NIC: closed, pointing at the leaf's incident
+    assert folded.status == "resolved" and folded.merged_into == leaf.incident_id and folded in rest
