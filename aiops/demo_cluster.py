@@ -92,7 +92,7 @@ def run_cluster_demo(
 def _view(pipeline: Pipeline, predictions: list[Prediction], started: float, t0: float) -> Group:
     stats = pipeline.detect.stats
     elapsed = max(time.perf_counter() - started, 1e-9)
-    now = (pipeline.ticks[-1] - t0) / 3600 if pipeline.ticks else 0.0
+    now = (pipeline.last_tick - t0) / 3600 if pipeline.last_tick is not None else 0.0
     head = Text(
         f"cluster time {now:5.2f} h, {stats.ticks} ticks, {stats.values:,} values "
         f"({stats.values / elapsed:,.0f}/s)\n{stats.anomalies:,} anomalies -> "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor, Prediction
 from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.ticks import PartitionClock, TickAssembler
-from ingest.deadletter import DeadLetter
+from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
 
@@ -98,6 +98,7 @@ class DetectLoop:
         self.predictions: list[Prediction] = []
         self._recent: dict[str, float] = {}
         self.assembler = TickAssembler(lateness_s=0.0)
+        self.partitions = PartitionClock()  # from Kafka: the slowest partition holds the ticks back
         self.interval_known = interval is not None
         self._last_t: float | None = None
         self.stats = DetectStats()
@@ -115,6 +116,14 @@ class DetectLoop:
         self.stats.late_rows = self.assembler.late_rows
         self.stats.deadletters += len(letters)
         return anomalies, letters
+
+    def feed_polled(self, messages: Sequence[tuple[Source, int, bytes]]) -> tuple[list[Anomaly], list[DeadLetter]]:
+        """One Kafka poll: (source, event time in ms, value) per message."""
+        from ingest.kafka_io import join_messages
+
+        data, _, _ = join_messages(messages)
+        self.assembler.cap_ns = self.partitions.observe([((src.topic, src.partition), ms) for src, ms, _ in messages])
+        return self.feed(data)
 
     def finish(self) -> list[Anomaly]:
         out: list[Anomaly] = []
@@ -226,7 +235,6 @@ def detect_kafka(
         TelemetryConsumer,
         TelemetryProducer,
         ensure_topics,
-        join_messages,
         polls,
     )
 
@@ -242,13 +250,10 @@ def detect_kafka(
     loop.assembler.lateness_s = lateness_s
     predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
     apply_events(loop.stack, events or [])
-    clock = PartitionClock()
     started = time.monotonic()
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):
-            data, _, _ = join_messages(messages)
-            loop.assembler.cap_ns = clock.observe([((m[0].topic, m[0].partition), m[1]) for m in messages])
-            anomalies, letters = loop.feed(data)
+            anomalies, letters = loop.feed_polled(messages)
             sink.add(anomalies)
             dead.add(letters)
             predictions.add_predictions(loop.predictions)

@@ -37,7 +37,6 @@ class TopologyGraph:
     def __init__(self, entities: list[dict[str, Any]], links: list[dict[str, Any]]) -> None:
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
-        self.attrs: list[dict[str, Any]] = []
         for n, node in enumerate(entities):
             entity, kind = node.get("id"), node.get("kind")
             if not isinstance(entity, str) or not entity:
@@ -48,8 +47,7 @@ class TopologyGraph:
                 raise GraphError(f"entity {entity!r} appears twice")
             self.index[entity] = len(self.ids)
             self.ids.append(entity)
-            self.attrs.append(node)
-        self.kinds: list[str] = [a["kind"] for a in self.attrs]  # a list: indexing numpy strings is slow
+        self.kinds: list[str] = [node["kind"] for node in entities]  # a list: indexing numpy strings is slow
         up_src: list[int] = []
         up_dst: list[int] = []
         self._parent = np.full(len(self.ids), -1, dtype=np.int64)  # container, by "contains"

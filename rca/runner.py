@@ -12,18 +12,16 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from aiops.settings import KafkaSettings
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor, Prediction
-from detectors.runner import DetectLoop, load_events, read_chunks
-from detectors.stack import DetectorStack
-from detectors.ticks import PartitionClock
-from ingest.deadletter import DeadLetter
+from detectors.runner import DetectLoop, apply_events, load_events, read_chunks
+from ingest.deadletter import DeadLetter, Source
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
 from rca.schedule import Schedule
@@ -62,19 +60,18 @@ class Pipeline:
         self.detect.assembler.lateness_s = lateness_s
         self.schedule = Schedule.from_events(events or [])
         self.engine = IncidentEngine(graph, self.schedule)
-        for e in events or []:
-            if e.get("type") == "maintenance":
-                _announce(self.detect.stack, e)
+        apply_events(self.detect.stack, events or [])
         # (incident id, its state as JSON) per change since the caller last took them: taken as
         # they happen, since the incident itself moves on in later ticks of the same batch
         self.incidents: list[tuple[str, bytes]] = []
         self.detect.tick_listener = self._on_tick
-        self.ticks: list[float] = []
-        self.letters: list[DeadLetter] = []  # of the last feed
+        self.first_tick: float | None = None
+        self.last_tick: float | None = None
         self.engine_errors = 0
 
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
-        self.ticks.append(t)
+        self.first_tick = t if self.first_tick is None else self.first_tick
+        self.last_tick = t
         try:
             changed = self.engine.process(t, anomalies, predictions)
         except Exception:  # a bug in the analysis must not stop telemetry, anomalies or the daemon
@@ -83,10 +80,11 @@ class Pipeline:
             return
         self.incidents += [(i.incident_id, i.to_json()) for i in changed]
 
-    def feed(self, data: bytes) -> list[Anomaly]:
-        anomalies, letters = self.detect.feed(data)
-        self.letters = letters
-        return anomalies
+    def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
+        return self.detect.feed(data)
+
+    def feed_polled(self, messages: Sequence[tuple[Source, int, bytes]]) -> tuple[list[Anomaly], list[DeadLetter]]:
+        return self.detect.feed_polled(messages)
 
     def finish(self) -> list[Anomaly]:
         return self.detect.finish()
@@ -101,9 +99,15 @@ class Pipeline:
     def engine_stats(self) -> EngineStats:
         return self.engine.stats
 
-
-def _announce(stack: DetectorStack, e: dict[str, Any]) -> None:
-    stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))
+    def finish_stats(self, stats: RunStats, seconds: float) -> RunStats:
+        """What the detect loop counted, and when the predictor could first speak."""
+        detect = self.detect.stats
+        stats.ticks, stats.values, stats.deadletters = detect.ticks, detect.values, detect.deadletters
+        stats.interval_s = self.detect.stack.interval
+        if self.detect.predictor is not None and self.first_tick is not None:
+            stats.predictions_from = self.first_tick + self.detect.predictor.warmup_s
+        stats.seconds = seconds
+        return stats
 
 
 IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
@@ -145,25 +149,17 @@ def run_folder(
             stats.incidents += len(incidents)
 
         for chunk in read_chunks(telemetry):
-            flush(pipeline.feed(chunk))
-            _write_letters(dead_out, pipeline)
+            anomalies, letters = pipeline.feed(chunk)
+            flush(anomalies)
+            dead_out.writelines(d.to_json() + b"\n" for d in letters)
             if on_tick is not None:
                 on_tick(pipeline)
         flush(pipeline.finish())
-    stats.ticks, stats.values = pipeline.detect.stats.ticks, pipeline.detect.stats.values
-    stats.deadletters = pipeline.detect.stats.deadletters
-    stats.interval_s = pipeline.detect.stack.interval
-    if predictor is not None and pipeline.ticks:
-        stats.predictions_from = pipeline.ticks[0] + predictor.warmup_s
-    stats.seconds = time.perf_counter() - started
+    pipeline.finish_stats(stats, time.perf_counter() - started)
     (out_dir / "run.json").write_text(
         json.dumps({**asdict(stats), "engine": asdict(pipeline.engine_stats)}, indent=1) + "\n"
     )
     return stats
-
-
-def _write_letters(out: IO[bytes], pipeline: Pipeline) -> None:
-    out.writelines(d.to_json() + b"\n" for d in pipeline.letters)
 
 
 def run_kafka(
@@ -183,7 +179,6 @@ def run_kafka(
         TelemetryConsumer,
         TelemetryProducer,
         ensure_topics,
-        join_messages,
         polls,
     )
 
@@ -200,7 +195,6 @@ def run_kafka(
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()
-    clock = PartitionClock()
     started = time.monotonic()
 
     def publish(anomalies: list[Anomaly]) -> None:
@@ -220,10 +214,8 @@ def run_kafka(
 
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):
-            data, _, _ = join_messages(messages)
-            pipeline.detect.assembler.cap_ns = clock.observe([((m[0].topic, m[0].partition), m[1]) for m in messages])
-            anomalies = pipeline.feed(data)
-            dead.add(pipeline.letters)
+            anomalies, letters = pipeline.feed_polled(messages)
+            dead.add(letters)
             publish(anomalies)
             dead.flush()
             consumer.commit()
@@ -231,11 +223,7 @@ def run_kafka(
     finally:
         consumer.close()
         producer.close()
-    stats.ticks, stats.values = pipeline.detect.stats.ticks, pipeline.detect.stats.values
-    stats.deadletters = pipeline.detect.stats.deadletters
-    stats.interval_s = pipeline.detect.stack.interval
-    stats.seconds = time.monotonic() - started
-    return stats
+    return pipeline.finish_stats(stats, time.monotonic() - started)
 
 
 __all__ = ["IncidentSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]

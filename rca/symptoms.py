@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from detectors.anomaly import Anomaly
+from detectors.stack import HW_POWER_BRAKE, HW_THERMAL, SW_THERMAL
 from rca.graph import TopologyGraph
 
 if TYPE_CHECKING:
     from rca.rank import Context
-
-HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x20, 0x40, 0x80
 
 ECC = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}
 NVLINK = {
