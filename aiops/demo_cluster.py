@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from detectors.predict.online import OnlinePredictor, Prediction
-from rca.evaluate import evaluate_run, latest_states
+from rca.evaluate import detections, evaluate_run, latest_states
 from rca.graph import TopologyGraph
 from rca.incidents import Incident
 from rca.runner import Pipeline
@@ -130,23 +130,16 @@ def _report(
     table = Table(title="Injected faults and the incidents that named them")
     for col in ("fault", "root", "onset h", "incident", "named root", "ticks to detect"):
         table.add_column(col, no_wrap=True)
+    found = detections(truth, incidents)
     for f in truth:
-        matches = [
-            i
-            for i in incidents
-            if i["status"] != "warning"
-            and f["onset"] <= i["opened"] <= f["onset"] + 600
-            and (i["root_cause"]["entity"] == f["root"] or f["root"] in i["affected"])
-        ]
-        first = min(matches, key=lambda i: i["opened"], default=None)
-        right = first is not None and first["candidates"][0]["entity"] == f["root"]
+        d = found.get(f["fault_id"])
         table.add_row(
             f["kind"],
             f["root"],
             f"{(f['onset'] - gen.workload.t0) / 3600:.2f}",
-            first["incident_id"] if first else "missed",
-            ("yes" if right else f"no: {first['candidates'][0]['entity']}") if first else "—",
-            f"{(first['opened'] - f['onset']) / interval:.1f}" if first else "—",
+            d.incident_id if d else "missed",
+            ("yes" if d.top[0] == f["root"] else f"no: {d.top[0]}") if d else "—",
+            f"{d.ttd_s / interval:.1f}" if d else "—",
         )
     console.print(table)
     result = evaluate_run(truth, incidents, [_as_dict(p) for p in predictions], interval_s=interval, earliest=earliest)

@@ -21,9 +21,11 @@ import numpy as np
 __all__ = [
     "DETECT_WINDOW_S",
     "MIN_LEAD_S",
+    "Detection",
     "EvaluationError",
     "KindScore",
     "RunEvaluation",
+    "detections",
     "evaluate_many",
     "evaluate_paths",
     "evaluate_run",
@@ -195,24 +197,34 @@ def _index(items: Iterable[_T], keys: Callable[[_T], Iterable[str]]) -> dict[str
     return out
 
 
-def _detect(faults: list[_Fault], incs: list[_Incident]) -> tuple[dict[str, float], set[str], set[str]]:
-    """Time to detect per detected fault, and the faults ranked first / in the top three."""
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """How one fault was detected: the incident that owns it and how soon it opened."""
+
+    incident_id: str
+    ttd_s: float  # from onset to the first incident naming the root, as cause or affected
+    top: tuple[str, ...]  # the owning incident's candidates, best first
+
+
+def _detect(faults: list[_Fault], incs: list[_Incident]) -> dict[str, Detection]:
     naming = _index(incs, lambda i: i.entities)
-    ttd: dict[str, float] = {}
-    top1: set[str] = set()
-    top3: set[str] = set()
+    out: dict[str, Detection] = {}
     for f in faults:
         found = [i for i in naming.get(f.root, ()) if f.onset <= i.opened <= f.onset + DETECT_WINDOW_S]
         if not found:
             continue
-        ttd[f.fault_id] = min(i.opened for i in found) - f.onset
         # an incident naming the root as its cause owns the fault, even if a symptom one opened first
         best = min(found, key=lambda i: (i.root != f.root, i.opened, i.incident_id))
-        if best.ranked[0] == f.root:
-            top1.add(f.fault_id)
-        if f.root in best.ranked[:3]:
-            top3.add(f.fault_id)
-    return ttd, top1, top3
+        out[f.fault_id] = Detection(best.incident_id, min(i.opened for i in found) - f.onset, best.ranked)
+    return out
+
+
+def detections(truth: Iterable[Mapping[str, Any]], incidents: Iterable[Mapping[str, Any]]) -> dict[str, Detection]:
+    """Per detected fault (by fault_id), as the evaluation counts it; for reports that show each
+    fault beside its incident."""
+    faults = [_fault(f) for f in truth]
+    live = [_incident(s) for s in latest_states(incidents) if s.get("status") != "warning"]
+    return _detect(faults, sorted(live, key=lambda i: (i.opened, i.incident_id)))
 
 
 def _attribute(faults: list[_Fault], incs: list[_Incident]) -> tuple[dict[str, int], list[_Incident]]:
@@ -273,7 +285,11 @@ def evaluate_run(
     states = latest_states(incidents)
     live = [_incident(s) for s in states if s.get("status") != "warning"]
     incs = sorted(live, key=lambda i: (i.opened, i.incident_id))
-    ttd, top1, top3 = _detect(faults, incs)
+    found = _detect(faults, incs)
+    roots = {f.fault_id: f.root for f in faults}
+    ttd = {fid: d.ttd_s for fid, d in found.items()}
+    top1 = {fid for fid, d in found.items() if d.top[0] == roots[fid]}
+    top3 = {fid for fid, d in found.items() if roots[fid] in d.top[:3]}
     true_by_kind, fps = _attribute(faults, incs)
     # a false positive counts against the fault kind it claims, so per-kind precision can fall
     fp_by_kind = Counter(i.root_kind for i in fps)
