@@ -112,7 +112,7 @@ class DetectLoop:
             letters.append(DeadLetter("detect", f"late: tick {late.time_ns[0]} was already analysed", b"", None))
         anomalies: list[Anomaly] = []
         for tick in self.assembler.ready():
-            anomalies += self._tick(tick.t, tick.frames)
+            anomalies += self.analyse(tick.t, tick.frames)
         self.stats.late_rows = self.assembler.late_rows
         self.stats.deadletters += len(letters)
         return anomalies, letters
@@ -128,10 +128,11 @@ class DetectLoop:
     def finish(self) -> list[Anomaly]:
         out: list[Anomaly] = []
         for tick in self.assembler.flush():
-            out += self._tick(tick.t, tick.frames)
+            out += self.analyse(tick.t, tick.frames)
         return out
 
-    def _tick(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
+    def analyse(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
+        """One assembled tick: detectors, then the predictor (for entities not already failing)."""
         if not self.interval_known and self._last_t is not None and t > self._last_t:
             self.stack.interval = t - self._last_t  # the exporters' scrape interval, from the data
             self.interval_known = True

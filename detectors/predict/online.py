@@ -219,7 +219,7 @@ def evaluate_on_generated(
 ) -> list[PredictionReport]:
     """Held-out histories (never the training seeds), through the detectors and the predictor
     together as the pipeline runs them; predictions for entities already failing are withheld."""
-    from detectors.stack import DetectorStack
+    from detectors.runner import DetectLoop
 
     reports = []
     for seed in seeds:
@@ -227,17 +227,12 @@ def evaluate_on_generated(
             raise ValueError(f"seed {seed} is a training seed")
         ticks, truth = generated_history(seed)
         online = OnlinePredictor(predictor) if threshold is None else OnlinePredictor(predictor, threshold=threshold)
-        stack = DetectorStack(float(DEFAULT_TRAINING["interval"]))  # type: ignore[arg-type]
-        recent: dict[str, float] = {}
-        predictions: list[Prediction] = []
+        loop = DetectLoop(interval=float(DEFAULT_TRAINING["interval"]), predictor=online)  # type: ignore[arg-type]
         start: float | None = None
         for t, frames in ticks:
             start = t if start is None else start
-            for a in stack.process(t, frames):
-                if not a.detector.startswith("warn:"):  # as the pipeline: early warnings are not failures
-                    recent[a.entity] = t
-            failing = {e for e, at in recent.items() if t - at < 2 * HOUR}
-            predictions += online.update(t, frames, failing)
+            loop.analyse(t, frames)
+        predictions = loop.predictions
         assert start is not None
         reports.append(evaluate_predictions(predictions, truth, earliest=start + online.warmup_s))
     return reports
