@@ -2,7 +2,7 @@
 # The aiops daemon. Built by docker-compose.yml (`docker compose build aiops`) or on its own:
 #   docker build -t aiops-gpu .
 #   docker run --rm -e AIOPS_KAFKA__BOOTSTRAP=broker:9092 -e AIOPS_INFLUX__URL=http://influxdb:8086 aiops-gpu
-# Settings come from AIOPS_* environment variables (aiops/settings.py).
+# Settings come from AIOPS_* environment variables (vocab/settings.py).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

@@ -16,8 +16,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from aiops.settings import InfluxSettings, KafkaSettings
 from ingest.lineprotocol import decode, encode
+from vocab.settings import InfluxSettings, KafkaSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,8 +75,8 @@ class _RcaScenario:
 
     @staticmethod
     def build(topology: Topology, background_ticks: int, seed: int) -> _RcaScenario:
-        from detectors.xid import describe
         from telemetry_gen.topology import NICS_PER_NODE, NODES_PER_POD
+        from vocab.registry import describe_xid as describe
 
         t = topology
         switches, nics, ports = t.switches, t.ids["nic"], t.ids["port"]

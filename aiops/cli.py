@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiops import cli_rca
-from aiops.settings import InfluxSettings, KafkaSettings, Settings
+from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 if TYPE_CHECKING:
     from detectors.predict.online import OnlinePredictor
@@ -40,8 +40,9 @@ def stop_on_signals() -> Callable[[], bool]:
 def load_predictor(args: argparse.Namespace) -> OnlinePredictor | None:
     """The failure predictor `--model` names, or the default one (trained on first use), or
     none with `--no-predict`; a model file that cannot be used is a one-line error."""
+    from aiops.default_model import load_or_train_default
     from detectors.predict.model import ModelError, load
-    from detectors.predict.online import OnlinePredictor, load_or_train_default
+    from detectors.predict.online import OnlinePredictor
 
     if args.no_predict:
         return None
@@ -53,7 +54,14 @@ def load_predictor(args: argparse.Namespace) -> OnlinePredictor | None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    base = Settings()
+    from pydantic import ValidationError
+
+    try:
+        base = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise CliError(f"bad setting {where}: {first['msg']} (check the AIOPS_* environment)") from None
     kafka: KafkaSettings = base.kafka
     influx: InfluxSettings = base.influx
     if getattr(args, "kafka", None):
@@ -70,13 +78,26 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from aiops.catalog import MEASUREMENTS, render_markdown
+    from vocab.catalog import MEASUREMENTS, render_markdown
 
     if args.markdown:
         sys.stdout.write(render_markdown() + "\n")
     else:
         for m in MEASUREMENTS:
             print(f"{m.name:12s} id={m.id_tag:9s} key={m.partition_tag:7s} fields={len(m.metrics)}")
+    return 0
+
+
+def cmd_thresholds(args: argparse.Namespace) -> int:
+    """The detector thresholds in force (defaults and this site's AIOPS_DETECTORS__* overrides),
+    each with its reason and source."""
+    import json
+
+    from vocab.thresholds import describe
+
+    for name, value, why, source in describe(_settings(args).detectors):
+        shown = json.dumps(value, default=list) if not isinstance(value, str) else value
+        print(f"{name} = {shown}\n    why: {why}\n    source: {source}")
     return 0
 
 
@@ -168,7 +189,12 @@ def cmd_detect(args: argparse.Namespace) -> int:
         settings = _settings(args)
         events = load_events(Path(args.events)) if args.events else []
         stats = detect_kafka(
-            settings.kafka, stop_on_signals(), events, idle_stop_s=args.stop_when_idle, predictor=predictor
+            settings.kafka,
+            stop_on_signals(),
+            events,
+            idle_stop_s=args.stop_when_idle,
+            predictor=predictor,
+            detector_settings=settings.detectors,
         )
         print(
             f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "
@@ -179,7 +205,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT")
     source, out = Path(args.input), Path(args.out)
     try:
-        stats = detect_folder(source, out, predictor=predictor)
+        stats = detect_folder(source, out, predictor=predictor, detector_settings=_settings(args).detectors)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
     print(
@@ -210,8 +236,8 @@ def _first_time(folder: Path) -> float:
 
 
 def cmd_predictor(args: argparse.Namespace) -> int:
+    from aiops.default_model import default_model_path, train_default
     from detectors.predict.model import Dataset, ModelError, card_path, collect, load, save, train
-    from detectors.predict.online import default_model_path, train_default
     from detectors.runner import ticks_from_folder
 
     if args.action == "train":
@@ -245,12 +271,8 @@ def cmd_predictor(args: argparse.Namespace) -> int:
     if args.action == "evaluate":
         import json
 
-        from detectors.predict.online import (
-            evaluate_on_generated,
-            format_prediction_report,
-            load_or_train_default,
-            pool_reports,
-        )
+        from aiops.default_model import evaluate_on_generated, load_or_train_default
+        from detectors.predict.online import format_prediction_report, pool_reports
 
         model = load(path) if args.out else load_or_train_default()
         reports = evaluate_on_generated(model, args.seeds)
@@ -303,9 +325,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from aiops.demo import run_demo
 
         return run_demo(Path(args.input) if args.input else None)
+    from aiops.default_model import default_model_path, load_or_train_default
     from aiops.demo_cluster import DEMO_FAULTS, run_cluster_demo
     from detectors.predict.model import ModelError, load
-    from detectors.predict.online import OnlinePredictor, default_model_path, load_or_train_default
+    from detectors.predict.online import OnlinePredictor
 
     predictor = None
     if not args.no_predict:
@@ -344,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("catalog", help="list the telemetry measurements and fields")
     p.add_argument("--markdown", action="store_true", help="print the full catalog as Markdown")
     p.set_defaults(handler=cmd_catalog)
+
+    p = sub.add_parser("thresholds", help="the detector thresholds in force, each with its reason and source")
+    p.set_defaults(handler=cmd_thresholds)
 
     p = sub.add_parser("produce", help="publish a line-protocol file to Kafka")
     p.add_argument("file")

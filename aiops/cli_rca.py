@@ -33,11 +33,12 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli import CliError, _settings, load_predictor, stop_on_signals
+    from aiops.runner import run_folder, run_kafka
     from detectors.runner import load_events
     from rca.graph import GraphError
-    from rca.runner import run_folder, run_kafka
 
     predictor = load_predictor(args)
+    thresholds = _settings(args).detectors
     writer = None
     if args.influx:
         from rca.influx import IncidentWriter
@@ -59,6 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 idle_stop_s=args.stop_when_idle,
                 predictor=predictor,
                 incident_sink=sink,
+                detector_settings=thresholds,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -67,7 +69,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         if not args.input or not args.out:
             raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
-        stats = run_folder(Path(args.input), Path(args.out), predictor, incident_sink=sink)
+        stats = run_folder(
+            Path(args.input), Path(args.out), predictor, incident_sink=sink, detector_settings=thresholds
+        )
     except (FileNotFoundError, GraphError) as exc:
         raise CliError(str(exc)) from None
     finally:

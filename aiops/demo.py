@@ -56,7 +56,7 @@ def run_demo(path: Path | None = None, console: Console | None = None) -> int:
     rows: Counter[str] = Counter()
     values: Counter[str] = Counter()
     entities: dict[str, set[str]] = {}
-    from aiops.catalog import measurement
+    from vocab.catalog import measurement
 
     for written in frames.batches:
         for name, frame in written.items():

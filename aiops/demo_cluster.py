@@ -16,18 +16,19 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from detectors.predict.online import OnlinePredictor, Prediction
+from aiops.runner import Pipeline
+from detectors.anomaly import Prediction
+from detectors.predict.online import OnlinePredictor
 from rca.evaluate import detections, evaluate_run, latest_states
 from rca.graph import TopologyGraph
 from rca.incidents import Incident
-from rca.runner import Pipeline
 from telemetry_gen.generator import GenConfig, Generation
+from vocab import registry
 
 _DONE = b""
-DEMO_FAULTS = (
-    "gpu_straggler=1,psu_failure=1,leaf_down=1,pfc_storm=1,"
-    "gpu_hbm_ecc=1,optic_degradation=1,gpu_thermal=1,rack_cooling=1"
-)
+# a few faults that strike without warning, and every kind that announces itself (the predictor's)
+_ANNOUNCED = [kind for kinds in registry.predictable_by_root().values() for kind in kinds]
+DEMO_FAULTS = ",".join(f"{kind}=1" for kind in ["gpu_straggler", "psu_failure", "leaf_down", "pfc_storm", *_ANNOUNCED])
 SEVERITY_STYLE = {"critical": "bold red", "major": "red", "minor": "yellow", "warning": "cyan"}
 
 

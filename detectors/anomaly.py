@@ -1,4 +1,5 @@
-"""Anomalies: what detectors emit. One record per entity, metric and detector that fired."""
+"""What detectors emit: anomalies (one record per entity, metric and detector that fired) and
+failure predictions. Plain records, so the stages downstream read them without the detectors."""
 
 from __future__ import annotations
 
@@ -33,3 +34,21 @@ class Anomaly:
     def from_json(raw: bytes | str) -> Anomaly:
         body = json.loads(raw)
         return Anomaly(**body)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    entity: str
+    at: float
+    kind: str
+    probability: float
+    horizon_s: float
+    expected_in_s: float | None
+    action: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+
+    @staticmethod
+    def from_json(raw: bytes | str) -> Prediction:
+        return Prediction(**json.loads(raw))

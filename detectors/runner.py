@@ -14,14 +14,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiops.settings import KafkaSettings
-from detectors.anomaly import Anomaly
-from detectors.predict.online import OnlinePredictor, Prediction
+from detectors.anomaly import Anomaly, Prediction
+from detectors.predict.online import OnlinePredictor
 from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.ticks import PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
+from vocab.settings import KafkaSettings
+from vocab.thresholds import DetectorSettings
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,10 @@ class DetectLoop:
         drift_factory: DriftFactory | None = default_drift,
         interval: float | None = None,
         predictor: OnlinePredictor | None = None,
+        settings: DetectorSettings | None = None,
     ) -> None:
         self.core = IngestCore()
-        self.stack = DetectorStack(interval or DEFAULT_INTERVAL_S, drift_factory)
+        self.stack = DetectorStack(interval or DEFAULT_INTERVAL_S, drift_factory, settings)
         self.predictor = predictor
         self.predictions: list[Prediction] = []
         self._recent: dict[str, float] = {}
@@ -162,6 +164,7 @@ def detect_folder(
     drift_factory: DriftFactory | None = default_drift,
     on_tick: Callable[[], None] | None = None,
     predictor: OnlinePredictor | None = None,
+    detector_settings: DetectorSettings | None = None,
 ) -> DetectStats:
     """Reads telemetry.lp and events.jsonl (never truth.jsonl); writes anomalies.jsonl,
     predictions.jsonl (empty without a predictor) and deadletters.jsonl."""
@@ -169,7 +172,7 @@ def detect_folder(
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    loop = DetectLoop(drift_factory, predictor=predictor)
+    loop = DetectLoop(drift_factory, predictor=predictor, settings=detector_settings)
     apply_events(loop.stack, load_events(input_dir / "events.jsonl"))
     started = time.perf_counter()
     with (
@@ -227,6 +230,7 @@ def detect_kafka(
     lateness_s: float = 60.0,
     drift_factory: DriftFactory | None = default_drift,
     predictor: OnlinePredictor | None = None,
+    detector_settings: DetectorSettings | None = None,
 ) -> DetectStats:
     """The daemon: telemetry topic in, anomalies and predictions (and late or bad lines as dead
     letters) out.
@@ -247,7 +251,7 @@ def detect_kafka(
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
     dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
-    loop = DetectLoop(drift_factory, predictor=predictor)
+    loop = DetectLoop(drift_factory, predictor=predictor, settings=detector_settings)
     loop.assembler.lateness_s = lateness_s
     predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
     apply_events(loop.stack, events or [])

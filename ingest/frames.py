@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from aiops.catalog import FieldType
+from vocab.catalog import FieldType
 
 _NUMPY_DTYPE: dict[FieldType, np.dtype] = {
     FieldType.FLOAT: np.dtype(np.float64),

@@ -21,10 +21,10 @@ from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
-from aiops.settings import InfluxSettings
 from ingest.frames import Frame
 from ingest.lineprotocol import encode
 from ingest.pipeline import IngestStats
+from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from numpy.typing import NDArray
 
-from aiops.catalog import measurement
-from aiops.settings import KafkaSettings
 from ingest.deadletter import DeadLetter, Source
 from ingest.lineprotocol import decode
 from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore
+from vocab.catalog import measurement
+from vocab.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

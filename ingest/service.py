@@ -8,10 +8,10 @@ import socket
 import time
 from collections.abc import Callable
 
-from aiops.settings import Settings
 from ingest.influx_writer import InfluxWriteError, InfluxWriter
 from ingest.kafka_io import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, consume, ensure_topics
 from ingest.pipeline import IngestCore, IngestStats
+from vocab.settings import Settings
 
 log = logging.getLogger(__name__)
 

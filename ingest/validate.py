@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from aiops.catalog import (
+from ingest.frames import Column, Frame
+from ingest.lineprotocol import Decoded
+from vocab.catalog import (
     DCGM_FP64_BLANK,
     DCGM_INT32_BLANK,
     DCGM_INT64_BLANK,
@@ -27,9 +29,7 @@ from aiops.catalog import (
     MetricKind,
     measurement,
 )
-from aiops.entities import EntityIndex
-from ingest.frames import Column, Frame
-from ingest.lineprotocol import Decoded
+from vocab.entities import EntityIndex
 
 _NUMERIC = (FieldType.FLOAT, FieldType.INT, FieldType.UINT)
 

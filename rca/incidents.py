@@ -16,12 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.anomaly import Anomaly
-from detectors.predict.online import Prediction
+from detectors.anomaly import Anomaly, Prediction
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.schedule import Schedule
 from rca.symptoms import SOFT, Symptom, gpu_kind, symptom_of
+from vocab import registry
 
 QUIET_S = 900.0  # no evidence for this long: resolved
 FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures
@@ -33,44 +33,8 @@ ABSORB_S = 90.0  # an incident this young can still turn out to be the first sig
 SWEEP_EVERY_S = 60.0  # forgetting old symptom families is housekeeping, not per tick
 MAX_AFFECTED = 500
 
-ACTIONS = {
-    "gpu_fell_off_bus": "drain the node and power-cycle it; reseat or replace the GPU if it recurs (XID 79)",
-    "gpu_hbm_ecc": "drain the node, reset the GPU to apply row remaps; replace it if remapping failed",
-    "gpu_thermal": "drain at the next checkpoint; check the GPU's cold plate, fans and airflow",
-    "gpu_nvlink": "drain the node and check NVLink/NVSwitch (nvidia-smi nvlink -e); reseat or replace the GPU",
-    "gpu_straggler": "cordon the GPU's node and restart the job from its last checkpoint without it",
-    "gpu_fault": "drain the node and run the GPU field diagnostics (dcgmi diag -r 3)",
-    "nic_link_flap": "reseat the NIC's cable; replace the NIC if the link keeps bouncing",
-    "optic_degradation": "replace the optic and clean the fibre; move the job off the link meanwhile",
-    "leaf_down": "restore the leaf switch (power, console); reschedule the jobs on its nodes meanwhile",
-    "switch_down": "restore the switch (power, console); check the fabric's routing around it",
-    "pfc_storm": "shut the origin NIC's switch port (PFC watchdog) and drain its node",
-    "switch_congestion": "check the switch's uplinks and the traffic through it (xmit wait, ECN marks)",
-    "spine_congestion": "rebalance traffic off the spine (adaptive routing / ECMP weights); check its uplinks",
-    "psu_failure": "replace the PSU; the node runs power-capped until then",
-    "rack_cooling": "check the rack's cooling loop (CDU pumps, flow, supply temperature); throttle or drain the rack",
-    "unknown": "inspect the entity",
-}
-SEVERITY = {
-    "gpu_fell_off_bus": "critical",
-    "gpu_hbm_ecc": "critical",
-    "leaf_down": "critical",
-    "switch_down": "critical",
-    "pfc_storm": "critical",
-    "optic_degradation": "major",
-    "nic_link_flap": "major",
-    "gpu_nvlink": "major",
-    "psu_failure": "major",
-    "rack_cooling": "major",
-    "spine_congestion": "major",
-    "gpu_thermal": "minor",
-    "gpu_straggler": "minor",
-}
-# Early signs that open a warning (not an incident) until the failure itself shows.
-EARLY_SIGNS = {
-    "warm": ("gpu_thermal", "the GPU runs hotter than its job's other GPUs: check its cooling at the next checkpoint"),
-    "optic_rx": ("optic_degradation", "the optic's receive power is sagging: plan to replace it and clean the fibre"),
-}
+# Actions, severities and early signs per kind are the registry's (vocab/faults.toml).
+EARLY_SIGNS = {family: (sign.kind, sign.action) for family, sign in registry.EARLY_SIGNS.items()}
 WARNING_S = 6 * 3600.0
 
 
@@ -322,7 +286,7 @@ class IncidentEngine:
         incident.root = Candidate(current.entity, kind, current.score, current.explains)
         incident.candidates = [incident.root, *[c for c in ranked if c.entity != current.entity][:4]]
         self._blast(incident, t)
-        incident.action = ACTIONS.get(kind, ACTIONS["unknown"])
+        incident.action = registry.action(kind)
         incident.updated = t
 
     def _reroot(self, incident: Incident, root: Candidate, t: float, changed: dict[str, Incident]) -> None:
@@ -351,7 +315,7 @@ class IncidentEngine:
         incident.jobs = sorted(incident.job_gpus)
         gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")
         incident.gpus_hit = sum(incident.job_gpus.values()) or gpus
-        severity = SEVERITY.get(incident.root.kind, "major")
+        severity = registry.severity(incident.root.kind)
         if incident.gpus_hit >= 512:
             severity = "critical"
         elif incident.gpus_hit >= 64 and severity == "minor":
@@ -432,4 +396,4 @@ class IncidentEngine:
         return node is not None and self.schedule.in_maintenance(node, t)
 
 
-__all__ = ["ACTIONS", "QUIET_S", "EngineStats", "Incident", "IncidentEngine"]
+__all__ = ["QUIET_S", "EngineStats", "Incident", "IncidentEngine"]

@@ -11,8 +11,8 @@ import json
 import logging
 from typing import Any
 
-from aiops.settings import InfluxSettings
 from ingest.influx_writer import InfluxWriteError, InfluxWriter
+from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
 

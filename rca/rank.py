@@ -20,18 +20,12 @@ from typing import Any
 
 from rca.graph import TopologyGraph
 from rca.symptoms import PRIOR, SOFT, Suspects, Symptom, gpu_kind
+from vocab import registry
 
+# Per kind, the symptom families on its own entity that confirm it, and what that is worth
+# (kinds without one: any hard symptom of its own); from the registry.
 SIGNATURE: dict[str, tuple[frozenset[str], float]] = {
-    "nic_link_flap": (frozenset({"link"}), 2.0),
-    # the optic's own sag outweighs the NIC's errors: both explain the same link
-    "optic_degradation": (frozenset({"optic_rx", "predicted"}), 3.0),
-    "leaf_down": (frozenset({"silent"}), 2.0),
-    "switch_down": (frozenset({"silent"}), 2.0),
-    "pfc_storm": (frozenset({"pause_tx"}), 2.0),
-    "spine_congestion": (frozenset({"wait"}), 2.0),
-    "switch_congestion": (frozenset({"wait"}), 2.0),
-    "psu_failure": (frozenset({"psu"}), 2.0),
-    "rack_cooling": (frozenset({"env"}), 2.0),
+    k.name: (k.signature, k.signature_weight) for k in registry.KINDS.values() if k.signature
 }
 GROUP_WEIGHT = 3.0  # full coverage of a group suspect is worth this many extra entities
 
@@ -117,16 +111,17 @@ class Ranker:
         g = self.graph
         if entity not in g:
             return None
-        if kind in ("leaf_down", "switch_down"):
+        group = registry.KINDS[kind].coverage if kind in registry.KINDS else ""
+        if group == "cables":
             # the share of its cables that went bad, seen from either end
             cables = g.cables(entity)
             hit = sum(1 for port, far in cables if port in sick or far in sick)
             return hit / len(cables) if cables else 1.0 if sick else 0.0
-        if kind == "psu_failure":
+        if group == "node_gpus":
             node = g.parent(entity)
             gpus = g.children(node, "gpu") if node else []
             return sum(gpu in sick for gpu in gpus) / len(gpus) if gpus else None
-        if kind == "rack_cooling":
+        if group == "rack_nodes":
             nodes = g.dependents(entity, ["node"])
             sick_nodes = {n for e in sick if e in g and (n := g.node_of(e)) is not None}
             return len(sick_nodes & set(nodes)) / len(nodes) if nodes else None

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from detectors.anomaly import Anomaly
-from detectors.stack import HW_POWER_BRAKE, HW_THERMAL, SW_THERMAL
 from rca.graph import TopologyGraph
+from vocab import registry
 
 if TYPE_CHECKING:
     from rca.rank import Context
@@ -32,25 +32,10 @@ ENV = {"inlet_temp_c", "supply_temp_c"}
 # Families that are early warnings, not failures: they rank suspects, they never open an incident.
 SOFT = frozenset({"optic_rx", "warm", "predicted"})
 
-# Share of interruptions by cause in Meta's Llama 3 training report (54 days, 16,384 H100s;
-# GPU faults dominate, switches and cooling are rare): a tie-breaker, never the deciding evidence.
-PRIOR: dict[str, float] = {
-    "gpu_hbm_ecc": 0.17,
-    "gpu_fell_off_bus": 0.15,
-    "gpu_straggler": 0.10,
-    "psu_failure": 0.10,
-    "rack_cooling": 0.09,
-    "nic_link_flap": 0.08,
-    "optic_degradation": 0.08,
-    "gpu_nvlink": 0.06,
-    "gpu_thermal": 0.05,
-    "spine_congestion": 0.05,
-    "pfc_storm": 0.04,
-    "leaf_down": 0.03,
-    "switch_down": 0.02,
-    "switch_congestion": 0.02,
-    "gpu_fault": 0.02,
-}
+# The ranking prior per kind lives in the registry with its source (provisional for now).
+PRIOR = registry.PRIOR
+_POWER_BRAKE = registry.clock_reason("hw_power_brake_slowdown")
+_THERMAL = registry.clock_reason("sw_thermal_slowdown") | registry.clock_reason("hw_thermal_slowdown")
 
 
 class Symptom(NamedTuple):  # a tuple: hashed in C, and a storm hashes tens of thousands a tick
@@ -65,7 +50,7 @@ def symptom_of(a: Anomaly) -> Symptom:
         return Symptom(a.entity, "silent")
     if m == "DCGM_FI_DEV_XID_ERRORS":
         suggests = a.detail.get("suggests", "")
-        return Symptom(a.entity, "xid", suggests if suggests in PRIOR else "")
+        return Symptom(a.entity, "xid", suggests if suggests in registry.KINDS else "")
     if m in ECC:
         return Symptom(a.entity, "ecc", "gpu_hbm_ecc")
     if m in NVLINK:
@@ -74,9 +59,9 @@ def symptom_of(a: Anomaly) -> Symptom:
         return Symptom(a.entity, "pcie")
     if m == "DCGM_FI_DEV_CLOCKS_EVENT_REASONS":
         reasons = int(a.value or 0)
-        if reasons & HW_POWER_BRAKE:
+        if reasons & _POWER_BRAKE:
             return Symptom(a.entity, "power_brake")
-        return Symptom(a.entity, "hot" if reasons & (SW_THERMAL | HW_THERMAL) else "slow")
+        return Symptom(a.entity, "hot" if reasons & _THERMAL else "slow")
     if m in ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE"):
         return Symptom(a.entity, "slow")
     if m == "DCGM_FI_DEV_GPU_TEMP":  # the detectors say when it is only warmer than its peers

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from aiops.catalog import measurement
 from ingest.frames import Frame
 from ingest.kafka_io import Message, TelemetryProducer
 from ingest.lineprotocol import lines_to_bytes
 from telemetry_gen.generator import Generation, write_jsonl
 from telemetry_gen.simulate import Tick
+from vocab.catalog import measurement
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ Kinds and their root entities are DESIGN.md's catalog. Default rates come from M
 report (Dubey et al., 2024, table 5): 419 unexpected interruptions in 54 days on 16,384 H100s,
 i.e. 1.97e-5 per GPU-hour, of which faulty GPUs 30.1%, HBM3 17.2%, network switch/cable 8.4%,
 GPU SRAM and processor 8.4%, NIC 1.4%, host/power/cooling the rest; we split that total across
-our kinds with the weights below.
+our kinds with each kind's generator_weight in the registry (vocab/faults.toml).
 """
 
 from __future__ import annotations
@@ -16,37 +16,15 @@ import numpy as np
 
 from telemetry_gen.topology import Topology
 from telemetry_gen.workload import HOUR, Workload
+from vocab import registry
+from vocab.registry import FaultKind
 
 LLAMA3_INTERRUPTIONS_PER_GPU_HOUR = 419 / (16_384 * 54 * 24)
 
 
-@dataclass(frozen=True, slots=True)
-class FaultKind:
-    name: str
-    root: str  # entity kind of the root cause
-    weight: float  # share of the default rate
-    duration_s: tuple[float, float]
-    precursor: bool
-    kills_job: bool
-
-
-KINDS: dict[str, FaultKind] = {
-    k.name: k
-    for k in (
-        FaultKind("gpu_fell_off_bus", "gpu", 0.15, (1800, 7200), False, True),
-        FaultKind("gpu_hbm_ecc", "gpu", 0.17, (1800, 7200), True, True),
-        FaultKind("gpu_thermal", "gpu", 0.05, (1200, 3600), True, False),
-        FaultKind("gpu_nvlink", "gpu", 0.06, (1200, 3600), False, False),
-        FaultKind("gpu_straggler", "gpu", 0.10, (1800, 5400), False, False),
-        FaultKind("nic_link_flap", "nic", 0.08, (900, 2400), False, False),
-        FaultKind("optic_degradation", "optic", 0.08, (1800, 5400), True, True),
-        FaultKind("leaf_down", "leaf", 0.03, (900, 3600), False, True),
-        FaultKind("pfc_storm", "nic", 0.04, (600, 1800), False, False),
-        FaultKind("spine_congestion", "spine", 0.05, (900, 2700), False, False),
-        FaultKind("psu_failure", "psu", 0.10, (1800, 7200), False, False),
-        FaultKind("rack_cooling", "cooling", 0.09, (1800, 5400), True, False),
-    )
-}
+# The kinds the generator injects, with their mix, durations and whether they have a precursor or
+# kill their job: the registry's (vocab/faults.toml), so the generator and the engine share them.
+KINDS: dict[str, FaultKind] = {name: registry.KINDS[name] for name in registry.INJECTED}
 PRECURSOR_S = (1 * HOUR, 12 * HOUR)
 SEPARATION_S = 600.0
 
@@ -105,8 +83,8 @@ def parse_spec(spec: str) -> dict[str, int]:
 def default_counts(topology: Topology, hours: float, rng: np.random.Generator) -> dict[str, int]:
     """Poisson draws at the published rate, split by kind weight."""
     expected = LLAMA3_INTERRUPTIONS_PER_GPU_HOUR * topology.gpus * hours
-    total = sum(k.weight for k in KINDS.values())
-    return {k.name: int(rng.poisson(expected * k.weight / total)) for k in KINDS.values()}
+    total = sum(k.generator_weight for k in KINDS.values())
+    return {k.name: int(rng.poisson(expected * k.generator_weight / total)) for k in KINDS.values()}
 
 
 def _candidates(topology: Topology, root_kind: str) -> list[str]:
@@ -195,7 +173,7 @@ def _places(topology: Topology, root_kind: str, root: str) -> list[str]:
 
 
 def _needs_a_job(kind: str) -> bool:
-    return kind in ("gpu_straggler", "gpu_fell_off_bus", "gpu_thermal", "pfc_storm")
+    return registry.KINDS[kind].under_load
 
 
 def _node_of(topology: Topology, root_kind: str, root: str) -> int | None:

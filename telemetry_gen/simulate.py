@@ -20,13 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, FieldType
 from ingest.frames import Column, Frame
 from ingest.lineprotocol import encode_heads, encode_lines
 from telemetry_gen.effects import GPU_IDLE, HW_THERMAL, SW_THERMAL, Effects, FaultEffects, active
 from telemetry_gen.faults import KINDS, Fault
 from telemetry_gen.topology import Topology
 from telemetry_gen.workload import Workload
+from vocab.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, FieldType
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: every run starts here, so runs are comparable
 IDLE_W, PEAK_W = 70.0, 700.0

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
-from aiops.settings import InfluxSettings, KafkaSettings, Settings
+from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_LP = ROOT / "tests" / "data" / "sample.lp"

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from aiops.entities import EntityIndex
 from detectors.base import FloatArray, grow
 from detectors.peers import robust_z
 from detectors.rates import CounterRates
 from ingest.frames import Frame
+from vocab.entities import EntityIndex
 
 MINUTE, HOUR = 60.0, 3600.0
 

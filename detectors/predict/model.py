@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import platform
 from collections import defaultdict
 from collections.abc import Iterable
@@ -28,14 +27,12 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from detectors.base import FloatArray
 from detectors.predict.features import FEATURES, HOUR, PrecursorFeatures
 from ingest.frames import Frame
+from vocab import registry
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: skops body with a checksum (1 was a pickle)
 HORIZON_S = 6 * HOUR
-PREDICTABLE: dict[str, tuple[str, ...]] = {
-    "gpu": ("gpu_hbm_ecc", "gpu_thermal"),
-    "optic": ("optic_degradation",),
-    "cooling": ("rack_cooling",),
-}
+# root entity kind -> the kinds that announce themselves there (the registry's precursor flag)
+PREDICTABLE: dict[str, tuple[str, ...]] = registry.predictable_by_root()
 NONE = "none"
 
 
@@ -172,11 +169,40 @@ def train(dataset: Dataset, horizon: float = HORIZON_S, seed: int = 0, sources: 
     return Predictor(models, horizon, card)
 
 
+# A model file: a one-line magic, a one-line JSON header (format, versions, SHA-256 of the body),
+# then the body in skops' format, which rebuilds only the types it is told to trust instead of
+# running whatever the file says (as pickle would). A swapped or edited file is refused.
+MAGIC = b"AIOPS-PREDICTOR\n"
+# skops rebuilds scikit-learn estimators, numpy arrays and builtins without being told; these are
+# the only other types a calibrated gradient-boosting predictor holds. Anything else in a file
+# (a function, an unknown class) is refused before any of it is loaded.
+TRUSTED_TYPES = (
+    "sklearn.calibration._CalibratedClassifier",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+)
+
+
 def save(predictor: Predictor, path: Path) -> None:
+    import skops.io
+
+    body = skops.io.dumps(
+        {
+            "horizon_s": predictor.horizon_s,
+            "card": json.dumps(predictor.card, sort_keys=True),
+            "kinds": {
+                kind: {"classifier": m.classifier, "classes": list(m.classes), "regressor": m.regressor}
+                for kind, m in predictor.models.items()
+            },
+        }
+    )
+    header = {
+        "format": FORMAT_VERSION,
+        "sklearn": sklearn.__version__,
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
-    blob = pickle.dumps({"format": FORMAT_VERSION, "predictor": predictor, "sklearn": sklearn.__version__})
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(blob)
+    tmp.write_bytes(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + body)
     tmp.replace(path)
     card_path(path).write_text(json.dumps(predictor.card, indent=2, sort_keys=True) + "\n")
 
@@ -186,26 +212,52 @@ def card_path(path: Path) -> Path:
 
 
 def load(path: Path) -> Predictor:
+    """A model file written by save(); anything else (a pickle, an edited or truncated file, a
+    file asking for types a predictor does not hold) is refused before any of it is run."""
+    import skops.io
+
     hint = "retrain it with `aiops predictor train`, or delete it to get the default model trained again"
     if not path.is_file():
         raise ModelError(f"no model at {path}; {hint}")
+    raw = path.read_bytes()
+    if raw[:1] == b"\x80" or raw[:2] in (b"(d", b"}q", b"(l"):
+        raise ModelError(f"model {path} is a pickle, which can run code when loaded: refused; {hint}")
+    if not raw.startswith(MAGIC):
+        raise ModelError(f"model {path} is unreadable (not an aiops model file); {hint}")
+    head, _, body = raw[len(MAGIC) :].partition(b"\n")
     try:
-        body = pickle.loads(path.read_bytes())  # our own file, written by save()
+        header = json.loads(head)
+    except ValueError:
+        raise ModelError(f"model {path} is unreadable (bad header); {hint}") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        found = header.get("format") if isinstance(header, dict) else "?"
+        raise ModelError(f"model {path} has format {found}, this version reads {FORMAT_VERSION}; {hint}")
+    if header.get("sklearn") != sklearn.__version__:
+        raise ModelError(
+            f"model {path} was trained with scikit-learn {header.get('sklearn')}, this is {sklearn.__version__}; {hint}"
+        )
+    if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+        raise ModelError(f"model {path} does not match its checksum (changed or truncated); {hint}")
+    try:
+        untrusted = set(skops.io.get_untrusted_types(data=body)) - set(TRUSTED_TYPES)
     except Exception as exc:
         raise ModelError(f"model {path} is unreadable ({type(exc).__name__}); {hint}") from None
-    if not isinstance(body, dict) or body.get("format") != FORMAT_VERSION:
+    if untrusted:
         raise ModelError(
-            f"model {path} has format {body.get('format') if isinstance(body, dict) else '?'}, "
-            f"this version reads {FORMAT_VERSION}; {hint}"
+            f"model {path} asks for types a failure predictor does not hold ({', '.join(sorted(untrusted))}): "
+            f"refused; {hint}"
         )
-    if body.get("sklearn") != sklearn.__version__:
-        raise ModelError(
-            f"model {path} was trained with scikit-learn {body.get('sklearn')}, this is {sklearn.__version__}; {hint}"
-        )
-    predictor = body["predictor"]
-    if not isinstance(predictor, Predictor) or predictor.card.get("features") != {
-        k: list(v) for k, v in FEATURES.items()
-    }:
+    try:
+        stored = skops.io.loads(body, trusted=list(TRUSTED_TYPES))
+        card = json.loads(stored["card"])
+        models = {
+            kind: KindModel(m["classifier"], [str(c) for c in m["classes"]], m["regressor"])
+            for kind, m in stored["kinds"].items()
+        }
+        predictor = Predictor(models, float(stored["horizon_s"]), card)
+    except Exception as exc:
+        raise ModelError(f"model {path} is unreadable ({type(exc).__name__}); {hint}") from None
+    if predictor.card.get("features") != {k: list(v) for k, v in FEATURES.items()}:
         raise ModelError(f"model {path} was trained on other features; {hint}")
     return predictor
 

@@ -15,61 +15,29 @@ never on the seeds the figures are reported for.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from detectors.anomaly import Prediction
 from detectors.predict.features import FEATURES, HOUR, PrecursorFeatures
 from detectors.predict.model import (
     HORIZON_S,
     PREDICTABLE,
-    Dataset,
-    ModelError,
     Predictor,
-    collect,
-    fingerprint,
-    load,
-    save,
-    train,
 )
 from ingest.frames import Frame
+from vocab import registry
 
 log = logging.getLogger(__name__)
 
-ACTIONS = {
-    "gpu_hbm_ecc": "drain the node at the next checkpoint and replace the GPU (HBM errors are climbing)",
-    "gpu_thermal": "drain at the next checkpoint; check the GPU's cooling (cold plate, fans, thermal paste)",
-    "optic_degradation": "replace the optic (and clean the fibre) at the next maintenance window",
-    "rack_cooling": "check the rack's cooling loop (CDU pumps, coolant flow, supply temperature)",
-}
 RE_ARM_S = HOUR
 MIN_LEAD_S = 30 * 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    entity: str
-    at: float
-    kind: str
-    probability: float
-    horizon_s: float
-    expected_in_s: float | None
-    action: str
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
-
-    @staticmethod
-    def from_json(raw: bytes | str) -> Prediction:
-        return Prediction(**json.loads(raw))
 
 
 @dataclass
@@ -128,7 +96,7 @@ class OnlinePredictor:
                         round(float(p[i]), 4),
                         self.model.horizon_s,
                         expected,
-                        ACTIONS.get(str(which[i]), "inspect"),
+                        registry.warning_action(str(which[i])),
                     )
                 )
             self._end_episodes(t, ids, p)
@@ -148,94 +116,7 @@ class OnlinePredictor:
                 self._episode[entity] = (since, math.inf)
 
 
-# ---------------------------------------------------------------- the default model
-
-DEFAULT_TRAINING = {
-    "gpus": 512,
-    "hours": 30.0,
-    "interval": 60.0,
-    "seeds": [1001, 1002],
-    "faults": "gpu_hbm_ecc=8,gpu_thermal=8,optic_degradation=8,rack_cooling=5,gpu_straggler=2,psu_failure=2,"
-    "nic_link_flap=2,gpu_nvlink=2,pfc_storm=1",
-}
-
-
-def default_model_path() -> Path:
-    cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
-    return cache / "models" / f"predictor-{fingerprint(**DEFAULT_TRAINING)}.pkl"
-
-
-def generated_history(
-    seed: int, config: dict[str, Any] = DEFAULT_TRAINING
-) -> tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]:
-    from telemetry_gen.generator import GenConfig, Generation
-
-    gen = Generation(
-        GenConfig(
-            gpus=int(config["gpus"]),
-            hours=float(config["hours"]),
-            interval=float(config["interval"]),
-            seed=seed,
-            faults=str(config["faults"]),
-        )
-    )
-    truth = gen.truth()  # fault times are fixed at scheduling; jobs are filled in while running
-
-    def ticks() -> Iterator[tuple[float, dict[str, Frame]]]:
-        for tick in gen.ticks():
-            yield tick.time_ns / 1e9, {f.measurement: f for f in tick.frames}
-
-    return ticks(), truth
-
-
-def train_default(path: Path | None = None) -> Predictor:
-    """Train on generated histories (deterministic: fixed seeds, fixed model seeds) and save."""
-    dataset = Dataset()
-    for seed in DEFAULT_TRAINING["seeds"]:  # type: ignore[attr-defined]
-        ticks, truth = generated_history(int(seed))
-        collect(ticks, truth, dataset)
-    predictor = train(dataset, sources=[f"generated seed {s}: {DEFAULT_TRAINING}" for s in DEFAULT_TRAINING["seeds"]])  # type: ignore[attr-defined]
-    save(predictor, path or default_model_path())
-    return predictor
-
-
-def load_or_train_default(path: Path | None = None) -> Predictor:
-    """The model a fresh checkout uses: trained on first use, then read from the cache."""
-    target = path or default_model_path()
-    try:
-        return load(target)
-    except ModelError as exc:
-        if target.exists():
-            log.warning("%s; training a new default model", exc)
-        log.info("training the default failure predictor (first start) into %s", target)
-        return train_default(target)
-
-
 # ---------------------------------------------------------------- quality
-
-
-def evaluate_on_generated(
-    predictor: Predictor, seeds: list[int], threshold: float | None = None
-) -> list[PredictionReport]:
-    """Held-out histories (never the training seeds), through the detectors and the predictor
-    together as the pipeline runs them; predictions for entities already failing are withheld."""
-    from detectors.runner import DetectLoop
-
-    reports = []
-    for seed in seeds:
-        if seed in DEFAULT_TRAINING["seeds"]:  # type: ignore[operator]
-            raise ValueError(f"seed {seed} is a training seed")
-        ticks, truth = generated_history(seed)
-        online = OnlinePredictor(predictor) if threshold is None else OnlinePredictor(predictor, threshold=threshold)
-        loop = DetectLoop(interval=float(DEFAULT_TRAINING["interval"]), predictor=online)  # type: ignore[arg-type]
-        start: float | None = None
-        for t, frames in ticks:
-            start = t if start is None else start
-            loop.analyse(t, frames)
-        predictions = loop.predictions
-        assert start is not None
-        reports.append(evaluate_predictions(predictions, truth, earliest=start + online.warmup_s))
-    return reports
 
 
 @dataclass
@@ -344,8 +225,8 @@ __all__ = [
     "HORIZON_S",
     "OnlinePredictor",
     "Prediction",
+    "PredictionReport",
     "evaluate_predictions",
-    "load_or_train_default",
+    "format_prediction_report",
     "pool_reports",
-    "train_default",
 ]

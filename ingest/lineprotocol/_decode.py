@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from aiops.catalog import FieldType
 from ingest.frames import Column, Frame, concat
+from vocab.catalog import FieldType
 
 from ._scalar import (
     FALSE_LITERALS,

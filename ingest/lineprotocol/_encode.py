@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from aiops.catalog import FieldType
 from ingest.frames import Frame
+from vocab.catalog import FieldType
 
 
 class EncodeError(ValueError):

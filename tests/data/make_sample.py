@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiops.catalog import DCGM_INT64_BLANK
 from ingest.lineprotocol import encode
 from telemetry_gen.generator import GenConfig, Generation
 from telemetry_gen.simulate import T0
+from vocab.catalog import DCGM_INT64_BLANK
 
 TICKS = 30
 TICK_S = 10

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aiops.settings import InfluxSettings, KafkaSettings
 from tests.conftest import SAMPLE_LP, influxql
+from vocab.settings import InfluxSettings, KafkaSettings
 
 pytestmark = pytest.mark.services
 

@@ -2,7 +2,7 @@
 
 There is no Docker engine here, so the compose file is validated against the Compose
 Specification's JSON schema (tests/data/compose-spec.json) and cross-checked against the code it
-deploys: the aiops service's AIOPS_* variables must parse into aiops.settings.Settings and point at
+deploys: the aiops service's AIOPS_* variables must parse into vocab.settings.Settings and point at
 the kafka and influxdb services, the host ports must be the settings' defaults, every bind mount
 must exist, and the Grafana data source and dashboards must agree with each other and with the
 settings. Running the dashboards' queries is tests/integration/test_dashboards.py.
@@ -26,9 +26,9 @@ import yaml
 from jsonschema import Draft7Validator
 from packaging.specifiers import SpecifierSet
 
-from aiops.catalog import MEASUREMENTS
 from aiops.cli import build_parser, cmd_ingest
-from aiops.settings import InfluxSettings, KafkaSettings, Settings
+from vocab.catalog import MEASUREMENTS
+from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -239,7 +239,7 @@ def test_service_healthy_dependencies_have_healthchecks(compose: dict[str, Any])
     assert "/ping" in influx_check
 
 
-# ---------------------------------------------------------------- agreement with aiops.settings
+# ---------------------------------------------------------------- agreement with vocab.settings
 
 
 def test_aiops_environment_parses_into_settings(compose: dict[str, Any], clean_env: pytest.MonkeyPatch) -> None:
@@ -274,7 +274,7 @@ def test_aiops_environment_parses_into_settings(compose: dict[str, Any], clean_e
 
 
 def test_host_ports_are_the_settings_defaults(compose: dict[str, Any], clean_env: pytest.MonkeyPatch) -> None:
-    """From the host, the defaults in aiops/settings.py reach the compose stack."""
+    """From the host, the defaults in vocab/settings.py reach the compose stack."""
     defaults = Settings()
     assert defaults.kafka == KafkaSettings()
 

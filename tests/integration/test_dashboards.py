@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 
-from aiops.catalog import MEASUREMENTS
-from aiops.settings import InfluxSettings
 from ingest.pipeline import IngestStats
 from ingest.service import STATS_MEASUREMENT, stats_line
 from rca.influx import MEASUREMENT as INCIDENT_MEASUREMENT
+from vocab.catalog import MEASUREMENTS
+from vocab.settings import InfluxSettings
 
 if TYPE_CHECKING:
     from tests.conftest import SAMPLE_LP, influxql
@@ -105,8 +105,7 @@ def ingest_counter_lines() -> list[str]:
 def incident_lines() -> list[str]:
     """aiops_incident as `aiops run --influx` writes it: the real engine on a leaf going down, a
     PSU failing and a prediction, within the sample's time range."""
-    from detectors.anomaly import Anomaly
-    from detectors.predict.online import Prediction
+    from detectors.anomaly import Anomaly, Prediction
     from rca.graph import TopologyGraph
     from rca.incidents import IncidentEngine
     from rca.influx import incident_line

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaConsumer
 
-from aiops.settings import KafkaSettings
 from detectors.anomaly import Anomaly
 from detectors.runner import detect_kafka
 from telemetry_gen.emit import to_kafka
 from telemetry_gen.generator import GenConfig, Generation
+from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import requests
 
-from aiops.catalog import FieldType
-from aiops.settings import InfluxSettings
 from ingest.frames import Column, Frame, frame_differences
 from ingest.influx_writer import InfluxWriter
 from ingest.pipeline import IngestCore, IngestStats
 from tests.conftest import SAMPLE_LP, influxql
+from vocab.catalog import FieldType
+from vocab.settings import InfluxSettings
 
 pytestmark = pytest.mark.services
 

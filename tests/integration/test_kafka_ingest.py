@@ -10,8 +10,6 @@ from collections.abc import Sequence
 import pytest
 from kafka import KafkaConsumer
 
-from aiops.catalog import measurement
-from aiops.settings import KafkaSettings
 from ingest.deadletter import DeadLetter
 from ingest.frames import Frame, concat, frame_differences
 from ingest.kafka_io import (
@@ -25,6 +23,8 @@ from ingest.kafka_io import (
 from ingest.lineprotocol import decode
 from ingest.pipeline import Batch, IngestCore, MemoryFrameSink
 from tests.conftest import SAMPLE_LP
+from vocab.catalog import measurement
+from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services
 

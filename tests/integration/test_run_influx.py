@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from aiops.cli import main
-from aiops.settings import InfluxSettings
 from rca.evaluate import latest_states
 from rca.influx import MEASUREMENT, incident_line
+from vocab.settings import InfluxSettings
 
 if TYPE_CHECKING:
     from tests.conftest import influxql

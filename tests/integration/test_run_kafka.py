@@ -11,7 +11,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from aiops.cli import main
-from aiops.settings import KafkaSettings
+from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services
 

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 
+from aiops.runner import run_folder
 from rca.evaluate import evaluate_paths, latest_states
-from rca.runner import run_folder
 from telemetry_gen.emit import write_folder
 from telemetry_gen.faults import KINDS
 from telemetry_gen.generator import GenConfig, Generation

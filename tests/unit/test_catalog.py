@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from aiops.catalog import MEASUREMENTS, MetricKind, render_markdown
 from tests.conftest import ROOT
+from vocab.catalog import MEASUREMENTS, MetricKind, render_markdown
 
 
 def test_docs_metrics_md_is_the_rendered_catalog() -> None:

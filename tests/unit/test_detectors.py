@@ -11,9 +11,9 @@ from detectors.peers import Persistence, robust_z
 from detectors.rates import CounterRates
 from detectors.stack import DetectorStack
 from detectors.ticks import TickAssembler
-from detectors.xid import describe
 from ingest.frames import Frame
 from ingest.lineprotocol import decode
+from vocab.registry import describe_xid as describe
 
 T0 = 1_767_225_600.0
 

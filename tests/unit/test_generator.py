@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, MetricKind
 from ingest.frames import Frame, concat, to_pandas
 from ingest.lineprotocol import decode, encode, lines_to_bytes
 from telemetry_gen.effects import GPU_IDLE, HW_POWER_BRAKE, SW_THERMAL
@@ -21,6 +20,7 @@ from telemetry_gen.emit import write_folder
 from telemetry_gen.faults import KINDS, Fault, FaultSpecError, parse_spec
 from telemetry_gen.generator import GenConfig, Generation
 from telemetry_gen.topology import build
+from vocab.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, MetricKind
 
 GPUS = 256
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiops.catalog import FieldType
 from ingest.frames import Column, Frame, frame_differences
 from ingest.lineprotocol import EncodeError, LineError, decode, encode, parse_line
+from vocab.catalog import FieldType
 
 T = 1_767_225_600_000_000_000
 

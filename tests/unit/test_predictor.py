@@ -3,25 +3,41 @@ fail clearly, and the once-per-episode rule."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import pickle
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
+import sklearn
+import skops.io
 from numpy.typing import NDArray
 
+from aiops.default_model import generated_history, load_or_train_default
 from detectors.base import FloatArray
 from detectors.predict.features import FEATURES, Ewma, PrecursorFeatures, reference_ewma
-from detectors.predict.model import Dataset, ModelError, Predictor, card_path, collect, labels_for, load, save, train
+from detectors.predict.model import (
+    FORMAT_VERSION,
+    MAGIC,
+    Dataset,
+    ModelError,
+    Predictor,
+    card_path,
+    collect,
+    labels_for,
+    load,
+    save,
+    train,
+)
 from detectors.predict.online import (
     RE_ARM_S,
     OnlinePredictor,
     Prediction,
     evaluate_predictions,
-    generated_history,
-    load_or_train_default,
 )
 from ingest.frames import Frame
 
@@ -87,7 +103,7 @@ def test_labels_mark_the_horizon_and_drop_failed_entities() -> None:
 
 def test_model_round_trips_through_save_and_load_with_identical_outputs(tmp_path: Path) -> None:
     model = small_model()
-    path = tmp_path / "m.pkl"
+    path = tmp_path / "m.skops"
     save(model, path)
     loaded = load(path)
     X = np.random.default_rng(0).normal(0, 1, (50, len(FEATURES["gpu"])))
@@ -101,16 +117,17 @@ def test_model_round_trips_through_save_and_load_with_identical_outputs(tmp_path
     ("content", "message"),
     [
         (None, "no model at"),
-        (b"not a pickle", "unreadable"),
-        (pickle.dumps({"format": 999}), "format 999"),
-        (pickle.dumps({"format": 1, "sklearn": "0.1", "predictor": None}), "scikit-learn 0.1"),
+        (b"not a model", "unreadable"),
+        (MAGIC + b'{"format": 999}\n', "format 999"),
+        (MAGIC + json.dumps({"format": FORMAT_VERSION, "sklearn": "0.1"}).encode() + b"\n", "scikit-learn 0.1"),
+        (pickle.dumps({"format": 1, "predictor": None}), "pickle"),
     ],
-    ids=["missing", "corrupt", "future-format", "other-sklearn"],
+    ids=["missing", "corrupt", "future-format", "other-sklearn", "old-pickle"],
 )
 def test_bad_model_files_give_a_clear_error_with_the_retrain_path(
     tmp_path: Path, content: bytes | None, message: str
 ) -> None:
-    path = tmp_path / "m.pkl"
+    path = tmp_path / "m.skops"
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(ModelError, match=message) as err:
@@ -118,13 +135,47 @@ def test_bad_model_files_give_a_clear_error_with_the_retrain_path(
     assert "aiops predictor train" in str(err.value)
 
 
-def test_a_corrupt_default_model_is_retrained_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from detectors.predict import online
+class _RunsCode:
+    """Unpickling this makes a directory: what a swapped model file could do instead."""
 
-    monkeypatch.setattr(online, "DEFAULT_TRAINING", SMALL)
-    path = tmp_path / "default.pkl"
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def test_a_model_file_that_would_run_code_is_refused_without_running_it(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "m.skops"
+    path.write_bytes(pickle.dumps(_RunsCode(marker)))
+    with pytest.raises(ModelError, match="pickle, which can run code"):
+        load(path)
+    assert not marker.exists()
+    pickle.loads(path.read_bytes())  # what loading it the old way would have done
+    assert marker.exists()
+    # a well-formed file (right magic, header and checksum) whose body names a callable
+    body = skops.io.dumps({"horizon_s": 1.0, "card": "{}", "kinds": {"gpu": {"classifier": os.system}}})
+    header = {"format": FORMAT_VERSION, "sklearn": sklearn.__version__, "sha256": hashlib.sha256(body).hexdigest()}
+    path.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + body)
+    with pytest.raises(ModelError, match=r"asks for types .*system"):
+        load(path)
+
+
+def test_an_edited_model_file_fails_its_checksum(tmp_path: Path) -> None:
+    path = tmp_path / "m.skops"
+    save(small_model(), path)
+    raw = bytearray(path.read_bytes())
+    raw[-100] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ModelError, match="checksum"):
+        load(path)
+
+
+def test_a_corrupt_default_model_is_retrained_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "default.skops"
     path.write_bytes(b"\x00garbage")
-    model = load_or_train_default(path)
+    model = load_or_train_default(path, SMALL)
     assert isinstance(model, Predictor)
     assert isinstance(load(path), Predictor)  # and it was saved for next time
 

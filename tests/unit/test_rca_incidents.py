@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from detectors.anomaly import Anomaly
-from detectors.predict.online import Prediction
+from detectors.anomaly import Anomaly, Prediction
 from rca.graph import TopologyGraph
 from rca.incidents import QUIET_S, WARNING_S, Incident, IncidentEngine
 from rca.schedule import Schedule
@@ -389,8 +388,8 @@ def test_evidence_is_capped_but_counted(engine: IncidentEngine) -> None:
 
 
 def test_an_engine_failure_does_not_stop_the_pipeline(graph: TopologyGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiops.runner import Pipeline
     from ingest.lineprotocol import lines_to_bytes
-    from rca.runner import Pipeline
     from telemetry_gen.generator import GenConfig, Generation
 
     gen = Generation(GenConfig(gpus=256, hours=0.1, interval=30, seed=3, faults="psu_failure=1"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aiops.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, DCGM_INT64_BLANK, FieldType
-from aiops.entities import EntityIndex
 from ingest.deadletter import DeadLetter, Source
 from ingest.lineprotocol import decode
 from ingest.pipeline import IngestCore
 from ingest.validate import Validated, Validator, _previous_max_in_group
+from vocab.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, DCGM_INT64_BLANK, FieldType
+from vocab.entities import EntityIndex
 
 
 def _validate(data: bytes, validator: Validator | None = None) -> tuple[Validator, Validated]:

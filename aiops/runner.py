@@ -17,14 +17,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aiops.settings import KafkaSettings
-from detectors.anomaly import Anomaly
-from detectors.predict.online import OnlinePredictor, Prediction
+from detectors.anomaly import Anomaly, Prediction
+from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, apply_events, load_events, read_chunks
 from ingest.deadletter import DeadLetter, Source
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
 from rca.schedule import Schedule
+from vocab.settings import KafkaSettings
+from vocab.thresholds import DetectorSettings
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,13 @@ class Pipeline:
         events: list[dict[str, Any]] | None = None,
         predictor: OnlinePredictor | None = None,
         lateness_s: float = 0.0,
+        detector_settings: DetectorSettings | None = None,
     ) -> None:
         # the graph is a million long-lived objects: keep the cyclic collector from walking
         # them on every full pass (which would land on a burst tick)
         gc.collect()
         gc.freeze()
-        self.detect = DetectLoop(predictor=predictor)
+        self.detect = DetectLoop(predictor=predictor, settings=detector_settings)
         self.detect.assembler.lateness_s = lateness_s
         self.schedule = Schedule.from_events(events or [])
         self.engine = IncidentEngine(graph, self.schedule)
@@ -119,6 +121,7 @@ def run_folder(
     predictor: OnlinePredictor | None = None,
     on_tick: Callable[[Pipeline], None] | None = None,
     incident_sink: IncidentSink | None = None,
+    detector_settings: DetectorSettings | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, deadletters.jsonl and run.json."""
@@ -126,7 +129,7 @@ def run_folder(
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     graph = TopologyGraph.load(input_dir / "topology.json")
-    pipeline = Pipeline(graph, load_events(input_dir / "events.jsonl"), predictor)
+    pipeline = Pipeline(graph, load_events(input_dir / "events.jsonl"), predictor, detector_settings=detector_settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = RunStats()
     started = time.perf_counter()
@@ -171,6 +174,7 @@ def run_kafka(
     lateness_s: float = 60.0,
     predictor: OnlinePredictor | None = None,
     incident_sink: IncidentSink | None = None,
+    detector_settings: DetectorSettings | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents and dead letters out.
     Commits after a poll's outputs are flushed: at-least-once."""
@@ -190,7 +194,7 @@ def run_kafka(
         settings.deadletter_topic,
     ]
     ensure_topics(settings.bootstrap, topics)
-    pipeline = Pipeline(TopologyGraph.load(topology), events, predictor, lateness_s)
+    pipeline = Pipeline(TopologyGraph.load(topology), events, predictor, lateness_s, detector_settings)
     consumer = TelemetryConsumer(settings, group=settings.run_group)
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)

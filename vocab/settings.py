@@ -9,6 +9,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from vocab.thresholds import DetectorSettings
+
 
 class KafkaSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -54,6 +56,7 @@ class Settings(BaseSettings):
 
     kafka: KafkaSettings = KafkaSettings()
     influx: InfluxSettings = InfluxSettings()
+    detectors: DetectorSettings = DetectorSettings()
     http_port: int = 8080
 
 

@@ -1,0 +1,105 @@
+"""The default failure predictor: trained on generated histories by a command (`aiops predictor
+default`, or on first use by `aiops run`/`aiops demo`), cached as a model file. This is the program
+layer: it may drive the generator; the production scorer (detectors/predict) only reads files.
+
+What it is trained on is data (default_model.json), so the model card can say it and the cache
+key changes when it does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from detectors.predict.model import Dataset, ModelError, Predictor, collect, fingerprint, load, save, train
+from detectors.predict.online import OnlinePredictor, PredictionReport, evaluate_predictions
+from ingest.frames import Frame
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TRAINING: dict[str, Any] = json.loads(
+    resources.files("aiops").joinpath("default_model.json").read_text(encoding="utf-8")
+)
+
+
+def default_model_path() -> Path:
+    cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
+    return cache / "models" / f"predictor-{fingerprint(**DEFAULT_TRAINING)}.skops"
+
+
+def generated_history(
+    seed: int, config: dict[str, Any] = DEFAULT_TRAINING
+) -> tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]:
+    from telemetry_gen.generator import GenConfig, Generation
+
+    gen = Generation(
+        GenConfig(
+            gpus=int(config["gpus"]),
+            hours=float(config["hours"]),
+            interval=float(config["interval"]),
+            seed=seed,
+            faults=str(config["faults"]),
+        )
+    )
+    truth = gen.truth()  # fault times are fixed at scheduling; jobs are filled in while running
+
+    def ticks() -> Iterator[tuple[float, dict[str, Frame]]]:
+        for tick in gen.ticks():
+            yield tick.time_ns / 1e9, {f.measurement: f for f in tick.frames}
+
+    return ticks(), truth
+
+
+def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRAINING) -> Predictor:
+    """Train on generated histories (deterministic: fixed seeds, fixed model seeds) and save."""
+    dataset = Dataset()
+    seeds = [int(s) for s in config["seeds"]]
+    for seed in seeds:
+        ticks, truth = generated_history(seed, config)
+        collect(ticks, truth, dataset)
+    predictor = train(dataset, sources=[f"generated seed {s}: {config}" for s in seeds])
+    save(predictor, path or default_model_path())
+    return predictor
+
+
+def load_or_train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRAINING) -> Predictor:
+    """The model a fresh checkout uses: trained on first use, then read from the cache."""
+    target = path or default_model_path()
+    try:
+        return load(target)
+    except ModelError as exc:
+        if target.exists():
+            log.warning("%s; training a new default model", exc)
+        log.info("training the default failure predictor (first start) into %s", target)
+        return train_default(target, config)
+
+
+def evaluate_on_generated(
+    predictor: Predictor, seeds: list[int], threshold: float | None = None
+) -> list[PredictionReport]:
+    """Held-out histories (never the training seeds), through the detectors and the predictor
+    together as the pipeline runs them; predictions for entities already failing are withheld."""
+    from detectors.runner import DetectLoop
+
+    reports = []
+    for seed in seeds:
+        if seed in DEFAULT_TRAINING["seeds"]:
+            raise ValueError(f"seed {seed} is a training seed")
+        ticks, truth = generated_history(seed)
+        online = OnlinePredictor(predictor) if threshold is None else OnlinePredictor(predictor, threshold=threshold)
+        loop = DetectLoop(interval=float(DEFAULT_TRAINING["interval"]), predictor=online)
+        start: float | None = None
+        for t, frames in ticks:
+            start = t if start is None else start
+            loop.analyse(t, frames)
+        assert start is not None
+        reports.append(evaluate_predictions(loop.predictions, truth, earliest=start + online.warmup_s))
+    return reports
+
+
+__all__ = ["DEFAULT_TRAINING", "default_model_path", "evaluate_on_generated", "load_or_train_default", "train_default"]

@@ -1,0 +1,88 @@
+"""Entities that should report and went silent: a GPU of a running job, a switch. Said once per
+silence; reporting again re-arms it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from detectors.anomaly import Anomaly
+from detectors.base import State, grow
+from detectors.stack.view import MeasurementTick
+from vocab.entities import EntityIndex
+from vocab.thresholds import PresenceThresholds
+
+WATCHED = ("gpu", "switch")
+
+
+@dataclass
+class _Presence:
+    entities: EntityIndex = field(default_factory=EntityIndex)
+    last_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    expected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))  # should report
+    silent_reported: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+
+
+class Presence:
+    def __init__(self, limits: PresenceThresholds, interval: float) -> None:
+        self.limits = limits
+        self.interval = interval
+        self._state: dict[str, _Presence] = {}
+
+    def seen(self, m: MeasurementTick, entities: EntityIndex) -> None:
+        """`entities`: the measurement's index, whose rows per-entity state follows."""
+        st = self._state.setdefault(m.name, _Presence())
+        st.entities = entities
+        st.last_seen = grow(st.last_seen, m.n_entities, np.nan)
+        st.last_seen[m.series] = m.t
+        st.expected = grow(st.expected, m.n_entities, False)
+        st.silent_reported = grow(st.silent_reported, m.n_entities, False)
+        st.silent_reported[m.series] = False
+        if m.name == "gpu":
+            st.expected[m.series] = m.frame.tag("job") != "idle"
+        elif m.name == "switch":
+            st.expected[m.series] = True
+
+    def silent(self, t: float) -> list[Anomaly]:
+        out: list[Anomaly] = []
+        for name in WATCHED:
+            st = self._state.get(name)
+            if st is None or not len(st.entities):
+                continue
+            quiet = t - st.last_seen >= self.limits.silent_after_ticks * self.interval - 1e-6
+            gone = st.expected & quiet & ~st.silent_reported
+            rows = np.flatnonzero(gone[: len(st.entities)])
+            ids = st.entities.ids
+            for r in rows.tolist():
+                out.append(
+                    Anomaly(
+                        t,
+                        str(ids[r]),
+                        "silent",
+                        "rule:silent",
+                        float((t - st.last_seen[r]) / self.interval),
+                        None,
+                        None,
+                        name,
+                        {"last_seen": f"{st.last_seen[r]:.0f}"},
+                    )
+                )
+            st.silent_reported[rows] = True
+        return out
+
+    def state_dict(self, name: str) -> State:
+        st = self._state.get(name, _Presence())
+        return {
+            "last_seen": st.last_seen.copy(),
+            "expected": st.expected.copy(),
+            "silent_reported": st.silent_reported.copy(),
+        }
+
+    def load_state(self, name: str, s: State, entities: EntityIndex) -> None:
+        self._state[name] = _Presence(
+            entities,
+            np.asarray(s["last_seen"], dtype=np.float64).copy(),
+            np.asarray(s["expected"], dtype=np.bool_).copy(),
+            np.asarray(s["silent_reported"], dtype=np.bool_).copy(),
+        )

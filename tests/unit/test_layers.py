@@ -1,0 +1,118 @@
+"""Layers run one way: the shared vocabulary at the bottom imports no stage; the stages do not
+import the generator or the program; the root-cause engine does not pull in the predictor or
+scikit-learn. Checked twice: statically (every import statement, function-level ones included,
+followed through the project's own modules) and by importing each stage in a fresh interpreter."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("vocab", "ingest", "detectors", "rca", "telemetry_gen", "aiops")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+@cache
+def _direct_imports(module: str) -> frozenset[str]:
+    """Every module an import statement in `module` names (TYPE_CHECKING blocks excluded)."""
+    tree = ast.parse(_modules()[module].read_text())
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return frozenset(found)
+
+
+def _closure(module: str) -> set[str]:
+    """Everything `module` can end up importing, through the project's own modules."""
+    seen: set[str] = set()
+    walked = {module}
+    todo = [module]
+    while todo:
+        for name in _direct_imports(todo.pop()):
+            seen.add(name)
+            # importing a.b.c runs a/__init__, a/b/__init__ and a/b/c
+            parts = name.split(".")
+            for prefix in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+                if prefix in _modules() and prefix not in walked:
+                    walked.add(prefix)
+                    todo.append(prefix)
+    return seen
+
+
+def _offenders(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    out = {}
+    for module in sorted(_modules()):
+        if module == package or module.startswith(package + "."):
+            bad = sorted(n for n in _closure(module) if any(n == f or n.startswith(f + ".") for f in forbidden))
+            if bad:
+                out[module] = bad
+    return out
+
+
+STAGES_MUST_NOT_IMPORT = ("telemetry_gen", "aiops")
+
+
+@pytest.mark.parametrize("stage", ["ingest", "detectors", "rca"])
+def test_stages_import_neither_the_generator_nor_the_program(stage: str) -> None:
+    assert _offenders(stage, STAGES_MUST_NOT_IMPORT) == {}
+
+
+def test_the_vocabulary_imports_no_stage_and_no_program() -> None:
+    assert _offenders("vocab", ("ingest", "detectors", "rca", "telemetry_gen", "aiops")) == {}
+
+
+def test_the_root_cause_engine_does_not_pull_in_the_predictor_or_scikit_learn() -> None:
+    assert _offenders("rca", ("detectors.predict", "sklearn", "skops")) == {}
+
+
+def test_ingest_does_not_import_the_stages_after_it() -> None:
+    assert _offenders("ingest", ("detectors", "rca")) == {}
+
+
+def test_the_generator_is_a_telemetry_source_and_nothing_more() -> None:
+    # it writes the wire format with ingest's codec and frames, like a collector; it knows
+    # nothing of detection, root causes or the program
+    assert _offenders("telemetry_gen", ("detectors", "rca", "aiops")) == {}
+
+
+def test_the_walk_sees_imports_inside_functions() -> None:
+    # detectors/stack/history.py imports the univariate detector inside default_drift
+    assert "detectors.univariate" in _closure("detectors.stack.history")
+
+
+def test_importing_the_engine_loads_no_predictor_and_no_scikit_learn() -> None:
+    code = (
+        "import sys, rca.incidents, rca.rank, rca.graph, rca.evaluate, rca.influx; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'skops', 'telemetry_gen', 'aiops') "
+        "or m.startswith('detectors.predict')); print(bad)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert result.stdout.strip() == "[]"

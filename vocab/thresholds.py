@@ -1,0 +1,258 @@
+"""Detector thresholds as typed settings: one section per detector family, every value with the
+reason it is what it is and where it comes from (a spec, a datasheet, a field study, validation
+seeds, or "provisional" with what it was set against). A site overrides any of them like every
+other setting, e.g. AIOPS_DETECTORS__SAG__DROP_DB='{"optic": {"rx_power_dbm": 2.0}}' or
+AIOPS_DETECTORS__PEERS__PERSIST_TICKS=3.
+
+`aiops thresholds` prints them all with their sources; tests/unit/test_thresholds.py refuses a
+value without a reason and a source.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# What a source says when a value was set by hand against the generator's own clusters. Honest
+# about it: these are the values the realism work measures and replaces.
+PROVISIONAL = "provisional: set by hand against generated clusters, not from a spec or field data"
+
+
+def sourced(default: Any, why: str, source: str) -> Any:
+    """A threshold with its one-line reason and its source (kept in the JSON schema)."""
+    return Field(default=default, description=why, json_schema_extra={"source": source})
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PeerRule(_Section):
+    """One metric of one measurement compared with its cohort (robust z against the median)."""
+
+    metric: str
+    cohort: Literal["job", "role", "all"]
+    z: float  # alarm beyond this robust z (signed: negative = too low)
+    abs_floor: float = 0.0  # the spread never counts as less than this (metric's unit)
+    rel_floor: float = 0.0  # ... nor less than this share of the median
+    log: bool = False  # compare log10 of the value (rates spanning decades)
+    rate: bool = False  # a counter: compare its rate
+    # off its peers by less than this (in the metric's unit): an early warning ("warn:<cohort>"),
+    # not a failure; e.g. a GPU a few degrees warmer than its job's other GPUs is creeping
+    warn_within: float = 0.0
+    why: str
+    source: str
+
+
+class RuleThresholds(_Section):
+    """Hard signals: error counters, pause rates, bad states."""
+
+    error_counters: dict[str, dict[str, float]] = sourced(
+        {
+            "gpu": {
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1,
+                "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1,
+                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 1,
+                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 1,
+                "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 1,
+            },
+            "nvswitch": {"nvlink_crc_errors": 1, "nvlink_replay_errors": 1},
+            "nic": {"symbol_error": 1, "port_rcv_errors": 1, "link_downed": 1, "port_xmit_discards": 1},
+            "switch_port": {"symbol_error": 1, "port_rcv_errors": 1, "link_downed": 1, "port_xmit_discards": 1},
+        },
+        "increase per tick of an error counter that is an anomaly (1 = any increase)",
+        f"{PROVISIONAL}; a single event, not a rate against an error budget",
+    )
+    pause_rate_per_s: dict[str, dict[str, float]] = sourced(
+        {
+            "nic": {"tx_prio3_pause": 100.0, "rx_prio3_pause": 100.0},
+            "switch_port": {"tx_prio3_pause": 100.0, "rx_prio3_pause": 100.0},
+        },
+        "PFC pause frames per second that are an anomaly (healthy fabrics pause a little)",
+        f"{PROVISIONAL}; one tick's rate, not a sustained one",
+    )
+    throttle_reasons: tuple[str, ...] = sourced(
+        ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"),
+        "clock-event reasons (registry names) that mark a GPU throttled by hardware, heat or power",
+        "NVML clock event reasons (nvml.h); idle, application clocks and sync boost are not faults",
+    )
+    state_repeat_s: float = sourced(
+        300.0,
+        "a bad state that lasts is reported again this often, so a fresh listener learns it",
+        "operational choice: five minutes, well inside the incident engine's 15-minute quiet period",
+    )
+
+
+class PresenceThresholds(_Section):
+    """Entities that should report and do not; counters unseen for a while."""
+
+    silent_after_ticks: int = sourced(
+        2,
+        "missing this many ticks in a row while it should report (a GPU of a running job, a switch)",
+        "operational choice: one lost scrape is common, two in a row is a silent entity",
+    )
+    max_gap_ticks: int = sourced(
+        5,
+        "a counter unseen for longer starts a new baseline instead of a rate over the gap",
+        "operational choice: an exporter restart resets counters; a long gap's rate means nothing",
+    )
+
+
+class PeerThresholds(_Section):
+    """A measurement's entities against their cohort (job, switch role, all)."""
+
+    rules: dict[str, tuple[PeerRule, ...]] = sourced(
+        {
+            "gpu": (
+                PeerRule(
+                    metric="DCGM_FI_DEV_SM_CLOCK",
+                    cohort="job",
+                    z=-6.0,
+                    abs_floor=15.0,
+                    rel_floor=0.01,
+                    why="a GPU clocked well below its job's others slows the whole synchronous job",
+                    source=PROVISIONAL,
+                ),
+                PeerRule(
+                    metric="DCGM_FI_DEV_POWER_USAGE",
+                    cohort="job",
+                    z=-6.0,
+                    abs_floor=15.0,
+                    rel_floor=0.04,
+                    why="a GPU drawing much less power than its job's others is doing less work",
+                    source=PROVISIONAL,
+                ),
+                PeerRule(
+                    metric="DCGM_FI_DEV_GPU_TEMP",
+                    cohort="job",
+                    z=6.0,
+                    abs_floor=1.5,
+                    warn_within=18.0,
+                    why="hotter than its job's GPUs under the same load; within 18 °C an early warning",
+                    source=PROVISIONAL,
+                ),
+            ),
+            "switch": (
+                PeerRule(
+                    metric="port_xmit_wait",
+                    cohort="role",
+                    z=8.0,
+                    abs_floor=0.15,
+                    log=True,
+                    rate=True,
+                    why="a switch waiting for credit far more than its role's others is congested",
+                    source=PROVISIONAL,
+                ),
+            ),
+            "node": (
+                PeerRule(
+                    metric="inlet_temp_c",
+                    cohort="all",
+                    z=8.0,
+                    abs_floor=0.5,
+                    why="a node's inlet far warmer than the hall's others points at its rack's cooling",
+                    source=PROVISIONAL,
+                ),
+            ),
+            # not the return temperature: it follows the rack's load, which jobs set
+            "cooling": (
+                PeerRule(
+                    metric="supply_temp_c",
+                    cohort="all",
+                    z=8.0,
+                    abs_floor=0.5,
+                    why="a cooling loop supplying warmer coolant than the others is failing",
+                    source=PROVISIONAL,
+                ),
+            ),
+        },
+        "peer comparisons per measurement; each rule carries its own reason and source",
+        "see each rule",
+    )
+    persist_ticks: int = sourced(
+        2,
+        "a peer deviation must hold this many ticks in a row (one-scrape blips are not faults)",
+        PROVISIONAL,
+    )
+
+
+class DriftThresholds(_Section):
+    """Slow physical signals against their own history (sudden changes; slow creeps are the
+    failure predictor's)."""
+
+    metrics: dict[str, tuple[str, ...]] = sourced(
+        {"optic": ("rx_power_dbm",), "cooling": ("supply_temp_c",)},
+        "the slow physical signals watched against their own history",
+        "steady signals by physics: optical power and coolant temperature move slowly when healthy",
+    )
+    threshold: float = sourced(
+        0.9,
+        "univariate score R/(1+R) above which a drift fires: a deviation nine times the series' record",
+        PROVISIONAL,
+    )
+
+
+class SagThresholds(_Section):
+    """Sagging levels against each series' own slow reference: an optic's receive power falling
+    is the classic sign of a dirty or failing transceiver. An early warning ("warn:sag")."""
+
+    drop_db: dict[str, dict[str, float]] = sourced(
+        {"optic": {"rx_power_dbm": 1.5}},
+        "dB below the series' own slow reference that is a sag",
+        PROVISIONAL,
+    )
+    tau_s: float = sourced(
+        6 * 3600.0,
+        "time constant of the slow reference: slower than any sag worth warning about",
+        PROVISIONAL,
+    )
+    repeat_s: float = sourced(3600.0, "a sag that lasts is warned about again this often", PROVISIONAL)
+    dark_dbm: float = sourced(
+        -20.0,
+        "no light at all: the link is down (the link rules report it), not a sag",
+        "below the receiver sensitivity of 400G optics (about -10 dBm per lane, IEEE 802.3 / "
+        "transceiver datasheets): nothing is received",
+    )
+
+
+class DetectorSettings(_Section):
+    rules: RuleThresholds = RuleThresholds()
+    presence: PresenceThresholds = PresenceThresholds()
+    peers: PeerThresholds = PeerThresholds()
+    drift: DriftThresholds = DriftThresholds()
+    sag: SagThresholds = SagThresholds()
+
+
+def describe(settings: BaseModel, prefix: str = "") -> list[tuple[str, Any, str, str]]:
+    """(name, value, reason, source) for every threshold, peer rules one by one."""
+    out: list[tuple[str, Any, str, str]] = []
+    for name, info in type(settings).model_fields.items():
+        value = getattr(settings, name)
+        path = f"{prefix}{name}"
+        if isinstance(value, BaseModel):
+            out += describe(value, f"{path}.")
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if name == "rules" and isinstance(value, dict) and all(isinstance(v, tuple) for v in value.values()):
+            for measurement, rules in value.items():
+                for rule in rules:
+                    shown = rule.model_dump(exclude={"why", "source", "metric", "cohort"}, exclude_defaults=True)
+                    out.append((f"{path}.{measurement}.{rule.metric}@{rule.cohort}", shown, rule.why, rule.source))
+            continue
+        out.append((path, value, info.description or "", str(extra.get("source", ""))))
+    return out
+
+
+__all__ = [
+    "PROVISIONAL",
+    "DetectorSettings",
+    "DriftThresholds",
+    "PeerRule",
+    "PeerThresholds",
+    "PresenceThresholds",
+    "RuleThresholds",
+    "SagThresholds",
+    "describe",
+    "sourced",
+]
