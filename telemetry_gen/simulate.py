@@ -331,17 +331,17 @@ class ClusterSim:
             / np.maximum(uplinks_per_switch[t.port_peer_switch[spine_side]], 1.0)
         )
         rate = np.where(e.port_down, 0.0, rate)
-        pc = self.port_counters
-        pc["port_xmit_data"] += rate * dt
-        pc["port_rcv_data"] += rate * dt
-        pc["port_xmit_wait"] += (2e3 + 4e4 * rate / NIC_LINE_RATE + e.port_wait_rate) * dt
-        pc["rx_prio3_pause"] += e.port_rx_pause_rate * dt
-        pc["tx_prio3_pause"] += e.port_tx_pause_rate * dt
-        pc["link_downed"] += e.port_downed
-        pc["link_error_recovery"] += e.port_downed
+        ports = self.port_counters
+        ports["port_xmit_data"] += rate * dt
+        ports["port_rcv_data"] += rate * dt
+        ports["port_xmit_wait"] += (2e3 + 4e4 * rate / NIC_LINE_RATE + e.port_wait_rate) * dt
+        ports["rx_prio3_pause"] += e.port_rx_pause_rate * dt
+        ports["tx_prio3_pause"] += e.port_tx_pause_rate * dt
+        ports["link_downed"] += e.port_downed
+        ports["link_error_recovery"] += e.port_downed
         nic_sym = self.nic_counters["symbol_error"]
-        pc["symbol_error"][down] = nic_sym[t.port_peer_nic[down]]  # the same cable's errors
-        pc["port_rcv_errors"][down] = self.nic_counters["port_rcv_errors"][t.port_peer_nic[down]]
+        ports["symbol_error"][down] = nic_sym[t.port_peer_nic[down]]  # the same cable's errors
+        ports["port_rcv_errors"][down] = self.nic_counters["port_rcv_errors"][t.port_peer_nic[down]]
         return rate
 
     def _switch_frames(
@@ -349,9 +349,9 @@ class ClusterSim:
     ) -> list[Frame]:
         t = self.t
         s = len(t.switches)
-        pc = self.port_counters
+        ports = self.port_counters
         sums: dict[str, NDArray[np.float64]] = {
-            k: np.bincount(t.port_switch, weights=v, minlength=s).astype(np.float64) for k, v in pc.items()
+            k: np.bincount(t.port_switch, weights=v, minlength=s).astype(np.float64) for k, v in ports.items()
         }
         peer_silent = np.zeros(len(t.port_switch), dtype=np.bool_)
         down = t.port_peer_nic >= 0
@@ -375,7 +375,7 @@ class ClusterSim:
             },
         )
         ports = self._frame(
-            "switch_port", ts, ~e.switch_silent[t.port_switch], {**pc, "link_state": link_up.astype(np.float64)}
+            "switch_port", ts, ~e.switch_silent[t.port_switch], {**ports, "link_state": link_up.astype(np.float64)}
         )
         return [switch, ports]
 
