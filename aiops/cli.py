@@ -184,12 +184,14 @@ def cmd_detect(args: argparse.Namespace) -> int:
     )
     from detectors.runner import detect_folder, detect_kafka, load_events, read_anomalies
 
+    settings = _settings(args)
+    interval = _scrape_interval(args, settings)
     predictor = load_predictor(args)
     if args.kafka:
-        settings = _settings(args)
         events = load_events(Path(args.events)) if args.events else []
         stats = detect_kafka(
             settings.kafka,
+            interval,
             stop_on_signals(),
             events,
             idle_stop_s=args.stop_when_idle,
@@ -205,7 +207,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT")
     source, out = Path(args.input), Path(args.out)
     try:
-        stats = detect_folder(source, out, predictor=predictor, detector_settings=_settings(args).detectors)
+        stats = detect_folder(source, out, interval, predictor=predictor, detector_settings=settings.detectors)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
     print(
@@ -220,8 +222,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
         records = [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
         topology = json.loads((source / "topology.json").read_text())
         gpus = int(topology["graph"]["gpus"])
-        hours = stats.ticks * max(_interval(source), 1.0) / 3600
-        print(format_report(evaluate(read_anomalies(out / "anomalies.jsonl"), records, _interval(source), gpus, hours)))
+        hours = stats.ticks * interval / 3600
+        print(format_report(evaluate(read_anomalies(out / "anomalies.jsonl"), records, interval, gpus, hours)))
         if predictor is not None:
             lines = (out / "predictions.jsonl").read_text().splitlines()
             predictions = [Prediction.from_json(line) for line in lines if line.strip()]
@@ -238,7 +240,7 @@ def _first_time(folder: Path) -> float:
 def cmd_predictor(args: argparse.Namespace) -> int:
     from aiops.default_model import default_model_path, train_default
     from detectors.predict.model import Dataset, ModelError, card_path, collect, load, save, train
-    from detectors.runner import ticks_from_folder
+    from detectors.runner import IntervalUnknownError, scrape_interval, ticks_from_folder
 
     if args.action == "train":
         if not args.data or not args.out:
@@ -251,7 +253,11 @@ def cmd_predictor(args: argparse.Namespace) -> int:
             if not truth.is_file() or not (folder / "telemetry.lp").is_file():
                 raise CliError(f"{folder} needs telemetry.lp and truth.jsonl (aiops gen --out writes both)")
             records = [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
-            collect(ticks_from_folder(folder), records, dataset)
+            try:
+                interval = scrape_interval(folder, getattr(args, "interval", None))
+            except IntervalUnknownError as exc:
+                raise CliError(str(exc)) from None
+            collect(ticks_from_folder(folder, interval), records, dataset)
         predictor = train(dataset, sources=[str(Path(d).resolve()) for d in args.data])
         save(predictor, Path(args.out))
         print(f"model -> {args.out}, card -> {card_path(Path(args.out))}")
@@ -296,17 +302,18 @@ def cmd_predictor(args: argparse.Namespace) -> int:
     raise CliError(f"unknown predictor action {args.action!r}")
 
 
-def _interval(folder: Path) -> float:
-    """The scrape interval of a recorded run: the gap between its first two timestamps."""
-    stamps: list[int] = []
-    with (folder / "telemetry.lp").open("rb") as f:
-        for line in f:
-            ts = int(line.rsplit(b" ", 1)[1])
-            if not stamps or ts != stamps[-1]:
-                stamps.append(ts)
-            if len(stamps) == 2:
-                return (stamps[1] - stamps[0]) / 1e9
-    return 10.0
+def _scrape_interval(args: argparse.Namespace, settings: Settings) -> float:
+    """--interval, else the daemons' setting, else (offline) the folder's meta.json; else a
+    one-line refusal."""
+    from detectors.runner import IntervalUnknownError, scrape_interval
+
+    given = getattr(args, "interval", None)
+    given = given if given is not None else settings.scrape_interval_s
+    folder = Path(args.input) if getattr(args, "input", None) and not getattr(args, "kafka", None) else None
+    try:
+        return scrape_interval(folder, given)
+    except IntervalUnknownError as exc:
+        raise CliError(str(exc)) from None
 
 
 def cmd_score_csv(args: argparse.Namespace) -> int:
@@ -413,6 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS")
     p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
     p.add_argument("--no-predict", action="store_true", help="detect only, no failure prediction")
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="the collectors' scrape interval (default: the folder's meta.json, or AIOPS_SCRAPE_INTERVAL_S)",
+    )
     p.set_defaults(handler=cmd_detect)
 
     cli_rca.add_parsers(sub)
@@ -423,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", nargs="+", metavar="DIR", help="generated histories (aiops gen --out) to train on")
     p.add_argument("--out", metavar="MODEL", help="where the model goes (a .card.json lands beside it)")
     p.add_argument("--retrain", action="store_true", help="with default: train again even if cached")
+    p.add_argument("--interval", type=float, metavar="SECONDS", help="with train: scrape interval (default: meta.json)")
     p.set_defaults(handler=cmd_predictor)
 
     p = sub.add_parser("score-csv", help="anomaly scores in [0, 1] for a CSV with a timestamp column, online")

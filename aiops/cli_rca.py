@@ -17,6 +17,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--topology", metavar="FILE", help="with --kafka: the cluster's topology.json")
     p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (jobs, maintenance), JSON lines")
     p.add_argument("--group", help="with --kafka: consumer group (default aiops-run)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="the collectors' scrape interval (default: the folder's meta.json, or AIOPS_SCRAPE_INTERVAL_S)",
+    )
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
     p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
     p.add_argument("--no-predict", action="store_true", help="no failure prediction")
@@ -34,11 +40,17 @@ def add_parsers(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli import CliError, _settings, load_predictor, stop_on_signals
     from aiops.runner import run_folder, run_kafka
-    from detectors.runner import load_events
+    from detectors.runner import IntervalUnknownError, load_events, scrape_interval
     from rca.graph import GraphError
 
+    configured = _settings(args)
+    thresholds = configured.detectors
+    try:
+        given = args.interval if args.interval is not None else configured.scrape_interval_s
+        interval = scrape_interval(None if args.kafka else Path(args.input or "."), given)
+    except IntervalUnknownError as exc:
+        raise CliError(str(exc)) from None
     predictor = load_predictor(args)
-    thresholds = _settings(args).detectors
     writer = None
     if args.influx:
         from rca.influx import IncidentWriter
@@ -54,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             events = load_events(Path(args.events)) if args.events else []
             stats = run_kafka(
                 kafka,
+                interval,
                 Path(args.topology),
                 stop_on_signals(),
                 events,
@@ -70,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.input or not args.out:
             raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
         stats = run_folder(
-            Path(args.input), Path(args.out), predictor, incident_sink=sink, detector_settings=thresholds
+            Path(args.input), Path(args.out), interval, predictor, incident_sink=sink, detector_settings=thresholds
         )
     except (FileNotFoundError, GraphError) as exc:
         raise CliError(str(exc)) from None

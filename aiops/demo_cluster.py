@@ -51,7 +51,7 @@ def run_cluster_demo(
         "everything in-process, no services"
     )
     graph = TopologyGraph.from_json(gen.topology.to_json())
-    pipeline = Pipeline(graph, gen.events(), predictor)
+    pipeline = Pipeline(graph, interval, gen.events(), predictor)
     inbox: queue.Queue[bytes] = queue.Queue(maxsize=4)
 
     def exporter() -> None:  # the cluster's side: one encoded tick at a time onto the "topic"

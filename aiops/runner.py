@@ -23,7 +23,7 @@ from detectors.runner import DetectLoop, apply_events, load_events, read_chunks
 from ingest.deadletter import DeadLetter, Source
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
-from rca.schedule import Schedule
+from vocab.schedule import Schedule
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
@@ -49,6 +49,7 @@ class Pipeline:
     def __init__(
         self,
         graph: TopologyGraph,
+        interval_s: float,
         events: list[dict[str, Any]] | None = None,
         predictor: OnlinePredictor | None = None,
         lateness_s: float = 0.0,
@@ -58,11 +59,10 @@ class Pipeline:
         # them on every full pass (which would land on a burst tick)
         gc.collect()
         gc.freeze()
-        self.detect = DetectLoop(predictor=predictor, settings=detector_settings)
-        self.detect.assembler.lateness_s = lateness_s
+        self.detect = DetectLoop(interval_s, predictor=predictor, settings=detector_settings, lateness_s=lateness_s)
         self.schedule = Schedule.from_events(events or [])
         self.engine = IncidentEngine(graph, self.schedule)
-        apply_events(self.detect.stack, events or [])
+        apply_events(self.detect, events or [])
         # (incident id, its state as JSON) per change since the caller last took them: taken as
         # they happen, since the incident itself moves on in later ticks of the same batch
         self.incidents: list[tuple[str, bytes]] = []
@@ -118,6 +118,7 @@ IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (
 def run_folder(
     input_dir: Path,
     out_dir: Path,
+    interval_s: float,
     predictor: OnlinePredictor | None = None,
     on_tick: Callable[[Pipeline], None] | None = None,
     incident_sink: IncidentSink | None = None,
@@ -129,7 +130,8 @@ def run_folder(
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     graph = TopologyGraph.load(input_dir / "topology.json")
-    pipeline = Pipeline(graph, load_events(input_dir / "events.jsonl"), predictor, detector_settings=detector_settings)
+    events = load_events(input_dir / "events.jsonl")
+    pipeline = Pipeline(graph, interval_s, events, predictor, detector_settings=detector_settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = RunStats()
     started = time.perf_counter()
@@ -167,6 +169,7 @@ def run_folder(
 
 def run_kafka(
     settings: KafkaSettings,
+    interval_s: float,
     topology: Path,
     should_stop: Callable[[], bool],
     events: list[dict[str, Any]] | None = None,
@@ -194,7 +197,7 @@ def run_kafka(
         settings.deadletter_topic,
     ]
     ensure_topics(settings.bootstrap, topics)
-    pipeline = Pipeline(TopologyGraph.load(topology), events, predictor, lateness_s, detector_settings)
+    pipeline = Pipeline(TopologyGraph.load(topology), interval_s, events, predictor, lateness_s, detector_settings)
     consumer = TelemetryConsumer(settings, group=settings.run_group)
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)

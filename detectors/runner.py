@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from detectors.anomaly import Anomaly, Prediction
 from detectors.predict.online import OnlinePredictor
 from detectors.stack import DetectorStack, DriftFactory, default_drift
@@ -21,13 +23,13 @@ from detectors.ticks import PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
+from vocab.schedule import NodeJobs, Schedule
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 32 << 20
-DEFAULT_INTERVAL_S = 10.0
 
 
 @dataclass(slots=True)
@@ -38,6 +40,7 @@ class DetectStats:
     suppressed: int = 0
     late_rows: int = 0
     deadletters: int = 0
+    job_tag_mismatches: int = 0  # GPU rows whose job tag disagreed with the schedule
     seconds: float = 0.0
 
 
@@ -63,16 +66,19 @@ def load_events(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def apply_events(stack: DetectorStack, events: list[dict[str, object]]) -> None:
+def apply_events(loop: DetectLoop, events: list[dict[str, object]]) -> None:
+    """What the scheduler says: maintenance windows (held back) and which job each node runs (the
+    GPU cohorts). Read once at start; the daemons do not follow new events yet."""
     for e in events:
         if e.get("type") == "maintenance":
-            stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))  # type: ignore[arg-type, attr-defined]
+            loop.stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))  # type: ignore[arg-type, attr-defined]
+    loop.jobs = NodeJobs(Schedule.from_events(events))
 
 
-def ticks_from_folder(folder: Path) -> Iterator[tuple[float, dict[str, Frame]]]:
+def ticks_from_folder(folder: Path, interval_s: float) -> Iterator[tuple[float, dict[str, Frame]]]:
     """A recorded run's telemetry as (time, frames) ticks, through the ingest core."""
     core = IngestCore()
-    assembler = TickAssembler(lateness_s=0.0)
+    assembler = TickAssembler(interval_s)
     for chunk in read_chunks(folder / "telemetry.lp"):
         assembler.add(core.process(chunk).frames)
         for tick in assembler.ready():
@@ -89,20 +95,20 @@ class DetectLoop:
 
     def __init__(
         self,
+        interval: float,
         drift_factory: DriftFactory | None = default_drift,
-        interval: float | None = None,
         predictor: OnlinePredictor | None = None,
         settings: DetectorSettings | None = None,
+        lateness_s: float = 0.0,
     ) -> None:
         self.core = IngestCore()
-        self.stack = DetectorStack(interval or DEFAULT_INTERVAL_S, drift_factory, settings)
+        self.stack = DetectorStack(interval, drift_factory, settings)
         self.predictor = predictor
+        self.jobs = NodeJobs(Schedule())  # from the events (apply_events); empty: the job tags alone
         self.predictions: list[Prediction] = []
         self._recent: dict[str, float] = {}
-        self.assembler = TickAssembler(lateness_s=0.0)
+        self.assembler = TickAssembler(interval, lateness_s)
         self.partitions = PartitionClock()  # from Kafka: the slowest partition holds the ticks back
-        self.interval_known = interval is not None
-        self._last_t: float | None = None
         self.stats = DetectStats()
         # called once per analysed tick with its anomalies and predictions (the RCA engine)
         self.tick_listener: Callable[[float, list[Anomaly], list[Prediction]], None] | None = None
@@ -110,8 +116,9 @@ class DetectLoop:
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         batch = self.core.process(data)
         letters = list(batch.deadletters)
-        for late in self.assembler.add(batch.frames):
-            letters.append(DeadLetter("detect", f"late: tick {late.time_ns[0]} was already analysed", b"", None))
+        # a row whose tick was already analysed is not a bad line: ingest stores it; detection
+        # counts it (late_rows) and leaves it out
+        self.assembler.add(batch.frames)
         anomalies: list[Anomaly] = []
         for tick in self.assembler.ready():
             anomalies += self.analyse(tick.t, tick.frames)
@@ -133,14 +140,24 @@ class DetectLoop:
             out += self.analyse(tick.t, tick.frames)
         return out
 
+    def _with_jobs(self, t: float, frames: dict[str, Frame]) -> dict[str, Frame]:
+        """GPU rows carry the job the schedule says their node runs: the cohort a GPU is compared
+        with. A `job` tag, when a collector sends one, is checked against it (disagreements are
+        counted); with no schedule, the tag is all there is."""
+        gpu = frames.get("gpu")
+        if gpu is None or not self.jobs:
+            return frames
+        jobs = self.jobs.at(t, gpu.tag("node"))
+        tagged = gpu.tags.get("job")
+        if tagged is not None:
+            self.stats.job_tag_mismatches += int(np.count_nonzero((tagged != "") & (tagged != jobs)))
+        return {**frames, "gpu": Frame(gpu.measurement, gpu.time_ns, {**gpu.tags, "job": jobs}, gpu.fields)}
+
     def analyse(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
         """One assembled tick: detectors, then the predictor (for entities not already failing)."""
-        if not self.interval_known and self._last_t is not None and t > self._last_t:
-            self.stack.interval = t - self._last_t  # the exporters' scrape interval, from the data
-            self.interval_known = True
-        self._last_t = t
         self.stats.ticks += 1
         self.stats.values += sum(f.value_count for f in frames.values())
+        frames = self._with_jobs(t, frames)
         found = self.stack.process(t, frames)
         self.stats.anomalies += len(found)
         self.stats.suppressed = self.stack.suppressed
@@ -158,9 +175,36 @@ class DetectLoop:
         return found
 
 
+class IntervalUnknownError(ValueError):
+    """No scrape interval was given and the recording does not say: never guessed from the data,
+    where clock offsets and jitter would make any guess wrong."""
+
+
+def scrape_interval(folder: Path | None, given: float | None) -> float:
+    """The scrape interval: as given (--interval, or the daemon's setting), else the recording's
+    meta.json (`aiops gen --out` writes it), else a clear refusal."""
+    if given is not None:
+        if not given > 0:
+            raise IntervalUnknownError(f"the scrape interval must be positive, got {given}")
+        return float(given)
+    meta = folder / "meta.json" if folder is not None else None
+    if meta is not None and meta.is_file():
+        try:
+            value = json.loads(meta.read_text())["interval_s"]
+        except (ValueError, KeyError, TypeError):
+            raise IntervalUnknownError(f"{meta} has no interval_s; give --interval SECONDS") from None
+        return scrape_interval(None, float(value))
+    where = f"{folder} has no meta.json" if folder is not None else "none was configured"
+    raise IntervalUnknownError(
+        f"the scrape interval is unknown ({where}): give --interval SECONDS "
+        "(or AIOPS_SCRAPE_INTERVAL_S for the daemons); it is never guessed from timestamps"
+    )
+
+
 def detect_folder(
     input_dir: Path,
     out_dir: Path,
+    interval_s: float,
     drift_factory: DriftFactory | None = default_drift,
     on_tick: Callable[[], None] | None = None,
     predictor: OnlinePredictor | None = None,
@@ -172,8 +216,8 @@ def detect_folder(
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    loop = DetectLoop(drift_factory, predictor=predictor, settings=detector_settings)
-    apply_events(loop.stack, load_events(input_dir / "events.jsonl"))
+    loop = DetectLoop(interval_s, drift_factory, predictor=predictor, settings=detector_settings)
+    apply_events(loop, load_events(input_dir / "events.jsonl"))
     started = time.perf_counter()
     with (
         (out_dir / "anomalies.jsonl").open("wb") as out,
@@ -224,6 +268,7 @@ class KafkaAnomalySink:
 
 def detect_kafka(
     settings: KafkaSettings,
+    interval_s: float,
     should_stop: Callable[[], bool],
     events: list[dict[str, object]] | None = None,
     idle_stop_s: float | None = None,
@@ -232,8 +277,8 @@ def detect_kafka(
     predictor: OnlinePredictor | None = None,
     detector_settings: DetectorSettings | None = None,
 ) -> DetectStats:
-    """The daemon: telemetry topic in, anomalies and predictions (and late or bad lines as dead
-    letters) out.
+    """The daemon: telemetry topic in, anomalies and predictions (and bad lines as dead letters)
+    out; rows too late for their tick are counted and left out of detection.
     Commits after the anomalies of a poll are flushed: at-least-once."""
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
@@ -251,10 +296,9 @@ def detect_kafka(
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
     dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
-    loop = DetectLoop(drift_factory, predictor=predictor, settings=detector_settings)
-    loop.assembler.lateness_s = lateness_s
+    loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
     predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
-    apply_events(loop.stack, events or [])
+    apply_events(loop, events or [])
     started = time.monotonic()
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):

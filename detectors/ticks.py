@@ -1,10 +1,15 @@
-"""Assemble ticks from a stream of frames: all rows of one timestamp, across measurements.
+"""Assemble ticks from a stream of frames: all rows of one scrape window, across measurements.
+
+Real collectors do not stamp a tick with one timestamp: each host has its own clock (seconds
+off, with jitter, truncated to whole seconds) and scrapes at its own phase. So a tick is a window
+of the scrape grid, not a timestamp: every row lands on the nearest multiple of the configured
+interval, and the rows of one entity in one window merge field by field.
 
 Kafka delivers a node's lines in order, but different nodes arrive interleaved and a tick may be
 split across polls. The assembler holds rows until the stream is `lateness` seconds past their
-timestamp (event time, never the wall clock), then releases whole ticks in time order. A row that
-arrives after its tick was released is counted as late and handed back to the caller, who decides
-what to do with it (the runner dead-letters it with a reason).
+window (event time, never the wall clock), then releases whole ticks in time order. A row that
+arrives after its tick was released is counted as late and handed back to the caller: it is
+stored by ingest, and kept out of detection.
 
 From Kafka, "the stream" is several partitions that a consumer reads unevenly: replaying a
 backlog, one partition can be many ticks ahead of another. So the Kafka runners also cap the
@@ -19,79 +24,127 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
-from ingest.frames import Frame, concat
+from ingest.frames import Frame, concat, merge_rows
+from vocab.catalog import measurement
 
 
 @dataclass(slots=True)
 class AssembledTick:
-    t: float  # seconds
+    t: float  # seconds: the grid point of the scrape window
     frames: dict[str, Frame]
 
 
 @dataclass(slots=True)
+class _Pending:
+    frames: list[Frame] = field(default_factory=list)
+    ticks: list[NDArray[np.int64]] = field(default_factory=list)  # each row's grid point (ns)
+    arrival: list[NDArray[np.int64]] = field(default_factory=list)  # each row's place in the stream
+
+
+@dataclass(slots=True)
 class TickAssembler:
-    lateness_s: float
-    _pending: dict[str, list[Frame]] = field(default_factory=lambda: defaultdict(list))
-    _watermark_ns: int | None = None  # everything at or before this was released
+    """Rows in, whole ticks out: every row lands on the nearest point of the scrape grid
+    (multiples of the interval since the epoch), so a host whose clock is off by a few seconds,
+    or that scrapes at its own phase, still lands on the tick it belongs to. A tick is released
+    once the stream is `lateness_s` past the end of its window; the rows of one entity in one
+    window merge (the newest value of each field wins), as a time-series database merges points
+    of one series."""
+
+    interval_s: float
+    lateness_s: float = 0.0
+    _pending: dict[str, _Pending] = field(default_factory=lambda: defaultdict(_Pending))
+    _watermark_ns: int | None = None  # every tick at or before this was released
     _newest_ns: int | None = None
+    _arrived: int = 0
     late_rows: int = 0
     cap_ns: int | None = None  # release nothing newer than this (the slowest source's clock)
 
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"the scrape interval must be positive, got {self.interval_s}")
+
+    @property
+    def _interval_ns(self) -> int:
+        return round(self.interval_s * 1e9)
+
+    def grid(self, time_ns: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The nearest grid point of each time (half-way rounds up: windows are [t-I/2, t+I/2))."""
+        step = self._interval_ns
+        return ((time_ns + step // 2) // step) * step
+
     def add(self, frames: dict[str, Frame]) -> list[Frame]:
-        """Buffer frames; returns the rows that came too late (already-released ticks)."""
+        """Buffer frames; returns the rows that came too late (their tick was already released)."""
         late: list[Frame] = []
         for name, incoming in frames.items():
             frame = incoming
             if not len(frame):
                 continue
+            ticks = self.grid(frame.time_ns)
             if self._watermark_ns is not None:
-                old = frame.time_ns <= self._watermark_ns
+                old = ticks <= self._watermark_ns
                 if old.any():
                     late.append(frame.take(np.flatnonzero(old)))
                     self.late_rows += int(old.sum())
-                    frame = frame.take(np.flatnonzero(~old))
+                    keep = np.flatnonzero(~old)
+                    frame, ticks = frame.take(keep), ticks[keep]
                     if not len(frame):
                         continue
-            self._pending[name].append(frame)
+            pending = self._pending[name]
+            pending.frames.append(frame)
+            pending.ticks.append(ticks)
+            pending.arrival.append(np.arange(self._arrived, self._arrived + len(frame), dtype=np.int64))
+            self._arrived += len(frame)
             newest = int(frame.time_ns.max())
             self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
         return late
 
     def ready(self) -> Iterator[AssembledTick]:
-        """Ticks older than the newest timestamp by more than `lateness`, oldest first (with no
-        lateness: every tick before the newest, which may still be arriving)."""
+        """Ticks whose window closed `lateness` ago (with no lateness: as soon as the stream has
+        passed the window's end), oldest first."""
         if self._newest_ns is None:
             return
         newest = self._newest_ns if self.cap_ns is None else min(self._newest_ns, self.cap_ns)
-        yield from self._release(newest - int(self.lateness_s * 1e9) - 1)
+        # tick T's window ends at T + I/2; it is complete once the stream is there
+        yield from self._release(newest - int(self.lateness_s * 1e9) - self._interval_ns // 2)
 
     def flush(self) -> Iterator[AssembledTick]:
         """Everything still held (end of input)."""
         if self._newest_ns is not None:
-            yield from self._release(self._newest_ns)
+            yield from self._release(None)
 
-    def _release(self, upto_ns: int) -> Iterator[AssembledTick]:
-        by_time: dict[int, dict[str, Frame]] = defaultdict(dict)
-        for name, parts in list(self._pending.items()):
-            if not parts:
+    def _release(self, upto_ns: int | None) -> Iterator[AssembledTick]:
+        by_tick: dict[int, dict[str, Frame]] = defaultdict(dict)
+        for name, pending in list(self._pending.items()):
+            if not pending.frames:
                 continue
-            frame = concat(parts) if len(parts) > 1 else parts[0]
-            due = frame.time_ns <= upto_ns
+            frame = concat(pending.frames) if len(pending.frames) > 1 else pending.frames[0]
+            ticks = np.concatenate(pending.ticks)
+            arrival = np.concatenate(pending.arrival)
+            due = ticks <= upto_ns if upto_ns is not None else np.ones(len(ticks), dtype=np.bool_)
             if not due.any():
-                self._pending[name] = [frame]
+                pending.frames, pending.ticks, pending.arrival = [frame], [ticks], [arrival]
                 continue
             rest = np.flatnonzero(~due)
-            self._pending[name] = [frame.take(rest)] if len(rest) else []
-            released = frame.take(np.flatnonzero(due))
-            times, inverse = np.unique(released.time_ns, return_inverse=True)
+            if len(rest):
+                pending.frames, pending.ticks, pending.arrival = [frame.take(rest)], [ticks[rest]], [arrival[rest]]
+            else:
+                pending.frames, pending.ticks, pending.arrival = [], [], []
+            index = np.flatnonzero(due)
+            released, released_ticks, released_arrival = frame.take(index), ticks[index], arrival[index]
+            spec = measurement(name)
+            values, inverse = np.unique(released_ticks, return_inverse=True)
             order = np.argsort(inverse, kind="stable")
             bounds = np.flatnonzero(np.diff(inverse[order])) + 1
             for rows in np.split(order, bounds):
-                by_time[int(times[inverse[rows[0]]])][name] = released.take(rows)
-        for ts in sorted(by_time):
+                part = released.take(rows)
+                if spec is not None:
+                    part = merge_rows(part, spec.id_tag, released_arrival[rows])
+                by_tick[int(values[inverse[rows[0]]])][name] = part
+        for ts in sorted(by_tick):
             self._watermark_ns = ts if self._watermark_ns is None else max(self._watermark_ns, ts)
-            yield AssembledTick(ts / 1e9, by_time[ts])
+            yield AssembledTick(ts / 1e9, by_tick[ts])
 
 
 @dataclass(slots=True)

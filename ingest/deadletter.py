@@ -18,7 +18,7 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    stage: str  # "decode" | "validate" | "order"
+    stage: str  # "decode" | "validate" | "lateness"
     reason: str
     line: bytes
     source: Source | None = None

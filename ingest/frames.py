@@ -139,6 +139,40 @@ def concat(frames: Iterable[Frame]) -> Frame:
     return Frame(name, time_ns, tags, fields)
 
 
+def merge_rows(frame: Frame, key_tag: str, order: NDArray[np.int64] | None = None) -> Frame:
+    """One row per value of `key_tag` (an entity), fields merged as a time-series database merges
+    points of one series: per field and per tag, the value of the newest row that has it wins
+    (ties: the row that came last); the time is the newest row's. Telegraf's single-field lines (one
+    line per sample) and a sample split across messages become one row again.
+
+    `order`: the arrival order of the rows (default: their position). Rows of entities seen once
+    are returned as they are, and a frame without repeats is returned unchanged."""
+    n = len(frame)
+    keys = frame.tag(key_tag)
+    codes, uniques = pd.factorize(keys)
+    if len(uniques) == n:
+        return frame
+    arrival = np.arange(n) if order is None else order
+    sort = np.lexsort((arrival, frame.time_ns, codes))  # by entity, then time, then arrival
+    sorted_codes = codes[sort]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    ends = np.r_[starts[1:], n] - 1
+    newest = sort[ends]  # the newest row of each entity: its tags and time
+    fields: dict[str, Column] = {}
+    positions = np.arange(n)
+    for name, col in frame.fields.items():
+        present = col.present[sort]
+        last = np.maximum.reduceat(np.where(present, positions, -1), starts)
+        has = last >= 0
+        rows = sort[np.where(has, last, ends)]
+        fields[name] = Column(col.type, col.values[rows], has)
+    tags: dict[str, NDArray[np.object_]] = {}
+    for name, values in frame.tags.items():
+        last = np.maximum.reduceat(np.where(values[sort] != "", positions, -1), starts)
+        tags[name] = np.where(last >= 0, values[sort[np.maximum(last, 0)]], "")
+    return Frame(frame.measurement, frame.time_ns[newest], tags, fields)
+
+
 def _column_or_empty(frame: Frame, key: str, ftype: FieldType) -> Column:
     col = frame.fields.get(key)
     return col if col is not None else Column.empty(ftype, len(frame))

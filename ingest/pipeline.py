@@ -15,7 +15,7 @@ from typing import Protocol
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.lineprotocol import DefaultTime, decode
-from ingest.validate import Validator
+from ingest.validate import LATENESS_BOUND_S, Validator
 
 
 @dataclass(slots=True)
@@ -75,8 +75,8 @@ SourceOf = Callable[[int], Source | None]
 
 
 class IngestCore:
-    def __init__(self, stats: IngestStats | None = None) -> None:
-        self.validator = Validator()
+    def __init__(self, stats: IngestStats | None = None, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
+        self.validator = Validator(lateness_bound_s)
         self.stats = stats if stats is not None else IngestStats()
 
     def process(self, data: bytes, default_time_ns: DefaultTime = None, source_of: SourceOf | None = None) -> Batch:

@@ -6,9 +6,12 @@ Decoding accepts any valid line protocol; this stage decides what the service ca
   numeric types are converted to the catalog's (exporters disagree on 1 vs 1i);
 - DCGM "blank" sentinels become missing values (counted): they mean "no reading", and a detector
   fed 9.2e18 as a temperature would alarm forever;
-- a row whose timestamp is not newer than the last accepted one for the same entity is dead-
-  lettered as a duplicate or as out of order (event time only ever moves forward per entity).
-Fields the catalog does not list are kept: they are stored raw, detectors ignore them.
+- a row further behind or ahead of the stream's event time than the lateness bound (a setting)
+  is dead-lettered: it cannot be placed (a clock years off, a replay of last month).
+Everything else is kept, as a time-series database keeps it: rows of one entity and timestamp
+(Telegraf's one-line-per-sample output, a sample split across messages) are merged later, field
+by field; a row late for its tick but inside the bound is stored and left out of detection by the
+tick assembler. Fields the catalog does not list are kept: stored raw, detectors ignore them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from vocab.catalog import (
     MetricKind,
     measurement,
 )
-from vocab.entities import EntityIndex
 
 _NUMERIC = (FieldType.FLOAT, FieldType.INT, FieldType.UINT)
 
@@ -49,11 +51,17 @@ class Validated:
     sentinels_masked: int = 0
 
 
-class Validator:
-    """Stateful only in the per-entity clocks; everything else is a pure function of the batch."""
+# How far a point may be from the stream's event time and still be stored: an hour covers a
+# collector's buffer replayed after an outage, and dead-letters a clock that is days or years off.
+LATENESS_BOUND_S = 3600.0
 
-    def __init__(self) -> None:
-        self._clocks: dict[str, _EntityClock] = {}
+
+class Validator:
+    """Stateful only in the stream's event-time watermark; everything else is a pure function of
+    the batch."""
+
+    def __init__(self, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
+        self.clock = _StreamClock(int(lateness_bound_s * 1e9))
 
     def __call__(self, decoded: Decoded) -> Validated:
         out = Validated()
@@ -85,13 +93,11 @@ class Validator:
             frame = Frame(name, decoded_frame.time_ns, decoded_frame.tags, fields)
             if spec.name == "gpu":
                 out.sentinels_masked += _mask_dcgm_blanks(frame, spec)
-            clock = self._clocks.setdefault(name, _EntityClock())
-            late = clock.check(ids, frame.time_ns, keep)
-            for row, reason in late.items():
+            for row, reason in self.clock.check(frame.time_ns, keep).items():
                 reasons.setdefault(row, reason)
                 keep[row] = False
             out.rejects += [
-                RowReject("validate" if "order" not in why and "duplicate" not in why else "order", int(rows[r]), why)
+                RowReject("lateness" if "lateness bound" in why else "validate", int(rows[r]), why)
                 for r, why in sorted(reasons.items())
             ]
             if keep.all():
@@ -105,11 +111,17 @@ class Validator:
 def _convert(col: Column, target: FieldType) -> Column:
     dtype = {FieldType.FLOAT: np.float64, FieldType.INT: np.int64, FieldType.UINT: np.uint64}[target]
     with np.errstate(invalid="ignore", over="ignore"):
-        values = np.where(col.present, col.values, 0).astype(dtype)
+        converted = np.where(col.present, col.values, 0).astype(dtype)
+    if target != FieldType.FLOAT and col.type == FieldType.FLOAT:
+        # A DCGM int64 blank (0x7ffffffffffffff0) that went through a float (Telegraf's prometheus
+        # input makes every sample a float) arrives as 9223372036854776000, past the integer
+        # range: a plain cast wraps it to -2**63. Saturate instead, so the blank check sees it.
+        top = np.iinfo(np.int64 if target == FieldType.INT else np.uint64).max
+        converted[col.present & (np.asarray(col.values, dtype=np.float64) >= float(top))] = top
     present = col.present.copy()
     if target != FieldType.FLOAT:  # a float like 1.5 sent for an integer field is kept rounded down
         present &= np.isfinite(col.values.astype(np.float64))
-    return Column(target, values, present)
+    return Column(target, converted, present)
 
 
 def _mask_dcgm_blanks(frame: Frame, spec: Measurement) -> int:
@@ -133,61 +145,37 @@ def _mask_dcgm_blanks(frame: Frame, spec: Measurement) -> int:
     return masked
 
 
-class _EntityClock:
-    """The newest accepted timestamp of each entity, in an array indexed by entity."""
+class _StreamClock:
+    """The stream's event time (the newest accepted timestamp), and the rows too far from it.
 
-    def __init__(self) -> None:
-        self.entities = EntityIndex()
-        self.last_ns = np.zeros(0, dtype=np.int64)
+    The first batch, and a batch whose bulk jumped past the bound (the stream resuming after an
+    outage), are judged against their own median timestamp, so one line from a broken clock can
+    neither set the watermark nor be accepted with it."""
 
-    def check(
-        self, ids: NDArray[np.object_], time_ns: NDArray[np.int64], candidate: NDArray[np.bool_]
-    ) -> dict[int, str]:
-        """Rows (among candidates) that are not newer than what their entity already has."""
+    def __init__(self, bound_ns: int) -> None:
+        self.bound_ns = bound_ns
+        self.watermark_ns: int | None = None
+
+    def check(self, time_ns: NDArray[np.int64], candidate: NDArray[np.bool_]) -> dict[int, str]:
         rows = np.flatnonzero(candidate)
         if not len(rows):
             return {}
-        idx = self.entities.add(ids[rows])
-        if len(self.entities) > len(self.last_ns):
-            grown = np.full(len(self.entities), np.iinfo(np.int64).min, dtype=np.int64)
-            grown[: len(self.last_ns)] = self.last_ns
-            self.last_ns = grown
         t = time_ns[rows]
-        before = np.maximum(self.last_ns[idx], _previous_max_in_group(idx, t))
-        stale = t <= before
+        median = int(np.median(t))
+        reference = self.watermark_ns
+        if reference is None or median > reference + self.bound_ns:
+            reference = median
+        behind, ahead = t < reference - self.bound_ns, t > reference + self.bound_ns
         bad: dict[int, str] = {}
-        for r in np.flatnonzero(stale):
-            if t[r] == before[r]:
-                bad[int(rows[r])] = f"duplicate timestamp for {ids[rows[r]]}"
-            else:
-                bad[int(rows[r])] = (
-                    f"out of order for {ids[rows[r]]}: {(before[r] - t[r]) / 1e9:g} s older than its last sample"
-                )
-        ok = ~stale
-        np.maximum.at(self.last_ns, idx[ok], t[ok])
+        bound_s = self.bound_ns / 1e9
+        for r in np.flatnonzero(behind | ahead).tolist():
+            off = (int(t[r]) - reference) / 1e9
+            where = "behind" if off < 0 else "ahead of"
+            bad[int(rows[r])] = (
+                f"{abs(off):.0f} s {where} the stream's event time, outside the lateness bound ({bound_s:g} s)"
+            )
+        ok = ~(behind | ahead)
+        if ok.any():
+            newest = int(t[ok].max())
+            self.watermark_ns = newest if self.watermark_ns is None else max(self.watermark_ns, newest)
         return bad
-
-
-def _previous_max_in_group(group: NDArray[np.int64], values: NDArray[np.int64]) -> NDArray[np.int64]:
-    """For each row, the largest value among earlier rows of its group (int64 min if none).
-
-    Exact for int64 (nanosecond times do not survive a round trip through float64): rank the
-    values, encode (group, rank) in one monotonic key, and take a running maximum.
-    """
-    n = len(values)
-    floor = np.iinfo(np.int64).min
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    order = np.argsort(group, kind="stable")
-    g, v = group[order], values[order]
-    uniques, rank = np.unique(v, return_inverse=True)
-    running = np.maximum.accumulate(g * n + rank)
-    prev = np.empty(n, dtype=np.int64)
-    prev[0] = floor
-    prev[1:] = uniques[running[:-1] % n]
-    starts = np.ones(n, dtype=np.bool_)
-    starts[1:] = g[1:] != g[:-1]
-    prev[starts] = floor
-    out = np.empty(n, dtype=np.int64)
-    out[order] = prev
-    return out

@@ -19,9 +19,9 @@ from typing import Any
 from detectors.anomaly import Anomaly, Prediction
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
-from rca.schedule import Schedule
 from rca.symptoms import SOFT, Symptom, gpu_kind, symptom_of
 from vocab import registry
+from vocab.schedule import Schedule
 
 QUIET_S = 900.0  # no evidence for this long: resolved
 FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures

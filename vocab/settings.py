@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     influx: InfluxSettings = InfluxSettings()
     detectors: DetectorSettings = DetectorSettings()
+    # The collectors' scrape interval: ticks are windows of this grid. The daemons refuse to
+    # start without it (or --interval); it is never guessed from timestamps.
+    scrape_interval_s: float | None = Field(default=None, gt=0)
     http_port: int = 8080
 
 

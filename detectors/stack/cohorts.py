@@ -84,5 +84,6 @@ def cohort_codes(frame: Frame, kind: str) -> IndexArray:
     key = frame.tag({"job": "job", "role": "role"}[kind])
     codes = np.unique(key, return_inverse=True)[1].astype(np.int64)
     if kind == "job":
-        codes[key == "idle"] = -1  # idle GPUs are not a cohort worth comparing
+        # idle GPUs are not a cohort worth comparing, nor are GPUs whose job nobody told us
+        codes[(key == "idle") | (key == "")] = -1
     return codes

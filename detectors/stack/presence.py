@@ -39,8 +39,9 @@ class Presence:
         st.expected = grow(st.expected, m.n_entities, False)
         st.silent_reported = grow(st.silent_reported, m.n_entities, False)
         st.silent_reported[m.series] = False
-        if m.name == "gpu":
-            st.expected[m.series] = m.frame.tag("job") != "idle"
+        if m.name == "gpu":  # a GPU of a running job (one whose job is unknown is not counted on)
+            job = m.frame.tag("job")
+            st.expected[m.series] = (job != "idle") & (job != "")
         elif m.name == "switch":
             st.expected[m.series] = True
 

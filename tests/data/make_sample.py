@@ -31,7 +31,8 @@ def main() -> None:
         b"gpu,gpu=n00000-gpu2,node=n00000 DCGM_FI_DEV_FB_USED=" + str(DCGM_INT64_BLANK).encode() + b"i " + after,
         b"mystery_device,id=x1 temp=1 " + after,
         b"nic,nic=n00000-nic0,node=n00000,rail=0 symbol_error=12i 99999999999999999999",
-        b"gpu,gpu=n00000-gpu3,node=n00000 DCGM_FI_DEV_GPU_TEMP=44.5 " + str(start).encode(),
+        # two days behind the stream: outside the lateness bound (a late point inside it is stored)
+        b"gpu,gpu=n00000-gpu3,node=n00000 DCGM_FI_DEV_GPU_TEMP=44.5 " + str(start - 2 * 86_400 * 10**9).encode(),
     ]
     Path(__file__).with_name("sample.lp").write_bytes(good + b"\n".join(bad) + b"\n")
 

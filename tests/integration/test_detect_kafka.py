@@ -21,7 +21,7 @@ def test_detect_daemon_reads_telemetry_and_publishes_anomalies(kafka_settings: K
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)
     to_kafka(gen, kafka_settings.bootstrap, kafka_settings.telemetry_topic)
     settings = kafka_settings.model_copy(update={"detect_group": kafka_settings.ingest_group + "-detect"})
-    stats = detect_kafka(settings, lambda: False, gen.events(), idle_stop_s=8, lateness_s=60)
+    stats = detect_kafka(settings, 30, lambda: False, gen.events(), idle_stop_s=8, lateness_s=60)
     assert stats.ticks == 90
     consumer = KafkaConsumer(
         settings.anomalies_topic,

@@ -59,7 +59,7 @@ def test_daemon_incidents_equal_the_offline_runs(
     side = tmp_path / "side"
     assert main(["gen", *GEN, *FAULTS, "--kafka", kafka_settings.bootstrap, "--truth-dir", str(side)]) == 0
     group = ["--group", kafka_settings.ingest_group + "-run"]
-    daemon = ["run", "--kafka", kafka_settings.bootstrap, "--topology", str(side / "topology.json")]
+    daemon = ["run", "--kafka", kafka_settings.bootstrap, "--topology", str(side / "topology.json"), "--interval", "30"]
     daemon += ["--events", str(side / "events.jsonl"), *group, "--stop-when-idle", "8", "--no-predict"]
     assert main(daemon) == 0
     streamed = _consume(kafka_settings, kafka_settings.incidents_topic)

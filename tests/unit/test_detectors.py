@@ -65,7 +65,7 @@ def test_tick_assembler_joins_interleaved_partitions_and_returns_late_rows() -> 
         lines = "".join(f"gpu,gpu={i} DCGM_FI_DEV_GPU_TEMP=50 {t * 10**9}\n" for i in ids)
         return decode(lines.encode()).frames
 
-    a = TickAssembler(lateness_s=10.0)
+    a = TickAssembler(10.0, lateness_s=10.0)
     a.add(gpu(0, ["a"]))
     a.add(gpu(10, ["a"]))
     a.add(gpu(0, ["b"]))  # the other partition is behind

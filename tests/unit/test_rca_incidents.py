@@ -11,10 +11,10 @@ import pytest
 from detectors.anomaly import Anomaly, Prediction
 from rca.graph import TopologyGraph
 from rca.incidents import QUIET_S, WARNING_S, Incident, IncidentEngine
-from rca.schedule import Schedule
 from rca.symptoms import Symptom
 from telemetry_gen.topology import build_fat_tree
 from tests.unit.rca_anomalies import anomaly, node
+from vocab.schedule import Schedule
 
 # 256 GPUs: 32 nodes in one pod, 8 racks of 4, leaves leaf-p0-r0..7, one spine per rail.
 # Node n00005 is in rack0001 and on port :p5 of every leaf.
@@ -393,7 +393,7 @@ def test_an_engine_failure_does_not_stop_the_pipeline(graph: TopologyGraph, monk
     from telemetry_gen.generator import GenConfig, Generation
 
     gen = Generation(GenConfig(gpus=256, hours=0.1, interval=30, seed=3, faults="psu_failure=1"))
-    pipeline = Pipeline(graph, gen.events())
+    pipeline = Pipeline(graph, 30, gen.events())
 
     def broken(*_: object) -> list[Incident]:
         raise RuntimeError("a bug in the engine")

@@ -8,7 +8,7 @@ import pytest
 from ingest.deadletter import DeadLetter, Source
 from ingest.lineprotocol import decode
 from ingest.pipeline import IngestCore
-from ingest.validate import Validated, Validator, _previous_max_in_group
+from ingest.validate import Validated, Validator
 from vocab.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, DCGM_INT64_BLANK, FieldType
 from vocab.entities import EntityIndex
 
@@ -45,6 +45,23 @@ def test_fields_outside_the_catalog_are_kept_raw() -> None:
 
 
 @pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("DCGM_FI_DEV_SM_CLOCK", "9223372036854776000"),  # the int64 blank after a float conversion
+        ("DCGM_FI_DEV_SM_CLOCK", "9.223372036854776e+18"),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "9223372036854776000"),
+        ("DCGM_FI_DEV_SM_CLOCK", "2147483632"),  # the int32 blank as a float
+        ("DCGM_FI_DEV_XID_ERRORS", "9223372036854775792i"),
+    ],
+)
+def test_blanks_survive_a_collector_s_float_conversion(field: str, value: str) -> None:
+    _, out = _validate(f"gpu,gpu=g1 {field}={value},DCGM_FI_DEV_POWER_USAGE=300 1\n".encode())
+    col = out.frames["gpu"].fields[field]
+    assert not col.present[0] and out.sentinels_masked == 1
+    assert col.values[0] >= 0  # never wrapped round to a huge negative reading
+
+
+@pytest.mark.parametrize(
     ("field", "value", "masked"),
     [
         ("DCGM_FI_DEV_GPU_TEMP", f"{DCGM_FP64_BLANK}", True),
@@ -61,35 +78,46 @@ def test_dcgm_blank_sentinels_become_missing(field: str, value: str, masked: boo
     assert out.sentinels_masked == int(masked)
 
 
-def test_duplicates_and_out_of_order_rows_are_rejected_per_entity_across_batches() -> None:
-    v, first = _validate(
-        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\n"
-        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 10\n"
-        b"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 5\n"
+def test_rows_of_one_entity_and_time_are_kept_for_merging_not_dead_lettered() -> None:
+    # Telegraf's metric_version = 2 writes one line per sample: all of them are the entity's data
+    _, out = _validate(
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=50 10\n"
+        b"gpu,gpu=a DCGM_FI_DEV_SM_CLOCK=1980i 10\n"
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=51 10\n"
+        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=49 9\n"  # older than the entity's last: still stored
     )
-    assert [(r.line_no, r.stage) for r in first.rejects] == [(1, "order")]
-    assert "duplicate timestamp for a" in first.rejects[0].reason
+    assert out.rejects == []
+    assert len(out.frames["gpu"]) == 4
+
+
+def test_points_outside_the_lateness_bound_are_dead_lettered_with_the_reason() -> None:
+    hour = 3600 * 10**9
+    t0 = 1_767_225_600 * 10**9
+    v, first = _validate(
+        f"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=50 {t0}\n"
+        f"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=50 {t0}\n"
+        f"gpu,gpu=c DCGM_FI_DEV_GPU_TEMP=50 {t0 + 200 * 365 * 24 * hour}\n".encode()  # a clock in 2226
+    )
+    assert [(r.line_no, r.stage) for r in first.rejects] == [(2, "lateness")]
+    assert "ahead of the stream's event time" in first.rejects[0].reason
+    assert v.clock.watermark_ns == t0  # the broken clock did not move the stream
     _, second = _validate(
-        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 9\n"
-        b"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=1 6\n"
-        b"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=1 20\n",
+        f"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=50 {t0 - 2 * hour}\n"  # beyond the 1 h bound
+        f"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=50 {t0 - hour // 2}\n"  # late, inside it: stored
+        f"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=50 {t0 + 30 * 10**9}\n".encode(),
         v,
     )
-    assert [r.line_no for r in second.rejects] == [0]
-    assert "out of order for a" in second.rejects[0].reason
-    assert list(second.frames["gpu"].time_ns) == [6, 20]
+    assert [(r.line_no, r.stage) for r in second.rejects] == [(0, "lateness")]
+    assert "behind the stream's event time" in second.rejects[0].reason
 
 
-def test_previous_max_in_group_matches_a_loop_exactly_on_nanosecond_times() -> None:
-    rng = np.random.default_rng(3)
-    groups = rng.integers(0, 5, 200)
-    values = 1_767_225_600_000_000_000 + rng.integers(-5, 5, 200)  # differences float64 cannot hold
-    expected = []
-    seen: dict[int, int] = {}
-    for g, t in zip(groups.tolist(), values.tolist(), strict=True):
-        expected.append(seen.get(g, np.iinfo(np.int64).min))
-        seen[g] = max(seen.get(g, t), t)
-    assert _previous_max_in_group(groups, values).tolist() == expected
+def test_a_stream_resuming_after_a_long_outage_is_accepted() -> None:
+    hour = 3600 * 10**9
+    t0 = 1_767_225_600 * 10**9
+    v, _ = _validate(f"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=50 {t0}\n".encode())
+    lines = "".join(f"gpu,gpu=g{i} DCGM_FI_DEV_GPU_TEMP=50 {t0 + 5 * hour}\n" for i in range(4))
+    _, later = _validate(lines.encode(), v)
+    assert later.rejects == [] and len(later.frames["gpu"]) == 4
 
 
 def test_entity_index_is_stable_and_vectorised() -> None:

@@ -12,6 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
 
 @dataclass(slots=True)
 class Job:
@@ -66,4 +70,43 @@ class Schedule:
         return any(start <= t < end for start, end in self.maintenance.get(node, ()))
 
 
-__all__ = ["Job", "Schedule"]
+class NodeJobs:
+    """Which job each node runs, advanced through event time: the GPU cohorts when the telemetry
+    carries no `job` tag (a stock dcgm-exporter sends none). Lookups are per distinct node, so a
+    tick of 100k GPUs costs a dictionary read per node, not per GPU."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        changes: list[tuple[float, int, str, str]] = []
+        for job in schedule.jobs.values():
+            for node in job.nodes:
+                changes.append((job.start, 1, node, job.job))
+                if math.isfinite(job.end):
+                    changes.append((job.end, 0, node, job.job))  # an end sorts before a start at one time
+        changes.sort()
+        self._changes = changes
+        self._next = 0
+        self._t = -math.inf
+        self.current: dict[str, str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._changes)
+
+    def at(self, t: float, nodes: NDArray[np.object_]) -> NDArray[np.object_]:
+        """The job of each node at t ("idle" when it runs none)."""
+        if t < self._t:  # time went back (a replay): start again
+            self._next, self.current = 0, {}
+        self._t = t
+        changes = self._changes
+        while self._next < len(changes) and changes[self._next][0] <= t:
+            _, starts, node, job = changes[self._next]
+            if starts:
+                self.current[node] = job
+            elif self.current.get(node) == job:
+                del self.current[node]
+            self._next += 1
+        codes, uniques = pd.factorize(nodes)
+        jobs = np.array([self.current.get(str(n), "idle") for n in uniques], dtype=object)
+        return jobs[codes] if len(uniques) else np.zeros(0, dtype=object)
+
+
+__all__ = ["Job", "NodeJobs", "Schedule"]
