@@ -16,6 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from ingest.frames import Frame, merge_rows
 from ingest.lineprotocol import decode, encode
 from vocab.settings import InfluxSettings, KafkaSettings
 
@@ -59,12 +60,37 @@ def bench_ingest(args: argparse.Namespace, console: Console) -> list[Row]:
     rows.append(Row("decode (one core)", decoded_values, seconds, "one tick, vectorised path"))
     _, seconds = _best(args.repeat, lambda: len(encode(tick)))
     rows.append(Row("encode (one core)", values, seconds, "frames -> line protocol"))
+    single = encode(_one_field_per_line(tick))
+    single_values, seconds = _best(args.repeat, lambda: decode(single).value_count)
+    rows.append(Row("decode, one field per line (one core)", single_values, seconds, "Telegraf metric_version = 2"))
+    _, seconds = _best(args.repeat, lambda: _decode_and_merge(single))
+    rows.append(Row("decode + merge per entity (one core)", single_values, seconds, "back to one row per entity"))
     ticks = [encode(t.frames) for t in ticks_iter]
     if args.kafka:
         rows += bench_kafka(args.kafka, ticks)
     if args.influx:
         rows += bench_influx(args.influx, ticks)
     return rows
+
+
+def _one_field_per_line(frames: list[Frame]) -> list[Frame]:
+    """A tick as Telegraf's prometheus input writes it: one line per sample."""
+    out = []
+    for frame in frames:
+        for name, col in frame.fields.items():
+            rows = np.flatnonzero(col.present)
+            out.append(Frame(frame.measurement, frame.time_ns, frame.tags, {name: col}).take(rows))
+    return out
+
+
+def _decode_and_merge(data: bytes) -> int:
+    from vocab.catalog import measurement
+
+    merged = 0
+    for name, frame in decode(data).frames.items():
+        spec = measurement(name)
+        merged += merge_rows(frame, spec.id_tag).value_count if spec is not None else frame.value_count
+    return merged
 
 
 def _produce(bootstrap: str, topic: str, ticks: list[bytes]) -> int:

@@ -38,6 +38,8 @@ class RunStats:
     predictions: int = 0
     incidents: int = 0
     deadletters: int = 0
+    late_rows: int = 0  # stored by ingest, too late for their tick: not analysed
+    job_tag_mismatches: int = 0  # GPU rows whose job tag disagreed with the schedule
     seconds: float = 0.0
     interval_s: float | None = None
     predictions_from: float | None = None  # first tick plus the predictor's warm-up
@@ -105,6 +107,7 @@ class Pipeline:
         """What the detect loop counted, and when the predictor could first speak."""
         detect = self.detect.stats
         stats.ticks, stats.values, stats.deadletters = detect.ticks, detect.values, detect.deadletters
+        stats.late_rows, stats.job_tag_mismatches = detect.late_rows, detect.job_tag_mismatches
         stats.interval_s = self.detect.stack.interval
         if self.detect.predictor is not None and self.first_tick is not None:
             stats.predictions_from = self.first_tick + self.detect.predictor.warmup_s
