@@ -21,9 +21,10 @@ class CounterRates:
         self.last_time = np.full((0, width), np.nan)
 
     def update(
-        self, t: float, series: IndexArray, values: FloatArray, max_gap_s: float = np.inf
+        self, t: float | FloatArray, series: IndexArray, values: FloatArray, max_gap_s: float = np.inf
     ) -> tuple[FloatArray, FloatArray]:
-        """(rates per second, increments) for this tick; NaN where there is no previous value,
+        """(rates per second, increments) for this tick; `t` is the tick's time or each row's
+        sample time (an (n, 1) column). NaN where there is no previous value,
         the counter reset, the previous value is older than `max_gap_s`, or the value is missing.
         Missing values keep the old reference."""
         rows = int(series.max()) + 1 if len(series) else 0

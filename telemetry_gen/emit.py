@@ -1,4 +1,9 @@
-"""Emitters: a generated history to a folder, to Kafka, or paced for a live demo."""
+"""Emitters: a generated history to a folder, to Kafka, or paced for a live demo.
+
+Both send the line protocol of `Generation.lines`: what the configured collectors make of the
+cluster (clock offsets, jitter, 1 s precision, no job tag, single-field lines; all off unless the
+GenConfig turns them on).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from ingest.frames import Frame
 from ingest.kafka_io import Message, TelemetryProducer
 from ingest.lineprotocol import lines_to_bytes
-from telemetry_gen.generator import Generation, write_jsonl
+from telemetry_gen.collector import Encoded
+from telemetry_gen.generator import Generation, write_jsonl, write_meta
 from telemetry_gen.simulate import Tick
 from vocab.catalog import measurement
 
@@ -45,18 +49,22 @@ def paced(ticks: Iterable[Tick], speed: float | None, sleep: Callable[[float], N
 
 
 def write_folder(gen: Generation, out: Path, speed: float | None = None) -> EmitStats:
-    """topology.json, telemetry.lp (time-ordered), events.jsonl, truth.jsonl."""
+    """meta.json, topology.json, telemetry.lp, events.jsonl, truth.jsonl.
+
+    telemetry.lp is in tick order, as the lines would arrive; with clock offsets or jitter the
+    timestamps within and across ticks are the hosts' and need not be ordered."""
     out.mkdir(parents=True, exist_ok=True)
+    write_meta(out / "meta.json", gen)  # first: known before any tick, and a live reader needs it
     gen.topology.write(out / "topology.json")
     stats = EmitStats()
     started = time.perf_counter()
     with (out / "telemetry.lp").open("wb") as f:
         for tick in paced(gen.ticks(), speed):
-            encoded = gen.sim.lines(tick)
-            data = b"".join(lines_to_bytes(lines) for _, lines in encoded)
+            encoded = gen.lines(tick)
+            data = b"".join(lines_to_bytes(e.lines) for e in encoded)
             f.write(data)
             stats.ticks += 1
-            stats.lines += sum(len(lines) for _, lines in encoded)
+            stats.lines += sum(len(e.lines) for e in encoded)
             stats.values += tick.value_count
             stats.bytes += len(data)
     stats.seconds = time.perf_counter() - started
@@ -65,17 +73,17 @@ def write_folder(gen: Generation, out: Path, speed: float | None = None) -> Emit
     return stats
 
 
-def messages_from_lines(encoded: list[tuple[Frame, pa.Array]], max_lines: int = 4096) -> Iterator[Message]:
+def messages_from_lines(encoded: list[Encoded], max_lines: int = 4096) -> Iterator[Message]:
     """One message per partition key (node, switch or rack) per tick: a node's lines stay
     together and in order on one partition."""
     keys: list[np.ndarray] = []
     lines: list[bytes] = []
-    for frame, frame_lines in encoded:
-        spec = measurement(frame.measurement)
+    for e in encoded:
+        spec = measurement(e.frame.measurement)
         if spec is None:
             continue
-        lines.extend(lines_to_bytes(frame_lines).splitlines())
-        keys.append(frame.tag(spec.partition_tag))
+        lines.extend(lines_to_bytes(e.lines).splitlines())
+        keys.append(e.keys(spec.partition_tag))
     if not lines:
         return
     key = np.concatenate(keys)
@@ -97,7 +105,7 @@ def to_kafka(gen: Generation, bootstrap: str, topic: str, speed: float | None = 
     try:
         for tick in paced(gen.ticks(), speed):
             ms = tick.time_ns // 1_000_000
-            messages = [Message(m.key, m.value, ms) for m in messages_from_lines(gen.sim.lines(tick))]
+            messages = [Message(m.key, m.value, ms) for m in messages_from_lines(gen.lines(tick))]
             stats.messages += producer.send(topic, messages)
             stats.ticks += 1
             stats.values += tick.value_count

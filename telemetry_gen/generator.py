@@ -1,5 +1,6 @@
-"""Putting a synthetic cluster together: topology, workload, faults, metric models, and the
-outputs (topology.json, telemetry.lp, events.jsonl, truth.jsonl).
+"""Putting a synthetic cluster together: topology, workload, faults, metric models, the
+collectors that encode it, and the outputs (topology.json, telemetry.lp, events.jsonl,
+truth.jsonl, meta.json).
 
 Everything random is drawn from generators seeded by (seed, purpose), so the same arguments and
 seed give byte-identical outputs, and changing one purpose's draws does not shift another's.
@@ -14,15 +15,27 @@ from pathlib import Path
 
 import numpy as np
 
+from telemetry_gen.collector import Collector, Encoded
 from telemetry_gen.effects import affected_entities, jobs_at
 from telemetry_gen.faults import Fault, default_counts, parse_spec, schedule
 from telemetry_gen.simulate import T0, ClusterSim, Tick
 from telemetry_gen.topology import Topology, build
 from telemetry_gen.workload import HOUR, Workload
 
+REALISM = "clean"  # the only mode so far; meta.json names it so runs stay comparable when more come
+COLLECTOR_OPTIONS = ("clock_offset_s", "jitter_s", "truncate_s", "job_tags", "single_field")
+
 
 @dataclass(frozen=True, slots=True)
 class GenConfig:
+    """What to simulate, and how the collectors encode it.
+
+    The last five fields model the collector, not the cluster (telemetry_gen/collector.py): they
+    change only the line protocol that write_folder and the Kafka emitters send (timestamps, tags,
+    line splitting), never the physics, faults, truth or events, nor the frames of `ticks()`. All
+    off by default, which gives the same bytes as before they existed.
+    """
+
     gpus: int = 1024
     topology: str = "fat-tree"
     hours: float = 6.0
@@ -30,6 +43,19 @@ class GenConfig:
     seed: int = 0
     faults: str | None = None  # None: the default published rate; "" : none at all
     maintenance_per_day: float = 2.0
+    # Each host's clock is off by a constant drawn uniformly from [0, clock_offset_s] seconds.
+    clock_offset_s: float = 0.0
+    # Each host's samples of one tick are stamped up to jitter_s seconds late (uniform, per tick).
+    jitter_s: float = 0.0
+    # Telegraf's precision = "1s": timestamps truncated to whole seconds.
+    truncate_s: bool = False
+    # False: gpu lines without the `job` tag, as a stock dcgm-exporter sends them.
+    job_tags: bool = True
+    # True: one line per sample (Telegraf's prometheus input, metric_version = 2).
+    single_field: bool = False
+
+    def collector(self) -> dict[str, float | bool]:
+        return {name: getattr(self, name) for name in COLLECTOR_OPTIONS}
 
 
 class Generation:
@@ -60,15 +86,55 @@ class Generation:
             fault.affected = affected_entities(fault, self.topology)
             fault.jobs = jobs_at(fault, self.topology, self.workload)
         self.sim = ClusterSim(self.topology, self.workload, self.faults, config.interval, config.seed)
+        # (its options are checked here, so a bad one fails before any output is written)
+        self.collector = Collector(
+            self.sim,
+            config.seed,
+            clock_offset_s=config.clock_offset_s,
+            jitter_s=config.jitter_s,
+            truncate_s=config.truncate_s,
+            job_tags=config.job_tags,
+            single_field=config.single_field,
+        )
 
     def ticks(self) -> Iterator[Tick]:
+        """The cluster as simulated: clean frames, whatever the collector options."""
         return self.sim.ticks()
+
+    def lines(self, tick: Tick) -> list[Encoded]:
+        """A tick's line protocol as the configured collectors send it."""
+        return self.collector.encode(tick)
+
+    def meta(self) -> dict[str, object]:
+        """meta.json: the run's settings. start and end are event time in Unix seconds, the
+        simulated window [start, end) that the ticks cover; hosts' clocks stamp lines up to
+        clock_offset_s + jitter_s later than their tick."""
+        c = self.config
+        start = self.workload.t0
+        return {
+            "interval_s": c.interval,
+            "start": start,
+            "end": start + self.sim.steps * c.interval,
+            "ticks": self.sim.steps,
+            "seed": c.seed,
+            "gpus": c.gpus,
+            "topology": c.topology,
+            "hours": c.hours,
+            "faults": c.faults,
+            "maintenance_per_day": c.maintenance_per_day,
+            "realism": REALISM,
+            "collector": c.collector(),
+        }
 
     def truth(self) -> list[dict[str, object]]:
         return [f.truth() for f in self.faults]
 
     def events(self) -> list[dict[str, object]]:
         return self.workload.events()
+
+
+def write_meta(path: Path, gen: Generation) -> None:
+    path.write_text(json.dumps(gen.meta(), indent=2, sort_keys=True) + "\n")
 
 
 def write_jsonl(path: Path, records: list[dict[str, object]]) -> None:

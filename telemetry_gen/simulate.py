@@ -94,9 +94,13 @@ class ClusterSim:
 
     # ------------------------------------------------------------------ the tick
 
+    @property
+    def steps(self) -> int:
+        """How many ticks the window holds: the last tick starts before the workload's end."""
+        return math.floor((self.w.t_end - self.w.t0) / self.dt)
+
     def ticks(self) -> Iterator[Tick]:
-        steps = math.floor((self.w.t_end - self.w.t0) / self.dt)
-        for k in range(steps):
+        for k in range(self.steps):
             yield self.tick(self.w.t0 + k * self.dt)
 
     def tick(self, now: float) -> Tick:
@@ -276,13 +280,15 @@ class ClusterSim:
 
     def lines(self, tick: Tick) -> list[tuple[Frame, pa.Array]]:
         """Each frame with its encoded lines, reusing the heads computed at start."""
-        out = []
-        for frame in tick.frames:
-            head = self._heads[frame.measurement].take(pa.array(tick.rows[frame.measurement]))
-            if frame.measurement == "gpu":  # the one tag that changes: which job the GPU runs
-                head = pc.binary_join_element_wise(head, ",job=", pa.array(frame.tags["job"], pa.string()), "")
-            out.append((frame, encode_lines(head, frame)))
-        return out
+        return [(frame, encode_lines(self.heads(tick, frame), frame)) for frame in tick.frames]
+
+    def heads(self, tick: Tick, frame: Frame, job_tag: bool = True) -> pa.Array:
+        """`measurement,tag=...` of each row of one of the tick's frames, from the heads computed at
+        start. job_tag=False leaves out the gpu `job` tag, as a stock dcgm-exporter does."""
+        head = self._heads[frame.measurement].take(pa.array(tick.rows[frame.measurement]))
+        if job_tag and frame.measurement == "gpu":  # the one tag that changes: which job the GPU runs
+            head = pc.binary_join_element_wise(head, ",job=", pa.array(frame.tags["job"], pa.string()), "")
+        return head
 
     # ------------------------------------------------------------------ parts
 
@@ -349,9 +355,9 @@ class ClusterSim:
     ) -> list[Frame]:
         t = self.t
         s = len(t.switches)
-        ports = self.port_counters
+        counters = self.port_counters
         sums: dict[str, NDArray[np.float64]] = {
-            k: np.bincount(t.port_switch, weights=v, minlength=s).astype(np.float64) for k, v in ports.items()
+            k: np.bincount(t.port_switch, weights=v, minlength=s).astype(np.float64) for k, v in counters.items()
         }
         peer_silent = np.zeros(len(t.port_switch), dtype=np.bool_)
         down = t.port_peer_nic >= 0
@@ -375,7 +381,7 @@ class ClusterSim:
             },
         )
         ports = self._frame(
-            "switch_port", ts, ~e.switch_silent[t.port_switch], {**ports, "link_state": link_up.astype(np.float64)}
+            "switch_port", ts, ~e.switch_silent[t.port_switch], {**counters, "link_state": link_up.astype(np.float64)}
         )
         return [switch, ports]
 

@@ -118,7 +118,10 @@ class DetectorStack:
             if c in m.frame.fields:
                 values[:, j] = m.frame.fields[c].as_float()
         max_gap_s = self.settings.presence.max_gap_ticks * self._interval
-        rate, inc = ent.rates.update(m.t, m.series, values, max_gap_s=max_gap_s)
+        # over each sample's own timestamp, not the tick's: a host's scrape jitter would otherwise
+        # read as a rate change of jitter/interval (10% at 10 s with a second of jitter)
+        sampled_at = (m.frame.time_ns / 1e9)[:, None]
+        rate, inc = ent.rates.update(sampled_at, m.series, values, max_gap_s=max_gap_s)
         return {c: rate[:, j] for j, c in enumerate(known)}, {c: inc[:, j] for j, c in enumerate(known)}
 
     # ------------------------------------------------------------------ checkpoints
