@@ -133,7 +133,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_gen(args: argparse.Namespace) -> int:
     from telemetry_gen.emit import to_kafka, write_folder
     from telemetry_gen.faults import FaultSpecError
-    from telemetry_gen.generator import GenConfig, Generation, write_jsonl
+    from telemetry_gen.generator import GenConfig, Generation, write_jsonl, write_meta
     from telemetry_gen.topology import TopologyError
 
     if bool(args.out) == bool(args.kafka):
@@ -145,6 +145,11 @@ def cmd_gen(args: argparse.Namespace) -> int:
         interval=args.interval,
         seed=args.seed,
         faults=args.faults,
+        clock_offset_s=args.clock_offset,
+        jitter_s=args.jitter,
+        truncate_s=args.truncate_seconds,
+        job_tags=not args.no_job_tags,
+        single_field=args.one_field_per_line,
     )
     try:
         gen = Generation(config)
@@ -167,6 +172,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
             gen.topology.write(folder / "topology.json")
             write_jsonl(folder / "events.jsonl", gen.events())
             write_jsonl(folder / "truth.jsonl", gen.truth())
+            write_meta(folder / "meta.json", gen)
     rate = stats.values / max(stats.seconds, 1e-9)
     print(
         f"generated {config.gpus:,} GPUs ({config.topology}), {stats.ticks} ticks, {stats.values:,} values, "
@@ -408,6 +414,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
     p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
     p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
+    collector = p.add_argument_group("what real collectors send (the line protocol only, never the physics)")
+    collector.add_argument("--clock-offset", type=float, default=0.0, metavar="S", help="per-host clocks off by 0..S s")
+    collector.add_argument("--jitter", type=float, default=0.0, metavar="S", help="per-host, per-tick jitter 0..S s")
+    collector.add_argument(
+        "--truncate-seconds", action="store_true", help='timestamps in whole seconds (precision "1s")'
+    )
+    collector.add_argument(
+        "--no-job-tags", action="store_true", help="GPU lines without a job tag (stock dcgm-exporter)"
+    )
+    collector.add_argument(
+        "--one-field-per-line", action="store_true", help="one line per sample, as Telegraf's metric_version = 2"
+    )
     p.set_defaults(handler=cmd_gen)
 
     p = sub.add_parser("detect", help="run the detectors over a recorded folder or between Kafka topics")

@@ -97,7 +97,7 @@ class Validator:
                 reasons.setdefault(row, reason)
                 keep[row] = False
             out.rejects += [
-                RowReject("lateness" if "lateness bound" in why else "validate", int(rows[r]), why)
+                RowReject("lateness" if why.startswith("outside the lateness bound") else "validate", int(rows[r]), why)
                 for r, why in sorted(reasons.items())
             ]
             if keep.all():
@@ -172,7 +172,7 @@ class _StreamClock:
             off = (int(t[r]) - reference) / 1e9
             where = "behind" if off < 0 else "ahead of"
             bad[int(rows[r])] = (
-                f"{abs(off):.0f} s {where} the stream's event time, outside the lateness bound ({bound_s:g} s)"
+                f"outside the lateness bound: {abs(off):.0f} s {where} the stream's event time (bound {bound_s:g} s)"
             )
         ok = ~(behind | ahead)
         if ok.any():

@@ -103,7 +103,7 @@ def test_generated_cluster_through_kafka_into_influxdb(
         str(tmp_path),
     )
     assert generated.returncode == 0, generated.stderr
-    assert {p.name for p in tmp_path.iterdir()} == {"topology.json", "events.jsonl", "truth.jsonl"}
+    assert {p.name for p in tmp_path.iterdir()} == {"topology.json", "events.jsonl", "truth.jsonl", "meta.json"}
     ingested = _ingest(k, influx_settings)
     assert ingested.returncode == 0, ingested.stderr
     assert "dead-lettered 0" in ingested.stdout

@@ -127,13 +127,13 @@ def test_malformed_lines_are_dead_lettered_with_reason_and_valid_lines_kept(kafk
         DeadLetter.from_json(v) for _, v, _ in _read_topic(kafka_settings.bootstrap, kafka_settings.deadletter_topic, 5)
     ]
     reasons = sorted(letter.reason.split(" at column")[0] for letter in letters)
-    assert reasons == [
+    assert reasons[:2] == [
         "invalid value 'hot' for field 'DCGM_FI_DEV_GPU_TEMP'",
         "missing field separator after key '1767225900000000000'",
-        "out of order for n00000-gpu3: 290 s older than its last sample",
-        "timestamp out of int64 range",
-        "unknown measurement 'mystery_device'",
     ]
+    # two days behind the stream; how far exactly depends on the partition read first
+    assert reasons[2].startswith("outside the lateness bound: ") and "behind the stream's event time" in reasons[2]
+    assert reasons[3:] == ["timestamp out of int64 range", "unknown measurement 'mystery_device'"]
     for letter in letters:  # each points at the message that carried it
         assert letter.source is not None
         assert letter.source.topic == kafka_settings.telemetry_topic

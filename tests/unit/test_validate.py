@@ -99,6 +99,7 @@ def test_points_outside_the_lateness_bound_are_dead_lettered_with_the_reason() -
         f"gpu,gpu=c DCGM_FI_DEV_GPU_TEMP=50 {t0 + 200 * 365 * 24 * hour}\n".encode()  # a clock in 2226
     )
     assert [(r.line_no, r.stage) for r in first.rejects] == [(2, "lateness")]
+    assert first.rejects[0].reason.startswith("outside the lateness bound: ")
     assert "ahead of the stream's event time" in first.rejects[0].reason
     assert v.clock.watermark_ns == t0  # the broken clock did not move the stream
     _, second = _validate(
