@@ -4,15 +4,21 @@ Exporters write the same shape of line over and over: one measurement, the same 
 same field keys, a timestamp. The fast path groups lines by that shape (with Arrow's C++ string
 kernels: strip the values, dictionary-encode what is left), then splits each group on its
 separators and converts whole columns at once. A line that could need the full grammar (a
-backslash or a quote anywhere) or that fails any check on the way goes to the scalar reference
-parser, which either accepts it or says why not. So the fast path never decides a line is bad;
-it only decides a line is simple.
+backslash, a quote or a control character anywhere) or that fails any check on the way goes to
+the scalar reference parser, which either accepts it or says why not. So the fast path never
+decides a line is bad; it only decides a line is simple.
+
+A record is normally one line, but a string field may hold raw newlines, so before anything else
+the lines with a quote are read by the scalar parser to find where their records end, and the
+lines a record swallows are folded into it. Line numbers (`Reject.line_no`, `Decoded.line_no`)
+are those of a record's first line.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -28,9 +34,9 @@ from ._scalar import (
     INT_PATTERN,
     TRUE_LITERALS,
     UINT_PATTERN,
-    LineError,
     ParsedLine,
-    parse_line,
+    Record,
+    read_record,
 )
 
 
@@ -47,7 +53,7 @@ class Reject:
 class Decoded:
     frames: dict[str, Frame] = field(default_factory=dict)
     rejects: list[Reject] = field(default_factory=list)
-    lines: int = 0  # non-blank, non-comment lines seen
+    lines: int = 0  # records seen (non-blank, non-comment lines; a multi-line record counts once)
     fast_lines: int = 0  # of which decoded by the vectorised path
     # For each frame, the batch line each row came from, so later stages can dead-letter the
     # original line rather than a re-encoding of it.
@@ -80,8 +86,9 @@ def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
     """Decode newline-separated line protocol.
 
     Lines without a timestamp get `default_time_ns`: one time for the batch, or one per line
-    (each Kafka message's time, say); without a default they are rejected. Blank lines and `#`
-    comments are skipped. Rows come out in input order within each measurement.
+    (each Kafka message's time, say; a multi-line record takes its first line's); without a
+    default they are rejected. Blank lines and `#` comments are skipped. Rows come out in input
+    order within each measurement.
     """
     out = Decoded()
     if not data:
@@ -95,19 +102,25 @@ def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
     slow = np.flatnonzero(~batch.skip & batch.complex_)
     pending = np.flatnonzero(~batch.skip & ~batch.complex_)
     rounds = 0
-    while len(pending) and rounds < _MAX_SHAPES_PER_BATCH:
-        rounds += 1
-        group, pending, left = batch.take_shape(pending)
-        slow = np.concatenate([slow, left])
-        if group is None:
-            continue
-        part, left = batch.decode_group(*group, default_time_ns)
-        slow = np.concatenate([slow, left])
-        if part is not None:
-            parts[part.frame.measurement].append(part)
-            out.fast_lines += len(part.line_no)
-    slow = np.sort(np.concatenate([slow, pending])).astype(np.int64)
-    for part in _decode_scalar(batch, slow.tolist(), default_time_ns, out.rejects):
+    unshaped: list[NDArray[np.int64]] = []
+    for bucket in batch.buckets(pending):
+        waiting = bucket
+        while len(waiting) and rounds < _MAX_SHAPES_PER_BATCH:
+            rounds += 1
+            group, waiting, left = batch.take_shape(waiting)
+            slow = np.concatenate([slow, left])
+            if group is None:
+                continue
+            part, left = batch.decode_group(*group, default_time_ns)
+            slow = np.concatenate([slow, left])
+            if part is not None:
+                parts[part.frame.measurement].append(part)
+                out.fast_lines += len(part.line_no)
+        unshaped.append(waiting)
+    slow = np.sort(np.concatenate([slow, *unshaped])).astype(np.int64)
+    scalar_parts, blank = _decode_scalar(batch, slow.tolist(), default_time_ns, out.rejects)
+    out.lines -= blank
+    for part in scalar_parts:
         parts[part.frame.measurement].append(part)
     for name, group_parts in parts.items():
         frame, rows = _merge(group_parts, batch, out.rejects)
@@ -122,7 +135,7 @@ def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
 
 # A batch rarely holds more than a few dozen shapes (measurements x which fields are present);
 # past this many, the rest is not the regular exporter output the fast path is for.
-_MAX_SHAPES_PER_BATCH = 64
+_MAX_SHAPES_PER_BATCH = 512
 
 _COMMA, _EQUALS, _SPACE, _NEWLINE = (ord(c) for c in ",= \n")
 
@@ -152,30 +165,73 @@ class _Tokens:
             data += b"\n"
         self.data = data
         buf = np.frombuffer(data, dtype=np.uint8)
-        # Four SIMD compares beat a 256-entry lookup table by a wide margin on large batches.
-        sep = np.flatnonzero((buf == _COMMA) | (buf == _EQUALS) | (buf == _SPACE) | (buf == _NEWLINE))
-        self.sep_byte = buf[sep]
+        sep, self.sep_byte, controls = _separators(buf)
         newlines = sep[self.sep_byte == _NEWLINE]
-        self.line_end = newlines
+        self.line_end = newlines.copy()  # a record's end, once multi-line records are joined
         self.line_start = np.concatenate(([0], newlines[:-1] + 1))
-        first_byte = buf[np.minimum(self.line_start, len(buf) - 1)]
-        self.skip = (self.line_start == self.line_end) | (first_byte == ord("#"))
         self.complex_ = np.zeros(len(newlines), dtype=np.bool_)
-        if b"\\" in data or b'"' in data or b"\r" in data:
-            special = np.flatnonzero((buf == ord("\\")) | (buf == ord('"')) | (buf == ord("\r")))
+        special = _special_bytes(buf, data, controls)
+        if special is not None:
             self.complex_[np.searchsorted(newlines, special)] = True
         if not data.isascii():
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError:  # let the scalar parser find and name the bad bytes
                 self.complex_[np.searchsorted(newlines, np.flatnonzero(buf >= 0x80))] = True
+        first_byte = buf[np.minimum(self.line_start, len(buf) - 1)]
+        # A comment with a control character is an error, so only a simple one is skipped here.
+        self.skip = (self.line_start == self.line_end) | ((first_byte == ord("#")) & ~self.complex_)
         self.first_token = np.searchsorted(sep, self.line_start)
         self.token_count = np.searchsorted(sep, self.line_end, side="right") - self.first_token
         offsets = np.concatenate(([0], sep + 1)).astype(np.int64)
         self.tokens = pa.LargeStringArray.from_buffers(len(sep), pa.py_buffer(offsets), pa.py_buffer(b"\n" + data))
+        # Records the scalar parser has already read (to find where they end), by first line.
+        self.records: dict[int, Record] = {}
+        if b'"' in data:
+            self._join_records(np.flatnonzero(buf == ord('"')), newlines)
 
     def line(self, i: int) -> bytes:
         return self.data[self.line_start[i] : self.line_end[i]]
+
+    def _join_records(self, quotes: NDArray[np.intp], newlines: NDArray[np.intp]) -> None:
+        """Find the records that run over several lines and make each one line.
+
+        Only a string opened and not closed on a line carries its record onto the next, so only
+        lines with a quote need reading, in order, skipping those already swallowed.
+        """
+        resume = 0
+        for i in np.unique(np.searchsorted(newlines, quotes)).tolist():
+            if i < resume:
+                continue
+            record = read_record(self.line(i), partial(self._physical_after, i, newlines))
+            self.records[i] = record
+            resume = i + record.lines
+            if record.lines > 1:
+                self.line_end[i] = newlines[resume - 1]
+                self.skip[i + 1 : resume] = True
+
+    def _physical_after(self, i: int, newlines: NDArray[np.intp], k: int) -> bytes | None:
+        j = i + k
+        if j >= len(newlines):
+            return None
+        return self.data[self.line_start[j] : newlines[j]]
+
+    def buckets(self, pending: NDArray[np.int64]) -> list[NDArray[np.int64]]:
+        """Lines that may share a shape, together: same token count, measurement and third-last
+        token (a line's last field key when it has one field). A shape is then looked for among
+        its bucket's lines only, so Telegraf's one-sample-per-line output (dozens of shapes) costs
+        one pass, not one pass per shape. Only a partition: take_shape still checks every line."""
+        if len(pending) < 2:
+            return [pending]
+        width = self.token_count[pending].astype(np.int64)
+        first = self.first_token[pending]
+        head = pc.dictionary_encode(self.tokens.take(pa.array(first))).indices.to_numpy(zero_copy_only=False)
+        tail = self.tokens.take(pa.array(first + np.maximum(width - 3, 0)))
+        last_key = pc.dictionary_encode(tail).indices.to_numpy(zero_copy_only=False)
+        key = (width * (int(head.max()) + 1) + head) * (int(last_key.max()) + 1) + last_key
+        order = np.argsort(key, kind="stable")
+        bounds = np.flatnonzero(np.diff(key[order])) + 1
+        return [pending[np.sort(part)] for part in np.split(order, bounds)]
 
     def take_shape(
         self, pending: NDArray[np.int64]
@@ -193,12 +249,17 @@ class _Tokens:
         same_width = pending[self.token_count[pending] == width]
         index = self.first_token[same_width][:, None] + np.arange(width)
         match = (self.sep_byte[index] == pattern).all(axis=1)
-        for j in layout.key_cols:
+        group, index = same_width[match], index[match]
+        # Keys from the last (field keys, the most selective: Telegraf's one-sample-per-line
+        # output differs only there) to the first, comparing only the lines still in the running.
+        lead_token = int(self.first_token[lead])
+        for j in reversed(layout.key_cols):
             column = self.tokens.take(pa.array(index[:, j]))
-            match &= pc.equal(column, self.tokens[int(index[0, j])]).to_numpy(zero_copy_only=False)
-        group = same_width[match]
+            keep = pc.equal(column, self.tokens[lead_token + j]).to_numpy(zero_copy_only=False)
+            if not keep.all():
+                group, index = group[keep], index[keep]
         rest = np.setdiff1d(pending, group, assume_unique=True)
-        return (group, index[match], layout), rest, np.zeros(0, dtype=np.int64)
+        return (group, index, layout), rest, np.zeros(0, dtype=np.int64)
 
     def _text(self, line: int, j: int) -> str | None:
         k = int(self.first_token[line]) + j
@@ -247,6 +308,32 @@ class _Tokens:
             return _Part(lines, frame), np.zeros(0, dtype=np.int64)
         keep = np.flatnonzero(valid)
         return _Part(lines[keep], frame.take(keep)), lines[~valid]
+
+
+def _separators(buf: NDArray[np.uint8]) -> tuple[NDArray[np.intp], NDArray[np.uint8], NDArray[np.intp] | None]:
+    """Separator positions and bytes (comma, equals, space, newline), and where any control
+    characters are (None if there are none).
+
+    A few SIMD compares beat a 256-entry lookup table by a wide margin on large batches. Space
+    and newline are found with one compare for every byte up to the space, which also catches
+    the control characters (a CR, a tab, a NUL: the reference rejects them in names) at no cost
+    of its own; they are then taken out of the separators, which are far fewer than the bytes.
+    """
+    found = np.flatnonzero((buf <= _SPACE) | (buf == _COMMA) | (buf == _EQUALS))
+    found_byte = buf[found]
+    control = (found_byte < _SPACE) & (found_byte != _NEWLINE)
+    if not control.any():
+        return found, found_byte, None
+    return found[~control], found_byte[~control], found[control]
+
+
+def _special_bytes(buf: NDArray[np.uint8], data: bytes, controls: NDArray[np.intp] | None) -> NDArray[np.intp] | None:
+    """Positions of the bytes that need the full grammar: backslashes, quotes, DEL and the
+    control characters (None if there are none: regular exporter output costs three memchr)."""
+    if not (b"\\" in data or b'"' in data or b"\x7f" in data):
+        return controls
+    found = np.flatnonzero((buf == ord("\\")) | (buf == ord('"')) | (buf == 0x7F))
+    return found if controls is None else np.concatenate([found, controls])
 
 
 def _default_times(default: int | NDArray[np.int64], lines: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -361,24 +448,30 @@ def _convert_field(values: pa.Array) -> tuple[Column, NDArray[np.bool_]] | None:
 
 def _decode_scalar(
     batch: _Tokens, which: list[int], default_time_ns: DefaultTime, rejects: list[Reject]
-) -> list[_Part]:
-    """Parse lines one by one and assemble frames of what parsed."""
+) -> tuple[list[_Part], int]:
+    """Parse records one by one and assemble frames of what parsed; also returns how many of
+    the lines turned out blank or comments (leading spaces, a CR, a quote in a comment)."""
     by_measurement: dict[str, list[tuple[int, ParsedLine]]] = defaultdict(list)
+    blank = 0
     for i in which:
-        raw = batch.line(i)
-        try:
-            parsed = parse_line(raw)
-        except LineError as exc:
-            rejects.append(Reject(i, raw, str(exc)))
+        record = batch.records.get(i)
+        if record is None:  # no quote, so the record is this one line
+            record = read_record(batch.line(i))
+        if record.error is not None:
+            rejects.append(Reject(i, batch.line(i), record.error))
+            continue
+        parsed = record.parsed
+        if parsed is None:
+            blank += 1
             continue
         if parsed.time_ns is None:
             if default_time_ns is None:
-                rejects.append(Reject(i, raw, "missing timestamp"))
+                rejects.append(Reject(i, batch.line(i), "missing timestamp"))
                 continue
             default = default_time_ns if isinstance(default_time_ns, int) else int(default_time_ns[i])
             parsed = ParsedLine(parsed.measurement, parsed.tags, parsed.fields, default)
         by_measurement[parsed.measurement].append((i, parsed))
-    return [_frame_of_parsed(name, rows, batch, rejects) for name, rows in by_measurement.items()]
+    return [_frame_of_parsed(name, rows, batch, rejects) for name, rows in by_measurement.items()], blank
 
 
 def _frame_of_parsed(
