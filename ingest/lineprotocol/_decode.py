@@ -122,8 +122,12 @@ def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
     out.lines -= blank
     for part in scalar_parts:
         parts[part.frame.measurement].append(part)
-    for name, group_parts in parts.items():
-        frame, rows = _merge(group_parts, batch, out.rejects)
+    # measurements in the order they first appear in the input, whatever order shapes were found in
+    first_line = {
+        name: min((int(p.line_no.min()) for p in group if len(p.line_no)), default=0) for name, group in parts.items()
+    }
+    for name in sorted(parts, key=first_line.__getitem__):
+        frame, rows = _merge(parts[name], batch, out.rejects)
         if len(frame):
             out.frames[name] = frame
             out.line_no[name] = rows
