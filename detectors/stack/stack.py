@@ -120,7 +120,9 @@ class DetectorStack:
         max_gap_s = self.settings.presence.max_gap_ticks * self._interval
         # over each sample's own timestamp, not the tick's: a host's scrape jitter would otherwise
         # read as a rate change of jitter/interval (10% at 10 s with a second of jitter)
-        sampled_at = (m.frame.time_ns / 1e9)[:, None]
+        times = m.frame.time_ns
+        on_tick = bool(len(times)) and times[0] == times[-1] and bool((times == times[0]).all())
+        sampled_at: float | FloatArray = float(times[0]) / 1e9 if on_tick else (times / 1e9)[:, None]
         rate, inc = ent.rates.update(sampled_at, m.series, values, max_gap_s=max_gap_s)
         return {c: rate[:, j] for j, c in enumerate(known)}, {c: inc[:, j] for j, c in enumerate(known)}
 
