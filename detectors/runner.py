@@ -127,11 +127,13 @@ class DetectLoop:
         return anomalies, letters
 
     def feed_polled(self, messages: Sequence[tuple[Source, int, bytes]]) -> tuple[list[Anomaly], list[DeadLetter]]:
-        """One Kafka poll: (source, event time in ms, value) per message."""
-        from ingest.kafka_io import join_messages
+        """One Kafka poll: (source, record timestamp in ms, value) per message."""
+        from ingest.kafka_io import event_time_ms, join_messages
 
         data, _, _ = join_messages(messages)
-        self.assembler.cap_ns = self.partitions.observe([((src.topic, src.partition), ms) for src, ms, _ in messages])
+        self.assembler.cap_ns = self.partitions.observe(
+            [((src.topic, src.partition), event_time_ms(value, ms)) for src, ms, value in messages]
+        )
         return self.feed(data)
 
     def finish(self) -> list[Anomaly]:

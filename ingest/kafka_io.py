@@ -37,15 +37,25 @@ class KafkaIOError(RuntimeError):
     """Kafka could not be reached or refused a request."""
 
 
+# Records carry event time, which can be days old in a replay or a backfill; a topic that kept
+# data by that time would let time-based retention delete it before anyone consumed it. Topics
+# the project creates keep data by the time the broker appended it.
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
 def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 6) -> None:
-    """Create topics that do not exist yet (idempotent)."""
+    """Create topics that do not exist yet (idempotent), retained by log-append time."""
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
     except KafkaError as exc:
         raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     try:
         existing = set(admin.list_topics())
-        new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+        new = [
+            NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs=dict(TOPIC_CONFIG))
+            for t in topics
+            if t not in existing
+        ]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):  # created by someone else meanwhile
                 admin.create_topics(new)
@@ -240,6 +250,18 @@ def join_messages(
         return messages[i][0] if i < len(messages) else None
 
     return b"".join(values), default_times, source_of
+
+
+def event_time_ms(value: bytes, fallback_ms: int) -> int:
+    """The event time of a message: the timestamp of its last line (a producer groups one
+    entity's lines of one time per message, as ours and Telegraf's do). The record's own
+    timestamp is the broker's append time on the project's topics, so it is only the fallback,
+    for lines that carry no timestamp."""
+    last = value.rstrip(b"\n").rpartition(b"\n")[2]
+    token = last.rpartition(b" ")[2]
+    if last.count(b" ") >= 2 and token.isdigit() and len(token) <= 19:
+        return int(token) // 1_000_000
+    return fallback_ms
 
 
 Polled = list[tuple[Source, int, bytes]]

@@ -238,3 +238,29 @@ def test_an_internal_error_dead_letters_the_batch_and_the_consumer_goes_on(kafka
         assert not any(again.poll() for _ in range(5))
     finally:
         again.close()
+
+
+def test_topics_keep_old_event_time_by_append_time(kafka_settings: KafkaSettings) -> None:
+    """A replay of last year's telemetry is not deleted by time-based retention: the project's
+    topics stamp records with the broker's append time, and the event time is read from the
+    lines themselves."""
+    import time
+
+    from ingest.kafka_io import event_time_ms
+
+    a_year_ago_ns = time.time_ns() - 365 * 86_400 * 10**9
+    line = f"gpu,cluster=c,node=n1,gpu=n1-gpu0 DCGM_FI_DEV_GPU_TEMP=40 {a_year_ago_ns}".encode()
+    sent = _produce(kafka_settings, line, partitions=1)
+    assert sent == 1
+    records = _read_topic(kafka_settings.bootstrap, kafka_settings.telemetry_topic, expect=1)
+    consumer = KafkaConsumer(
+        kafka_settings.telemetry_topic,
+        bootstrap_servers=kafka_settings.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
+    stamps = [m.timestamp for m in consumer]
+    consumer.close()
+    assert len(records) == len(stamps) == 1
+    assert abs(stamps[0] - time.time() * 1000) < 600_000  # appended now, not a year ago
+    assert event_time_ms(records[0][1], stamps[0]) == a_year_ago_ns // 1_000_000

@@ -143,3 +143,15 @@ def test_without_a_job_tag_gpus_get_their_job_from_the_schedule_and_a_wrong_tag_
     loop.finish()
     assert sorted(seen[0]) == ["idle", "j1", "j1"]
     assert loop.stats.job_tag_mismatches == 1
+
+
+def test_event_time_of_a_message_comes_from_its_lines() -> None:
+    from ingest.kafka_io import event_time_ms
+
+    assert event_time_ms(b"gpu,node=n f=1 1700000000123456789\n", 5) == 1700000000123
+    # the last line decides (one entity and time per message)
+    assert event_time_ms(b"a,x=1 f=1 1000000\nb,x=1 f=2 2000000\n", 5) == 2
+    # no timestamp on the line (Telegraf may leave it to the broker), or a string field: fallback
+    assert event_time_ms(b"gpu,node=n f=1\n", 5) == 5
+    assert event_time_ms(b'gpu,node=n s="a 123"\n', 5) == 5
+    assert event_time_ms(b"", 5) == 5
