@@ -57,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         writer = IncidentWriter(_settings(args).influx)
     sink = writer.add if writer is not None else None
+    notice_sink = writer.add_notices if writer is not None else None
     try:
         if args.kafka:
             if not args.topology:
@@ -74,6 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 predictor=predictor,
                 incident_sink=sink,
                 detector_settings=thresholds,
+                notice_sink=notice_sink,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -83,7 +85,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.input or not args.out:
             raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
         stats = run_folder(
-            Path(args.input), Path(args.out), interval, predictor, incident_sink=sink, detector_settings=thresholds
+            Path(args.input),
+            Path(args.out),
+            interval,
+            predictor,
+            incident_sink=sink,
+            detector_settings=thresholds,
+            notice_sink=notice_sink,
         )
     except (FileNotFoundError, GraphError) as exc:
         raise CliError(str(exc)) from None

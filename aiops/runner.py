@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from detectors.anomaly import Anomaly, Prediction
+from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, apply_events, load_events, read_chunks
 from ingest.deadletter import DeadLetter, Source
@@ -93,6 +94,20 @@ class Pipeline:
     def finish(self) -> list[Anomaly]:
         return self.detect.finish()
 
+    def take_notices(self) -> list[Notice]:
+        """Monitoring notices (coverage) since the last call; each is logged as it is taken."""
+        notices, self.detect.notices = self.detect.notices, []
+        for n in notices:
+            (log.info if n.status == "detectable" else log.warning)("coverage: %s", n.message)
+        return notices
+
+    def coverage(self) -> list[dict[str, Any]]:
+        """Every fault kind's coverage verdict from what has arrived so far (run.json)."""
+        return [
+            {"kind": c.kind, "status": c.status, "missing": list(c.missing), "fix": list(c.fixes)}
+            for c in self.detect.coverage.report()
+        ]
+
     def take(self) -> tuple[list[Prediction], list[tuple[str, bytes]]]:
         """Predictions and incident changes since the last call (incidents as of now)."""
         predictions, incidents = self.detect.predictions, self.incidents
@@ -116,6 +131,7 @@ class Pipeline:
 
 
 IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
+NoticeSink = Callable[[list[Notice]], None]  # monitoring notices as they come (e.g. to InfluxDB)
 
 
 def run_folder(
@@ -126,9 +142,11 @@ def run_folder(
     on_tick: Callable[[Pipeline], None] | None = None,
     incident_sink: IncidentSink | None = None,
     detector_settings: DetectorSettings | None = None,
+    notice_sink: NoticeSink | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
-    incidents.jsonl, anomalies.jsonl, predictions.jsonl, deadletters.jsonl and run.json."""
+    incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
+    run.json (with every fault kind's coverage)."""
     telemetry = input_dir / "telemetry.lp"
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
@@ -143,10 +161,15 @@ def run_folder(
         (out_dir / "predictions.jsonl").open("wb") as predictions_out,
         (out_dir / "incidents.jsonl").open("wb") as incidents_out,
         (out_dir / "deadletters.jsonl").open("wb") as dead_out,
+        (out_dir / "notices.jsonl").open("wb") as notices_out,
     ):
 
         def flush(anomalies: list[Anomaly]) -> None:
             anomalies_out.writelines(a.to_json() + b"\n" for a in anomalies)
+            notices = pipeline.take_notices()
+            notices_out.writelines(n.to_json() + b"\n" for n in notices)
+            if notice_sink is not None and notices:
+                notice_sink(notices)
             predictions, incidents = pipeline.take()
             predictions_out.writelines(p.to_json() + b"\n" for p in predictions)
             incidents_out.writelines(state + b"\n" for _, state in incidents)
@@ -165,7 +188,10 @@ def run_folder(
         flush(pipeline.finish())
     pipeline.finish_stats(stats, time.perf_counter() - started)
     (out_dir / "run.json").write_text(
-        json.dumps({**asdict(stats), "engine": asdict(pipeline.engine_stats)}, indent=1) + "\n"
+        json.dumps(
+            {**asdict(stats), "engine": asdict(pipeline.engine_stats), "coverage": pipeline.coverage()}, indent=1
+        )
+        + "\n"
     )
     return stats
 
@@ -181,8 +207,9 @@ def run_kafka(
     predictor: OnlinePredictor | None = None,
     incident_sink: IncidentSink | None = None,
     detector_settings: DetectorSettings | None = None,
+    notice_sink: NoticeSink | None = None,
 ) -> RunStats:
-    """The daemon: telemetry in; anomalies, predictions, incidents and dead letters out.
+    """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
     Commits after a poll's outputs are flushed: at-least-once."""
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
@@ -197,6 +224,7 @@ def run_kafka(
         settings.anomalies_topic,
         settings.predictions_topic,
         settings.incidents_topic,
+        settings.notices_topic,
         settings.deadletter_topic,
     ]
     ensure_topics(settings.bootstrap, topics)
@@ -208,6 +236,11 @@ def run_kafka(
     started = time.monotonic()
 
     def publish(anomalies: list[Anomaly]) -> None:
+        notices = pipeline.take_notices()
+        for n in notices:
+            producer.send_raw(settings.notices_topic, n.to_json(), key=n.subject.encode())
+        if notice_sink is not None and notices:
+            notice_sink(notices)
         predictions, incidents = pipeline.take()
         for a in anomalies:
             producer.send_raw(settings.anomalies_topic, a.to_json(), key=a.entity.encode())
@@ -236,4 +269,4 @@ def run_kafka(
     return pipeline.finish_stats(stats, time.monotonic() - started)
 
 
-__all__ = ["IncidentSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]
+__all__ = ["IncidentSink", "NoticeSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from detectors.anomaly import Anomaly, Prediction
+from detectors.coverage import CoverageWatch, Notice
 from detectors.predict.online import OnlinePredictor
 from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.ticks import PartitionClock, TickAssembler
@@ -73,6 +74,7 @@ def apply_events(loop: DetectLoop, events: list[dict[str, object]]) -> None:
         if e.get("type") == "maintenance":
             loop.stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))  # type: ignore[arg-type, attr-defined]
     loop.jobs = NodeJobs(Schedule.from_events(events))
+    loop.coverage.schedule_known = bool(loop.jobs)
 
 
 def ticks_from_folder(folder: Path, interval_s: float) -> Iterator[tuple[float, dict[str, Frame]]]:
@@ -106,6 +108,8 @@ class DetectLoop:
         self.predictor = predictor
         self.jobs = NodeJobs(Schedule())  # from the events (apply_events); empty: the job tags alone
         self.predictions: list[Prediction] = []
+        self.coverage = CoverageWatch()  # which fault kinds the arriving telemetry can show
+        self.notices: list[Notice] = []
         self._recent: dict[str, float] = {}
         self.assembler = TickAssembler(interval, lateness_s)
         self.partitions = PartitionClock()  # from Kafka: the slowest partition holds the ticks back
@@ -159,6 +163,8 @@ class DetectLoop:
         """One assembled tick: detectors, then the predictor (for entities not already failing)."""
         self.stats.ticks += 1
         self.stats.values += sum(f.value_count for f in frames.values())
+        self.coverage.observe(frames)
+        self.notices += self.coverage.notices(t)
         frames = self._with_jobs(t, frames)
         found = self.stack.process(t, frames)
         self.stats.anomalies += len(found)

@@ -1,8 +1,11 @@
-"""Incidents into InfluxDB, for Grafana: one point per incident state change.
+"""Incidents and notices into InfluxDB, for Grafana: one point per incident state change, one per
+notice.
 
 Measurement `aiops_incident`, tagged by incident id, severity, status and kind, with the root,
 the blast radius and the action as fields, at the time of the change. The dashboard
 (dashboards/json/incidents.json) reads the latest state per incident and counts the open ones.
+Measurement `aiops_notice`, tagged by notice kind and subject (for coverage: the fault kind),
+with the verdict, the message and what is missing; the same dashboard shows the latest per kind.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import json
 import logging
 from typing import Any
 
+from detectors.coverage import Notice
 from ingest.influx_writer import InfluxWriteError, InfluxWriter
 from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
 
 MEASUREMENT = "aiops_incident"
+NOTICE_MEASUREMENT = "aiops_notice"
 
 
 def _tag(value: str) -> str:
@@ -54,6 +59,20 @@ def incident_line(state: dict[str, Any]) -> str:
     return f"{head} {body} {int(float(state['updated']) * 1e9)}"
 
 
+def notice_line(notice: Notice) -> str:
+    """One notice as a line of line protocol."""
+    tags = {"kind": notice.kind, "subject": notice.subject}
+    fields = {
+        "status": _text(notice.status),
+        "blind": "1i" if notice.status == "blind" else "0i",
+        "degraded": "1i" if notice.status == "degraded" else "0i",
+        "message": _text(notice.message),
+        "missing": _text(",".join(notice.detail.get("missing", []))),
+    }
+    head = NOTICE_MEASUREMENT + "".join(f",{k}={_tag(v)}" for k, v in sorted(tags.items()))
+    return f"{head} {','.join(f'{k}={v}' for k, v in fields.items())} {int(notice.at * 1e9)}"
+
+
 class IncidentWriter:
     """Writes incident states as they change; a write that fails for good is logged and counted,
     never raised: Grafana being behind must not stop the analysis."""
@@ -74,8 +93,18 @@ class IncidentWriter:
             self.dropped += len(lines)
             log.error("incidents not written to InfluxDB (%d states): %s", len(lines), exc)
 
+    def add_notices(self, notices: list[Notice]) -> None:
+        if not notices:
+            return
+        try:
+            self._writer.write_points("\n".join(notice_line(n) for n in notices).encode())
+            self.written += len(notices)
+        except InfluxWriteError as exc:
+            self.dropped += len(notices)
+            log.error("notices not written to InfluxDB (%d): %s", len(notices), exc)
+
     def close(self) -> None:
         self._writer.close()
 
 
-__all__ = ["MEASUREMENT", "IncidentWriter", "incident_line"]
+__all__ = ["MEASUREMENT", "NOTICE_MEASUREMENT", "IncidentWriter", "incident_line", "notice_line"]

@@ -48,6 +48,7 @@ def kafka_settings(services: Settings) -> KafkaSettings:
             "anomalies_topic": f"test.anomalies.{suffix}",
             "predictions_topic": f"test.predictions.{suffix}",
             "incidents_topic": f"test.incidents.{suffix}",
+            "notices_topic": f"test.notices.{suffix}",
             "ingest_group": f"test-ingest-{suffix}",
             "poll_timeout_ms": 200,
         }

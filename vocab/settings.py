@@ -21,6 +21,7 @@ class KafkaSettings(BaseModel):
     anomalies_topic: str = "aiops.anomalies"
     predictions_topic: str = "aiops.predictions"
     incidents_topic: str = "aiops.incidents"
+    notices_topic: str = "aiops.notices"  # monitoring facts that are not faults (coverage, gaps)
     ingest_group: str = "aiops-ingest"
     detect_group: str = "aiops-detect"
     run_group: str = "aiops-run"

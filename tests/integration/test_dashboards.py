@@ -21,6 +21,7 @@ import requests
 from ingest.pipeline import IngestStats
 from ingest.service import STATS_MEASUREMENT, stats_line
 from rca.influx import MEASUREMENT as INCIDENT_MEASUREMENT
+from rca.influx import NOTICE_MEASUREMENT
 from vocab.catalog import MEASUREMENTS
 from vocab.settings import InfluxSettings
 
@@ -126,6 +127,22 @@ def incident_lines() -> list[str]:
     return [incident_line(s) for s in states]
 
 
+def notice_lines() -> list[str]:
+    """aiops_notice as `aiops run --influx` writes it: coverage judged by the real watch on GPU
+    rows that carry only a stock exporter's temperature and XID fields."""
+    from detectors.coverage import CoverageWatch
+    from ingest.pipeline import IngestCore
+    from rca.influx import notice_line
+
+    watch, core = CoverageWatch(settle_ticks=1), IngestCore()
+    t0 = START_NS // 10**9
+    rows = [f"gpu,node=n1,gpu=n1-gpu{i} DCGM_FI_DEV_GPU_TEMP=60,DCGM_FI_DEV_XID_ERRORS=0i {START_NS}" for i in range(8)]
+    watch.observe(core.process(("\n".join(rows) + "\n").encode()).frames)
+    notices = watch.notices(float(t0))
+    assert {n.status for n in notices} == {"blind", "degraded"}
+    return [notice_line(n) for n in notices]
+
+
 def write_lines(settings: InfluxSettings, lines: list[str]) -> None:
     response = requests.post(
         f"{settings.url}/write",
@@ -142,6 +159,7 @@ def telemetry_db(influx_settings: InfluxSettings) -> InfluxSettings:
     write_lines(influx_settings, good_sample_lines())
     write_lines(influx_settings, ingest_counter_lines())
     write_lines(influx_settings, incident_lines())
+    write_lines(influx_settings, notice_lines())
     return influx_settings
 
 
@@ -240,7 +258,11 @@ def resolve_variables(settings: InfluxSettings, dashboard: dict[str, Any]) -> tu
 def test_sample_data_is_in_influxdb(telemetry_db: InfluxSettings) -> None:
     body = influxql(telemetry_db, "SHOW MEASUREMENTS", telemetry_db.database)
     measurements = {row[0] for s in series_of(body) for row in s["values"]}
-    assert measurements == {m.name for m in MEASUREMENTS} | {STATS_MEASUREMENT, INCIDENT_MEASUREMENT}
+    assert measurements == {m.name for m in MEASUREMENTS} | {
+        STATS_MEASUREMENT,
+        INCIDENT_MEASUREMENT,
+        NOTICE_MEASUREMENT,
+    }
     body = influxql(telemetry_db, 'SELECT count("DCGM_FI_DEV_GPU_TEMP") FROM "gpu"', telemetry_db.database)
     assert series_of(body)[0]["values"][0][1] == 16 * TICKS
     body = influxql(

@@ -51,7 +51,14 @@ def _differences(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str,
 def test_daemon_incidents_equal_the_offline_runs(
     kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key in ("telemetry_topic", "anomalies_topic", "predictions_topic", "incidents_topic", "deadletter_topic"):
+    for key in (
+        "telemetry_topic",
+        "anomalies_topic",
+        "predictions_topic",
+        "incidents_topic",
+        "notices_topic",
+        "deadletter_topic",
+    ):
         monkeypatch.setenv(f"AIOPS_KAFKA__{key.upper()}", getattr(kafka_settings, key))
     from ingest.kafka_io import ensure_topics
 
