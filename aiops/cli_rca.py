@@ -24,6 +24,12 @@ def add_parsers(sub: Any) -> None:
         help="the collectors' scrape interval (default: the folder's meta.json, or AIOPS_SCRAPE_INTERVAL_S)",
     )
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
+    p.add_argument(
+        "--lateness",
+        type=float,
+        metavar="SECONDS",
+        help="with --kafka: how long a tick waits for late samples (default AIOPS_TICK_LATENESS_S, 60)",
+    )
     p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
     p.add_argument("--no-predict", action="store_true", help="no failure prediction")
     p.add_argument("--influx", metavar="URL", help="also write incident states to InfluxDB (for Grafana)")
@@ -72,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 stop_on_signals(),
                 events,
                 idle_stop_s=args.stop_when_idle,
+                lateness_s=args.lateness if args.lateness is not None else configured.tick_lateness_s,
                 predictor=predictor,
                 incident_sink=sink,
                 detector_settings=thresholds,

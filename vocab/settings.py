@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # The collectors' scrape interval: ticks are windows of this grid. The daemons refuse to
     # start without it (or --interval); it is never guessed from timestamps.
     scrape_interval_s: float | None = Field(default=None, gt=0)
+    # How long the Kafka daemons hold a tick open for samples still on their way (a collector's
+    # flush interval plus broker delay); later samples are stored, counted and not analysed.
+    tick_lateness_s: float = Field(default=60.0, ge=0)
     http_port: int = 8080
 
 

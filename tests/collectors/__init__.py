@@ -1,0 +1,1 @@
+"""Local stand-ins for the devices the Telegraf collectors poll."""
