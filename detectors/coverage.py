@@ -32,12 +32,21 @@ _BY_MEASUREMENT = {
     "psu": "the BMC agent's inputs.redfish (config/telegraf/bmc.conf)",
     "cooling": "the facility's CDU / BMS feed for the rack's cooling loop",
 }
+_XMIT_WAIT = "an InfiniBand switch's PortXmitWait (UFM or perfquery); OpenConfig has no equivalent"
+_SWITCH_PFC = "the switch vendor's PFC counters, as a further gNMI subscription (config/telegraf/switch.conf)"
 _BY_FIELD = {
     "gpu#job": "give the scheduler's events (--events / config/events.jsonl), or a `job` label on the exporter",
     "nic.rx_prio3_pause": "the node agent's inputs.ethtool on the RoCE netdevs (config/telegraf/node.conf)",
     "nic.tx_prio3_pause": "the node agent's inputs.ethtool on the RoCE netdevs (config/telegraf/node.conf)",
     "nic.np_cnp_sent": "gather_rdma = true in the node agent's inputs.infiniband",
-    "nic.link_state": "the node agent's port state (inputs.infiniband reads /sys/class/infiniband/*/ports/*/state)",
+    "nic.link_state": (
+        "on RoCE, the node agent's inputs.ethtool (its carrier becomes link_state); Telegraf's "
+        "inputs.infiniband does not read the port state, link_downed still counts the downs"
+    ),
+    "switch.port_xmit_wait": _XMIT_WAIT,
+    "switch_port.port_xmit_wait": _XMIT_WAIT,
+    "switch_port.rx_prio3_pause": _SWITCH_PFC,
+    "switch_port.tx_prio3_pause": _SWITCH_PFC,
     "node.inlet_temp_c": "the BMC agent's inputs.redfish thermal readings (config/telegraf/bmc.conf)",
 }
 
