@@ -31,6 +31,7 @@ class IngestStats:
     rejected: int = 0  # not valid line protocol
     deadlettered: int = 0  # everything dead-lettered, any stage
     sentinels_masked: int = 0
+    uncatalogued_values: int = 0  # stored as they came: fields a collector sends beyond the catalog
     written: int = 0  # lines the database accepted
     retried: int = 0  # write attempts repeated after a 5xx or a timeout
     dropped: int = 0  # lines given up on after retries or evicted from a full buffer
@@ -44,6 +45,7 @@ class IngestStats:
             "rejected": self.rejected,
             "deadlettered": self.deadlettered,
             "sentinels_masked": self.sentinels_masked,
+            "uncatalogued_values": self.uncatalogued_values,
             "written": self.written,
             "retried": self.retried,
             "dropped": self.dropped,
@@ -100,6 +102,7 @@ class IngestCore:
         s.rejected += len(decoded.rejects)
         s.deadlettered += len(letters)
         s.sentinels_masked += validated.sentinels_masked
+        s.uncatalogued_values += validated.uncatalogued_values
         s.reasons.update(letter.category for letter in letters)
         return batch
 

@@ -49,6 +49,7 @@ class Validated:
     line_no: dict[str, NDArray[np.int64]] = field(default_factory=dict)
     rejects: list[RowReject] = field(default_factory=list)
     sentinels_masked: int = 0
+    uncatalogued_values: int = 0  # values of fields the catalog does not know: stored, counted
 
 
 # How far a point may be from the stream's event time and still be stored: an hour covers a
@@ -81,7 +82,10 @@ class Validator:
             fields: dict[str, Column] = {}
             for key, col in decoded_frame.fields.items():
                 metric = spec.metric(key)
-                if metric is None or metric.type == col.type:
+                if metric is None:
+                    fields[key] = col
+                    out.uncatalogued_values += int(col.present.sum())
+                elif metric.type == col.type:
                     fields[key] = col
                 elif metric.type in _NUMERIC and col.type in _NUMERIC:
                     fields[key] = _convert(col, metric.type)
