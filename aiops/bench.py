@@ -46,7 +46,9 @@ def _best(repeat: int, fn: Callable[[], int]) -> tuple[int, float]:
 def bench_ingest(args: argparse.Namespace, console: Console) -> list[Row]:
     from telemetry_gen.generator import GenConfig, Generation
 
-    gen = Generation(GenConfig(gpus=args.gpus, hours=(args.ticks + 1) * 30 / 3600, interval=30, seed=1, faults=""))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=args.gpus, hours=(args.ticks + 1) * 30 / 3600, interval=30, seed=1, faults="")
+    )
     ticks_iter = gen.ticks()
     tick = next(ticks_iter).frames
     data = encode(tick)
@@ -199,7 +201,9 @@ def bench_gen(args: argparse.Namespace, console: Console) -> None:
             started = time.perf_counter()
             topology = build(name, gpus)
             build_s = time.perf_counter() - started
-            one_tick = Generation(GenConfig(gpus=gpus, topology=name, hours=30 / 3600, interval=30, faults=""))
+            one_tick = Generation(
+                GenConfig(realism="clean", gpus=gpus, topology=name, hours=30 / 3600, interval=30, faults="")
+            )
             series = sum(t.value_count for t in one_tick.ticks())
             sizes.add_row(
                 f"{gpus:,}",
@@ -209,7 +213,9 @@ def bench_gen(args: argparse.Namespace, console: Console) -> None:
                 f"{series:,}",
                 f"{build_s:.2f}",
             )
-        config = GenConfig(gpus=gpus, hours=hours, interval=30, seed=1, faults="" if gpus < 256 else "all=1")
+        config = GenConfig(
+            realism="clean", gpus=gpus, hours=hours, interval=30, seed=1, faults="" if gpus < 256 else "all=1"
+        )
         with tempfile.TemporaryDirectory() as tmp:
             stats = write_folder(Generation(config), Path(tmp))
         speed.add_row(
@@ -257,6 +263,7 @@ def bench_detect(args: argparse.Namespace, console: Console) -> None:
 
     gen = Generation(
         GenConfig(
+            realism="clean",
             gpus=args.gpus,
             hours=(args.ticks + 1) * 30 / 3600,
             interval=30,

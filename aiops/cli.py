@@ -145,11 +145,12 @@ def cmd_gen(args: argparse.Namespace) -> int:
         interval=args.interval,
         seed=args.seed,
         faults=args.faults,
+        realism=args.realism,
         clock_offset_s=args.clock_offset,
         jitter_s=args.jitter,
-        truncate_s=args.truncate_seconds,
-        job_tags=not args.no_job_tags,
-        single_field=args.one_field_per_line,
+        truncate_s=True if args.truncate_seconds else None,
+        job_tags=False if args.no_job_tags else None,
+        single_field=True if args.one_field_per_line else None,
     )
     try:
         gen = Generation(config)
@@ -414,9 +415,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
     p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
     p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
-    collector = p.add_argument_group("what real collectors send (the line protocol only, never the physics)")
-    collector.add_argument("--clock-offset", type=float, default=0.0, metavar="S", help="per-host clocks off by 0..S s")
-    collector.add_argument("--jitter", type=float, default=0.0, metavar="S", help="per-host, per-tick jitter 0..S s")
+    p.add_argument(
+        "--realism",
+        default="typical",
+        choices=["clean", "typical", "harsh"],
+        help="a healthy fleet's everyday noise (default typical; clean: none, for exact fault signatures)",
+    )
+    collector = p.add_argument_group(
+        "what real collectors send (the line protocol only, never the physics; default: the realism level's)"
+    )
+    collector.add_argument("--clock-offset", type=float, metavar="S", help="per-host clocks off by 0..S s")
+    collector.add_argument("--jitter", type=float, metavar="S", help="per-host, per-tick jitter 0..S s")
     collector.add_argument(
         "--truncate-seconds", action="store_true", help='timestamps in whole seconds (precision "1s")'
     )

@@ -39,6 +39,7 @@ def generated_history(
 
     gen = Generation(
         GenConfig(
+            realism="clean",
             gpus=int(config["gpus"]),
             hours=float(config["hours"]),
             interval=float(config["interval"]),

@@ -44,7 +44,7 @@ def run_cluster_demo(
 ) -> int:
     """`speed`: simulated seconds per wall-clock second (None: as fast as it goes)."""
     console = console or Console()
-    gen = Generation(GenConfig(gpus=gpus, hours=hours, interval=interval, seed=seed, faults=faults))
+    gen = Generation(GenConfig(realism="clean", gpus=gpus, hours=hours, interval=interval, seed=seed, faults=faults))
     console.print(
         f"[bold]aiops demo[/bold]: {gpus} GPUs ({gen.topology.entity_count:,} entities), {hours:g} h at "
         f"{interval:g} s ticks, {len(gen.faults)} injected faults plus jobs, checkpoints and maintenance; "

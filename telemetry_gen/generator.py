@@ -18,22 +18,31 @@ import numpy as np
 from telemetry_gen.collector import Collector, Encoded
 from telemetry_gen.effects import affected_entities, jobs_at
 from telemetry_gen.faults import Fault, default_counts, parse_spec, schedule
+from telemetry_gen.realism import LEVELS, SCALE, collector_settings, rates_table
 from telemetry_gen.simulate import T0, ClusterSim, Tick
 from telemetry_gen.topology import Topology, build
 from telemetry_gen.workload import HOUR, Workload
 
-REALISM = "clean"  # the only mode so far; meta.json names it so runs stay comparable when more come
 COLLECTOR_OPTIONS = ("clock_offset_s", "jitter_s", "truncate_s", "job_tags", "single_field")
+_COLLECTOR_CLEAN: dict[str, float | bool] = {
+    "clock_offset_s": 0.0,
+    "jitter_s": 0.0,
+    "truncate_s": False,
+    "job_tags": True,
+    "single_field": False,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class GenConfig:
     """What to simulate, and how the collectors encode it.
 
-    The last five fields model the collector, not the cluster (telemetry_gen/collector.py): they
-    change only the line protocol that write_folder and the Kafka emitters send (timestamps, tags,
-    line splitting), never the physics, faults, truth or events, nor the frames of `ticks()`. All
-    off by default, which gives the same bytes as before they existed.
+    `realism` is the healthy fleet's everyday noise (telemetry_gen/realism.py): "typical" (the
+    default) and "harsh" add it, "clean" adds none and stays for unit tests of exact fault
+    signatures. The last five fields model the collector, not the cluster
+    (telemetry_gen/collector.py): they change only the line protocol that write_folder and the
+    Kafka emitters send (timestamps, tags, line splitting), never the physics, faults, truth or
+    events, nor the frames of `ticks()`. None takes the realism level's (clean: all off).
     """
 
     gpus: int = 1024
@@ -43,19 +52,23 @@ class GenConfig:
     seed: int = 0
     faults: str | None = None  # None: the default published rate; "" : none at all
     maintenance_per_day: float = 2.0
+    realism: str = "typical"
     # Each host's clock is off by a constant drawn uniformly from [0, clock_offset_s] seconds.
-    clock_offset_s: float = 0.0
+    clock_offset_s: float | None = None
     # Each host's samples of one tick are stamped up to jitter_s seconds late (uniform, per tick).
-    jitter_s: float = 0.0
+    jitter_s: float | None = None
     # Telegraf's precision = "1s": timestamps truncated to whole seconds.
-    truncate_s: bool = False
+    truncate_s: bool | None = None
     # False: gpu lines without the `job` tag, as a stock dcgm-exporter sends them.
-    job_tags: bool = True
+    job_tags: bool | None = None
     # True: one line per sample (Telegraf's prometheus input, metric_version = 2).
-    single_field: bool = False
+    single_field: bool | None = None
 
     def collector(self) -> dict[str, float | bool]:
-        return {name: getattr(self, name) for name in COLLECTOR_OPTIONS}
+        """The collector options in force: the realism level's, overridden by those given."""
+        base = {**_COLLECTOR_CLEAN, **collector_settings(self.realism)}
+        given = {name: getattr(self, name) for name in COLLECTOR_OPTIONS if getattr(self, name) is not None}
+        return {**base, **given}
 
 
 class Generation:
@@ -64,6 +77,8 @@ class Generation:
     def __init__(self, config: GenConfig) -> None:
         if config.interval <= 0 or config.hours <= 0:
             raise ValueError("--interval and --hours must be positive")
+        if config.realism not in LEVELS:
+            raise ValueError(f"--realism must be one of {', '.join(LEVELS)}, got {config.realism!r}")
         self.config = config
         self.topology: Topology = build(config.topology, config.gpus)
         t_end = T0 + config.hours * HOUR
@@ -85,16 +100,19 @@ class Generation:
         for fault in self.faults:
             fault.affected = affected_entities(fault, self.topology)
             fault.jobs = jobs_at(fault, self.topology, self.workload)
-        self.sim = ClusterSim(self.topology, self.workload, self.faults, config.interval, config.seed)
+        self.sim = ClusterSim(
+            self.topology, self.workload, self.faults, config.interval, config.seed, realism=config.realism
+        )
         # (its options are checked here, so a bad one fails before any output is written)
+        options = config.collector()
         self.collector = Collector(
             self.sim,
             config.seed,
-            clock_offset_s=config.clock_offset_s,
-            jitter_s=config.jitter_s,
-            truncate_s=config.truncate_s,
-            job_tags=config.job_tags,
-            single_field=config.single_field,
+            clock_offset_s=float(options["clock_offset_s"]),
+            jitter_s=float(options["jitter_s"]),
+            truncate_s=bool(options["truncate_s"]),
+            job_tags=bool(options["job_tags"]),
+            single_field=bool(options["single_field"]),
         )
 
     def ticks(self) -> Iterator[Tick]:
@@ -122,7 +140,9 @@ class Generation:
             "hours": c.hours,
             "faults": c.faults,
             "maintenance_per_day": c.maintenance_per_day,
-            "realism": REALISM,
+            "realism": c.realism,
+            "realism_rates": {name: rate for name, rate, _ in rates_table()} if c.realism != "clean" else {},
+            "realism_scale": SCALE[c.realism],
             "collector": c.collector(),
         }
 

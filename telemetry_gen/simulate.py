@@ -24,6 +24,7 @@ from ingest.frames import Column, Frame
 from ingest.lineprotocol import encode_heads, encode_lines
 from telemetry_gen.effects import GPU_IDLE, HW_THERMAL, SW_THERMAL, Effects, FaultEffects, active
 from telemetry_gen.faults import KINDS, Fault
+from telemetry_gen.realism import FleetNoise
 from telemetry_gen.topology import Topology
 from telemetry_gen.workload import Workload
 from vocab.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, FieldType
@@ -53,8 +54,17 @@ class Tick:
 
 
 class ClusterSim:
-    def __init__(self, topology: Topology, workload: Workload, faults: list[Fault], interval: float, seed: int) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        workload: Workload,
+        faults: list[Fault],
+        interval: float,
+        seed: int,
+        realism: str = "clean",
+    ) -> None:
         self.t = topology
+        self.noise = FleetNoise(topology, realism, interval, seed)
         self.w = workload
         self.faults = faults
         self.dt = interval
@@ -115,6 +125,12 @@ class ClusterSim:
         checkpoint = self.w.in_checkpoint(now)
         reboot = self._rebooting(now)
         nodes = t.count("node")
+        if self.noise.scale:  # a healthy fleet's everyday noise, on top of the faults
+            in_job = node_job >= 0
+            self.noise.apply(now, e, in_job[t.gpu_node], in_job[t.nic_node])
+            for k in self.gpu_counters:  # a driver reload zeroes the volatile counters
+                if k != "nvbw":
+                    self.gpu_counters[k][self.noise.counter_resets] = 0.0
 
         # --- the job's pace: its slowest member, GPU or network
         gpu_job = node_job[t.gpu_node]
@@ -146,16 +162,17 @@ class ClusterSim:
         own = np.where(working, pace, 0.0)
         load = np.where(working, intensity[gpu_job] * (0.35 + 0.65 * own), 0.0)
         power = IDLE_W + (PEAK_W - IDLE_W) * load + np.where(ckpt, 25.0, 0.0) + np.where(stalled, 40.0, 0.0)
-        power = np.minimum(power, e.gpu_power_cap) + rng.normal(0, 4.0, g)
+        power = np.minimum(power * self.noise.power_factor, e.gpu_power_cap) + rng.normal(0, 4.0, g)
         inlet = self._inlet(now, e)
-        target = inlet[t.node_rack[t.gpu_node]] + THERMAL_R * power + self.gpu_offset + e.gpu_heat
+        gpu_inlet = inlet[t.node_rack[t.gpu_node]] + self.noise.node_inlet_offset[t.gpu_node]
+        target = gpu_inlet + THERMAL_R * power + self.gpu_offset + e.gpu_heat
         self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
         temp = self.gpu_temp + rng.normal(0, 0.3, g)
         thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
         reasons = e.gpu_reasons.copy()
         reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
         reasons |= np.where(busy, 0, GPU_IDLE)
-        clock = np.where(busy, 1980.0 * e.gpu_clock * thermal, 345.0)
+        clock = np.where(busy, 1980.0 * e.gpu_clock * thermal * np.minimum(self.noise.clock_factor, 1.0), 345.0)
         clock = np.where(ckpt, 1755.0 * e.gpu_clock * thermal, clock) + rng.normal(0, 4.0, g)  # slow parts stay slow
         util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
         tensor = np.where(working, np.clip(0.62 * intensity[gpu_job] * own + rng.normal(0, 0.01, g), 0, 1), 0.0)
@@ -204,7 +221,7 @@ class ClusterSim:
         np.add.at(node_power, t.gpu_node, power)
         node_busy = running & ~in_ckpt[node_job]
         node_power += 900.0 + np.where(node_busy, 250.0, 0.0) + rng.normal(0, 20.0, nodes)
-        node_inlet = inlet[t.node_rack] + rng.normal(0, 0.15, nodes)
+        node_inlet = inlet[t.node_rack] + self.noise.node_inlet_offset + rng.normal(0, 0.15, nodes)
         self.node_fan += ((5500.0 + 0.5 * node_power + 120.0 * (node_inlet - 22.0)) - self.node_fan) * 0.5
         psu_share = np.where(e.psu_failed, 0.0, 1.0)
         per_node_psus = np.zeros(nodes)

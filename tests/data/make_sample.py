@@ -20,7 +20,9 @@ BAD_INPUT_MARKER = b"# the lines below are the bad input real exporters produce"
 
 
 def main() -> None:
-    gen = Generation(GenConfig(gpus=16, hours=TICKS * TICK_S / 3600, interval=TICK_S, seed=7, faults=""))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=16, hours=TICKS * TICK_S / 3600, interval=TICK_S, seed=7, faults="")
+    )
     good = b"".join(encode(tick.frames) for tick in gen.ticks())
     start = int(T0) * 10**9
     after = str(start + TICKS * TICK_S * 10**9).encode()

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.services
 
 
 def test_detect_daemon_reads_telemetry_and_publishes_anomalies(kafka_settings: KafkaSettings) -> None:
-    gen = Generation(GenConfig(gpus=128, hours=0.75, interval=30, seed=4, faults="psu_failure=1,nic_link_flap=1"))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=128, hours=0.75, interval=30, seed=4, faults="psu_failure=1,nic_link_flap=1")
+    )
     from ingest.kafka_io import ensure_topics
 
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)

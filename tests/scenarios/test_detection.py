@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("seed", [21, 22])
 def test_every_fault_kind_is_detected_within_two_ticks_with_no_false_alarm(tmp_path: Path, seed: int) -> None:
-    gen = Generation(GenConfig(gpus=1024, hours=3, interval=30, seed=seed, faults="all=1", maintenance_per_day=8))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=1024, hours=3, interval=30, seed=seed, faults="all=1", maintenance_per_day=8)
+    )
     write_folder(gen, tmp_path / "run")
     stats = detect_folder(tmp_path / "run", tmp_path / "out", 30)
     report = evaluate(read_anomalies(tmp_path / "out" / "anomalies.jsonl"), gen.truth(), 30, 1024, 3)
@@ -27,7 +29,9 @@ def test_every_fault_kind_is_detected_within_two_ticks_with_no_false_alarm(tmp_p
 
 
 def test_job_churn_checkpoints_and_maintenance_raise_nothing(tmp_path: Path) -> None:
-    gen = Generation(GenConfig(gpus=1024, hours=3, interval=30, seed=23, faults="", maintenance_per_day=16))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=1024, hours=3, interval=30, seed=23, faults="", maintenance_per_day=16)
+    )
     assert any(e["type"] == "maintenance" for e in gen.events())
     write_folder(gen, tmp_path / "run")
     stats = detect_folder(tmp_path / "run", tmp_path / "out", 30)

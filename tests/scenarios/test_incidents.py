@@ -25,7 +25,7 @@ def _incidents(out: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_one_fault_gives_one_incident_naming_its_root(tmp_path: Path, kind: str) -> None:
-    gen = Generation(GenConfig(gpus=256, hours=2, interval=30, seed=5, faults=f"{kind}=1"))
+    gen = Generation(GenConfig(realism="clean", gpus=256, hours=2, interval=30, seed=5, faults=f"{kind}=1"))
     [fault] = cast(list[dict[str, Any]], gen.truth())
     write_folder(gen, tmp_path / "run")
     run_folder(tmp_path / "run", tmp_path / "out", 30)
@@ -40,14 +40,18 @@ def test_one_fault_gives_one_incident_naming_its_root(tmp_path: Path, kind: str)
 
 
 def test_churn_checkpoints_and_maintenance_open_no_incident(tmp_path: Path) -> None:
-    gen = Generation(GenConfig(gpus=1024, hours=3, interval=30, seed=23, faults="", maintenance_per_day=16))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=1024, hours=3, interval=30, seed=23, faults="", maintenance_per_day=16)
+    )
     write_folder(gen, tmp_path / "run")
     run_folder(tmp_path / "run", tmp_path / "out", 30)
     assert _incidents(tmp_path / "out") == []
 
 
 def test_every_kind_together_is_detected_and_localised(tmp_path: Path) -> None:
-    gen = Generation(GenConfig(gpus=1024, hours=4, interval=30, seed=61, faults="all=2", maintenance_per_day=8))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=1024, hours=4, interval=30, seed=61, faults="all=2", maintenance_per_day=8)
+    )
     write_folder(gen, tmp_path / "run")
     run_folder(tmp_path / "run", tmp_path / "out", 30)
     result = evaluate_paths(tmp_path / "run" / "truth.jsonl", tmp_path / "out")

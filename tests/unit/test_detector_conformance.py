@@ -42,7 +42,9 @@ def synthetic_blocks(seed: int, ticks: int = 300, series: int = 12) -> list[Bloc
 def straggler_clocks() -> tuple[list[Block], list[np.ndarray]]:
     """GPU SM clocks per tick, grouped by job; positives: the straggler and the power-braked GPUs
     after their faults' onsets."""
-    gen = Generation(GenConfig(gpus=256, hours=1.5, interval=30, seed=11, faults="gpu_straggler=1,psu_failure=1"))
+    gen = Generation(
+        GenConfig(realism="clean", gpus=256, hours=1.5, interval=30, seed=11, faults="gpu_straggler=1,psu_failure=1")
+    )
     bad: dict[str, tuple[float, float]] = {}
     for f in gen.faults:
         for e in f.affected if f.kind == "psu_failure" else [f.root]:
@@ -69,10 +71,12 @@ def cooling_shift() -> tuple[list[Block], list[np.ndarray]]:
     seed = next(
         s
         for s in range(100)
-        if Generation(GenConfig(gpus=256, hours=4, interval=30, seed=s, faults="rack_cooling=1")).faults[0].onset
+        if Generation(GenConfig(realism="clean", gpus=256, hours=4, interval=30, seed=s, faults="rack_cooling=1"))
+        .faults[0]
+        .onset
         > 1767225600 + 7200
     )
-    gen = Generation(GenConfig(gpus=256, hours=4, interval=30, seed=seed, faults="rack_cooling=1"))
+    gen = Generation(GenConfig(realism="clean", gpus=256, hours=4, interval=30, seed=seed, faults="rack_cooling=1"))
     fault = gen.faults[0]
     hit = set(fault.affected)
     blocks, labels = [], []

@@ -31,7 +31,13 @@ def run(
 ) -> tuple[Generation, dict[str, pd.DataFrame]]:
     gen = Generation(
         GenConfig(
-            gpus=GPUS, hours=hours, interval=30, seed=seed, faults=faults, maintenance_per_day=maintenance_per_day
+            realism="clean",
+            gpus=GPUS,
+            hours=hours,
+            interval=30,
+            seed=seed,
+            faults=faults,
+            maintenance_per_day=maintenance_per_day,
         )
     )
     parts: dict[str, list[Frame]] = defaultdict(list)
@@ -66,7 +72,11 @@ def between(df: pd.DataFrame, a: float, b: float) -> pd.DataFrame:
 def test_same_seed_gives_byte_identical_outputs_and_another_seed_differs(tmp_path: Path) -> None:
     outputs = []
     for name, seed in (("a", 5), ("b", 5), ("c", 6)):
-        gen = Generation(GenConfig(gpus=64, hours=0.5, interval=30, seed=seed, faults="gpu_straggler=1,psu_failure=1"))
+        gen = Generation(
+            GenConfig(
+                realism="clean", gpus=64, hours=0.5, interval=30, seed=seed, faults="gpu_straggler=1,psu_failure=1"
+            )
+        )
         write_folder(gen, tmp_path / name)
         outputs.append(
             {
@@ -80,7 +90,7 @@ def test_same_seed_gives_byte_identical_outputs_and_another_seed_differs(tmp_pat
 
 
 def test_output_folder_is_complete_and_telemetry_is_time_ordered_valid_line_protocol(tmp_path: Path) -> None:
-    gen = Generation(GenConfig(gpus=64, hours=0.25, interval=30, seed=1, faults="nic_link_flap=1"))
+    gen = Generation(GenConfig(realism="clean", gpus=64, hours=0.25, interval=30, seed=1, faults="nic_link_flap=1"))
     write_folder(gen, tmp_path)
     decoded = decode((tmp_path / "telemetry.lp").read_bytes())
     assert decoded.rejects == []
@@ -234,7 +244,7 @@ def test_maintenance_drains_nodes_and_the_reboot_is_a_gap_not_an_error() -> None
 
 
 def test_every_kind_is_scheduled_with_root_affected_and_precursor_rules() -> None:
-    gen = Generation(GenConfig(gpus=1024, hours=3, interval=30, seed=2, faults="all=1"))
+    gen = Generation(GenConfig(realism="clean", gpus=1024, hours=3, interval=30, seed=2, faults="all=1"))
     assert sorted(f.kind for f in gen.faults) == sorted(KINDS)
     for f in gen.faults:
         kind = KINDS[f.kind]
@@ -392,7 +402,7 @@ def test_rack_cooling_heats_every_node_of_the_rack() -> None:
 
 
 def test_cached_line_heads_encode_exactly_like_the_general_encoder() -> None:
-    gen = Generation(GenConfig(gpus=64, hours=0.1, interval=30, seed=2, faults="gpu_fell_off_bus=1"))
+    gen = Generation(GenConfig(realism="clean", gpus=64, hours=0.1, interval=30, seed=2, faults="gpu_fell_off_bus=1"))
     for tick in gen.ticks():
         fast = b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick))
         assert fast == encode(tick.frames)

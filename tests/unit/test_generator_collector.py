@@ -22,7 +22,7 @@ from telemetry_gen.generator import GenConfig, Generation
 from telemetry_gen.simulate import T0
 from vocab.catalog import FieldType, measurement
 
-BASE = GenConfig(gpus=64, hours=1.0, interval=60.0, seed=3, faults="gpu_fell_off_bus=1,psu_failure=1")
+BASE = GenConfig(realism="clean", gpus=64, hours=1.0, interval=60.0, seed=3, faults="gpu_fell_off_bus=1,psu_failure=1")
 NS = 1_000_000_000
 ALL_ON = {"clock_offset_s": 5.0, "jitter_s": 2.0, "truncate_s": True, "job_tags": False, "single_field": True}
 ALL_OFF = {"clock_offset_s": 0.0, "jitter_s": 0.0, "truncate_s": False, "job_tags": True, "single_field": False}

@@ -392,7 +392,7 @@ def test_an_engine_failure_does_not_stop_the_pipeline(graph: TopologyGraph, monk
     from ingest.lineprotocol import lines_to_bytes
     from telemetry_gen.generator import GenConfig, Generation
 
-    gen = Generation(GenConfig(gpus=256, hours=0.1, interval=30, seed=3, faults="psu_failure=1"))
+    gen = Generation(GenConfig(realism="clean", gpus=256, hours=0.1, interval=30, seed=3, faults="psu_failure=1"))
     pipeline = Pipeline(graph, 30, gen.events())
 
     def broken(*_: object) -> list[Incident]:
