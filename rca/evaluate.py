@@ -12,7 +12,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +35,8 @@ __all__ = [
 
 DETECT_WINDOW_S = 600.0
 MIN_LEAD_S = 1800.0  # a warning is only useful if there is time to drain the node at a checkpoint
+# the truth's severity (0 = barely visible .. 1), in bands for recall
+SEVERITY_BANDS = (("faint (<0.3)", 0.0, 0.3), ("moderate (0.3-0.7)", 0.3, 0.7), ("plain (>=0.7)", 0.7, 1.01))
 FALSE_POSITIVES_KEPT = 20
 NAN = math.nan
 _T = TypeVar("_T")
@@ -57,8 +59,11 @@ class KindScore:
     ttd_p95_ticks: float = NAN
     top1_count: int = 0
     top3_count: int = 0
-    top1: float = NAN  # over detected faults
+    top1: float = NAN  # over detected faults, the incident's last state
     top3: float = NAN
+    top1_first_count: int = 0
+    top1_first: float = NAN  # over detected faults, the incident's first state (what on-call saw first)
+    incidents_per_fault: float = NAN  # true incidents over detected faults (1.0: one per fault)
     incidents: int = 0  # true incidents attributed to this kind plus false positives claiming it
     true_incidents: int = 0
     precision: float = NAN
@@ -80,6 +85,11 @@ class RunEvaluation:
     warnings: int  # incidents left as "warning": judged as predictions, not detections
     interval_s: float | None = None
     min_lead_s: float = MIN_LEAD_S
+    # recall and the rest per severity band of the truth (the generator's 0..1 severity)
+    bands: dict[str, KindScore] = field(default_factory=dict)
+    gpu_days: float | None = None  # from meta.json beside the truth: the false-incident rate's base
+    false_per_1000_gpu_days: float = NAN
+    notices: int = 0  # notices.jsonl: monitoring facts, never counted as incidents
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types; undefined rates become null so strict JSON encoders accept it."""
@@ -91,15 +101,27 @@ class RunEvaluation:
         unit = "ticks" if self.interval_s else "s"
         head = (
             f"{'kind':20s} {'faults':>6s} {'detected':>8s} {'recall':>6s} {'TTD p50':>9s} {'TTD p95':>9s} "
-            f"{'top1':>5s} {'top3':>5s} {'incidents':>9s} {'precision':>9s}"
+            f"{'top1':>5s} {'top1@1st':>8s} {'top3':>5s} {'incidents':>9s} {'inc/fault':>9s} {'precision':>9s}"
         )
         lines = [f"detection (TTD in {unit})", head]
         for name, k in [*self.kinds.items(), ("all", self.overall)]:
             p50, p95 = (k.ttd_p50_ticks, k.ttd_p95_ticks) if self.interval_s else (k.ttd_p50_s, k.ttd_p95_s)
             lines.append(
                 f"{name:20s} {k.faults:6d} {k.detected:8d} {_f(k.recall, 6, 2)} {_f(p50, 9, 1)} {_f(p95, 9, 1)} "
-                f"{_f(k.top1, 5, 2)} {_f(k.top3, 5, 2)} {k.incidents:9d} {_f(k.precision, 9, 2)}"
+                f"{_f(k.top1, 5, 2)} {_f(k.top1_first, 8, 2)} {_f(k.top3, 5, 2)} {k.incidents:9d} "
+                f"{_f(k.incidents_per_fault, 9, 2)} {_f(k.precision, 9, 2)}"
             )
+        rate = _f(self.false_per_1000_gpu_days, 0, 1).strip()
+        days = f"{self.gpu_days:,.0f} GPU-days" if self.gpu_days else "GPU-days unknown (no meta.json)"
+        lines.append(
+            f"false incidents: {self.false_positive_count} ({rate} per 1,000 GPU-days over {days}); "
+            f"warnings {self.warnings} and notices {self.notices} scored apart"
+        )
+        if self.bands:
+            lines += ["", "recall by severity band (the truth's severity, 0 = barely visible)"]
+            lines.append(f"{'band':20s} {'faults':>6s} {'detected':>8s} {'recall':>6s} {'top1':>5s}")
+            for name, k in self.bands.items():
+                lines.append(f"{name:20s} {k.faults:6d} {k.detected:8d} {_f(k.recall, 6, 2)} {_f(k.top1, 5, 2)}")
         lines += ["", f"prediction (lead >= {self.min_lead_s / 60:.0f} min)"]
         lines.append(f"{'kind':20s} {'faults':>6s} {'predicted':>9s} {'recall':>6s} {'median lead h':>13s}")
         for name, k in [*self.kinds.items(), ("all", self.overall)]:
@@ -128,6 +150,7 @@ class _Fault:
     end: float
     predictable: bool
     entities: frozenset[str]  # root and affected: what an incident may name to match it
+    severity: float = NAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +169,8 @@ def _fault(d: Mapping[str, Any]) -> _Fault:
         end = max(onset, float(d["end"] if d.get("end") is not None else onset))
         entities = frozenset([root, *map(str, d.get("affected") or ())])
         precursor = d.get("precursor_start") is not None
-        return _Fault(str(d["fault_id"]), str(d["kind"]), root, onset, end, precursor, entities)
+        severity = float(d["severity"]) if d.get("severity") is not None else NAN
+        return _Fault(str(d["fault_id"]), str(d["kind"]), root, onset, end, precursor, entities, severity)
     except (KeyError, TypeError, ValueError) as exc:
         raise EvaluationError(f"truth record {d.get('fault_id', '?')}: {exc!r}") from None
 
@@ -207,15 +231,26 @@ class Detection:
 
 
 def _detect(faults: list[_Fault], incs: list[_Incident]) -> dict[str, Detection]:
+    """Each fault's owning incident. An incident is credited to one fault at most: two faults
+    that overlap need two incidents (faults taken in onset order; one that names its root as the
+    cause is preferred as owner)."""
     naming = _index(incs, lambda i: i.entities)
     out: dict[str, Detection] = {}
-    for f in faults:
-        found = [i for i in naming.get(f.root, ()) if f.onset <= i.opened <= f.onset + DETECT_WINDOW_S]
-        if not found:
-            continue
-        # an incident naming the root as its cause owns the fault, even if a symptom one opened first
-        best = min(found, key=lambda i: (i.root != f.root, i.opened, i.incident_id))
-        out[f.fault_id] = Detection(best.incident_id, min(i.opened for i in found) - f.onset, best.ranked)
+    owned: set[str] = set()
+    ordered = sorted(faults, key=lambda f: (f.onset, f.fault_id))
+    # first the incidents that name a fault's root as their cause, then those that only show it
+    for as_cause in (True, False):
+        for f in ordered:
+            if f.fault_id in out:
+                continue
+            found = [i for i in naming.get(f.root, ()) if f.onset <= i.opened <= f.onset + DETECT_WINDOW_S]
+            free = [i for i in found if i.incident_id not in owned and (i.root == f.root or not as_cause)]
+            if not free:
+                continue
+            best = min(free, key=lambda i: (i.opened, i.incident_id))
+            owned.add(best.incident_id)
+            first = min(i.opened for i in found if i.incident_id not in owned or i is best)
+            out[f.fault_id] = Detection(best.incident_id, first - f.onset, best.ranked)
     return out
 
 
@@ -276,13 +311,20 @@ def evaluate_run(
     contains: Mapping[str, Collection[str]] | None = None,
     min_lead_s: float = MIN_LEAD_S,
     earliest: float | None = None,
+    gpu_days: float | None = None,
+    notices: int = 0,
 ) -> RunEvaluation:
     """Score one run. `incidents` may hold every state written (the last per id wins);
     `contains` maps an entity to what it contains, directly or transitively (closed here);
     `earliest`: when the predictor could first speak; predictable faults with onset before
     earliest + min_lead_s are left out of prediction recall."""
     faults = sorted(map(_fault, truth), key=lambda f: (f.onset, f.fault_id))
-    states = latest_states(incidents)
+    records = list(incidents)
+    first_ranked: dict[str, tuple[str, ...]] = {}
+    for r in records:
+        if r.get("status") != "warning" and str(r.get("incident_id")) not in first_ranked:
+            first_ranked[str(r.get("incident_id"))] = _incident(r).ranked
+    states = latest_states(records)
     live = [_incident(s) for s in states if s.get("status") != "warning"]
     incs = sorted(live, key=lambda i: (i.opened, i.incident_id))
     found = _detect(faults, incs)
@@ -290,6 +332,7 @@ def evaluate_run(
     ttd = {fid: d.ttd_s for fid, d in found.items()}
     top1 = {fid for fid, d in found.items() if d.top[0] == roots[fid]}
     top3 = {fid for fid, d in found.items() if roots[fid] in d.top[:3]}
+    top1_first = {fid for fid, d in found.items() if first_ranked.get(d.incident_id, d.top)[0] == roots[fid]}
     true_by_kind, fps = _attribute(faults, incs)
     # a false positive counts against the fault kind it claims, so per-kind precision can fall
     fp_by_kind = Counter(i.root_kind for i in fps)
@@ -303,6 +346,7 @@ def evaluate_run(
         caught = [lead[f.fault_id] for f in predictable if lead.get(f.fault_id, 0.0) >= min_lead_s]
         n1 = sum(f.fault_id in top1 for f in group)
         n3 = sum(f.fault_id in top3 for f in group)
+        n1_first = sum(f.fault_id in top1_first for f in group)
         total = true_incidents + false_positives
         return KindScore(
             faults=len(group),
@@ -316,6 +360,9 @@ def evaluate_run(
             top3_count=n3,
             top1=_rate(n1, len(times)),
             top3=_rate(n3, len(times)),
+            top1_first_count=n1_first,
+            top1_first=_rate(n1_first, len(times)),
+            incidents_per_fault=_rate(true_incidents, len(times)),
             incidents=total,
             true_incidents=true_incidents,
             precision=_rate(true_incidents, total),
@@ -329,6 +376,11 @@ def evaluate_run(
         k: score([f for f in faults if f.kind == k], true_by_kind[k], fp_by_kind[k])
         for k in sorted({f.kind for f in faults})
     }
+    bands = {}
+    for name, lo, hi in SEVERITY_BANDS:
+        group = [f for f in faults if lo <= f.severity < hi]
+        if group:
+            bands[name] = score(group, 0, 0)
     return RunEvaluation(
         overall=score(faults, len(incs) - len(fps), len(fps)),
         kinds=kinds,
@@ -343,6 +395,10 @@ def evaluate_run(
         warnings=len(states) - len(live),
         interval_s=interval_s,
         min_lead_s=min_lead_s,
+        bands=bands,
+        gpu_days=gpu_days,
+        false_per_1000_gpu_days=len(fps) / gpu_days * 1000 if gpu_days else NAN,
+        notices=notices,
     )
 
 
@@ -400,6 +456,8 @@ class _Loaded:
     interval_s: float | None
     earliest: float | None
     contains: dict[str, set[str]] | None
+    gpu_days: float | None
+    notices: int
 
 
 def _load(truth_path: Path, run_dir: Path, interval_s: float | None) -> _Loaded:
@@ -421,7 +479,17 @@ def _load(truth_path: Path, run_dir: Path, interval_s: float | None) -> _Loaded:
             earliest = float(run["predictions_from"])
     topology = truth_path.parent / "topology.json"
     contains = load_contains(topology) if topology.exists() else None
-    return _Loaded(truth, incidents, predictions, interval_s, earliest, contains)
+    gpu_days = None
+    meta_path = truth_path.parent / "meta.json"
+    if meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+            gpu_days = float(meta["gpus"]) * float(meta["end"] - meta["start"]) / 86_400
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            gpu_days = None
+    notices_path = run_dir / "notices.jsonl"
+    notices = len(_read_jsonl(notices_path)) if notices_path.exists() else 0
+    return _Loaded(truth, incidents, predictions, interval_s, earliest, contains, gpu_days, notices)
 
 
 def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = None) -> RunEvaluation:
@@ -430,7 +498,14 @@ def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = N
     explicit interval_s wins over run.json's."""
     r = _load(truth_path, run_dir, interval_s)
     return evaluate_run(
-        r.truth, r.incidents, r.predictions, interval_s=r.interval_s, contains=r.contains, earliest=r.earliest
+        r.truth,
+        r.incidents,
+        r.predictions,
+        interval_s=r.interval_s,
+        contains=r.contains,
+        earliest=r.earliest,
+        gpu_days=r.gpu_days,
+        notices=r.notices,
     )
 
 
@@ -447,8 +522,12 @@ def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = Non
     predictions: list[dict[str, Any]] = []
     contains: dict[str, set[str]] = {}
     intervals = set()
+    days: list[float | None] = []
+    notices = 0
     for k, (truth_path, run_dir) in enumerate(pairs):
         r = _load(truth_path, run_dir, interval_s)
+        days.append(r.gpu_days)
+        notices += r.notices
         shift = k * POOL_SPACING_S
         intervals.add(r.interval_s)
         for f in r.truth:
@@ -471,4 +550,13 @@ def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = Non
             contains.setdefault(parent, set()).update(children)
     known = {i for i in intervals if i is not None}
     pooled_interval = known.pop() if len(known) == 1 else None
-    return evaluate_run(truth, incidents, predictions, interval_s=pooled_interval, contains=contains or None)
+    gpu_days = None if any(d is None for d in days) else float(sum(d for d in days if d is not None))
+    return evaluate_run(
+        truth,
+        incidents,
+        predictions,
+        interval_s=pooled_interval,
+        contains=contains or None,
+        gpu_days=gpu_days,
+        notices=notices,
+    )

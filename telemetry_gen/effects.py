@@ -185,7 +185,9 @@ class FaultEffects:
                 e.node_speed[self.gpu_node(i)] = min(e.node_speed[self.gpu_node(i)], 1.0 - 0.3 * sev)
         elif kind == "gpu_straggler":
             if started:  # fail-slow: lower clocks, no error counter anywhere
-                e.gpu_clock[i] *= 1.0 - (0.12 + 0.33 * sev)
+                # 5 % slow at the mildest (barely visible: Sinha et al. measure 8 % spread between
+                # healthy GPUs) to 45 % at the worst
+                e.gpu_clock[i] *= 1.0 - (0.05 + 0.40 * sev)
         elif kind == "nic_link_flap":
             if started:
                 e.nic_symbol_rate[i] += 2.0 + 30.0 * sev
@@ -197,7 +199,8 @@ class FaultEffects:
                     e.nic_traffic[i] *= 0.8
                 self._mirror_port(i, e)
         elif kind == "optic_degradation":
-            e.optic_rx_delta[i] -= (3.0 + 4.0 * sev) * (p**1.5 if not started else 1.0) + (0.5 if started else 0.0)
+            # a 1 dB sag at the mildest (inside the usual 2-3 dB link margin) to 7 dB at the worst
+            e.optic_rx_delta[i] -= (1.0 + 6.0 * sev) * (p**1.5 if not started else 1.0) + (0.5 if started else 0.0)
             if started:
                 fail_after = 300.0 + 900.0 * fault.params["u"]
                 e.nic_symbol_rate[i] += (5.0 + 100.0 * sev) * (1.0 + since / 60.0)

@@ -93,9 +93,24 @@ def _candidates(topology: Topology, root_kind: str) -> list[str]:
     return topology.ids.get(root_kind, [])
 
 
-def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng: np.random.Generator) -> list[Fault]:
-    """Place faults at random times and places: distinct roots, and no two faults on one node
-    (or one switch) at overlapping times, so the truth stays unambiguous."""
+# Severity: clean keeps faults plainly visible (uniform 0.3..1); realistic runs draw uniform 0..1,
+# so the mildest reach the barely visible (a 5 % straggler, a 1 dB optic sag, a 2 °C creep).
+SEVERITY_CLEAN = (0.3, 1.0)
+SEVERITY_REALISTIC = (0.0, 1.0)
+
+
+def schedule(
+    counts: dict[str, int],
+    topology: Topology,
+    workload: Workload,
+    rng: np.random.Generator,
+    overlap: bool = False,
+) -> list[Fault]:
+    """Place faults at random times and places, on distinct roots. Clean (overlap=False): no two
+    faults on one node, switch or rack at overlapping times, none in a maintenance drain, so the
+    truth stays unambiguous. overlap=True, as faults come: only the root's own node or switch is
+    kept free, so two faults can share a rack, a leaf or a plane, or hit a draining node."""
+    severity = SEVERITY_REALISTIC if overlap else SEVERITY_CLEAN
     faults: list[Fault] = []
     busy: list[tuple[str, float, float]] = []  # (node or switch, from, to)
     doomed: dict[int, float] = {}  # job index -> when a job-killing fault hits it
@@ -115,7 +130,7 @@ def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng
                 onset = workload.t0 + float(rng.uniform(min(600.0, span * 0.1), max(span * 0.1 + 1, span - 900.0)))
                 end = min(onset + duration, workload.t_end + duration)
                 precursor = onset - float(rng.uniform(*PRECURSOR_S)) if kind.precursor else None
-                places = _places(topology, kind.root, root)
+                places = _places(topology, kind.root, root)[:1] if overlap else _places(topology, kind.root, root)
                 # Symptom windows (not precursors, which are quiet) stay apart on shared places.
                 window = (onset - SEPARATION_S, end + SEPARATION_S)
                 if any(p == q and a < window[1] and window[0] < b for q, a, b in busy for p in places):
@@ -124,7 +139,7 @@ def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng
                     continue
                 if _needs_a_job(kind_name) and not _runs_job(topology, workload, kind.root, root, onset, end, doomed):
                     continue
-                if _in_maintenance(topology, workload, kind.root, root, window):
+                if not overlap and _in_maintenance(topology, workload, kind.root, root, window):
                     continue
                 break
             else:
@@ -137,7 +152,7 @@ def schedule(counts: dict[str, int], topology: Topology, workload: Workload, rng
                 onset=round(onset, 3),
                 end=round(end, 3),
                 precursor_start=None if precursor is None else round(precursor, 3),
-                severity=float(rng.uniform(0.3, 1.0)),
+                severity=float(rng.uniform(*severity)),
                 params={"u": float(rng.uniform(0, 1)), "v": float(rng.uniform(0, 1))},
             )
             busy += [(p, window[0], window[1]) for p in places]

@@ -96,7 +96,9 @@ class Generation:
             if config.faults is None
             else parse_spec(config.faults)
         )
-        self.faults: list[Fault] = schedule(counts, self.topology, self.workload, fault_rng)
+        self.faults: list[Fault] = schedule(
+            counts, self.topology, self.workload, fault_rng, overlap=config.realism != "clean"
+        )
         for fault in self.faults:
             fault.affected = affected_entities(fault, self.topology)
             fault.jobs = jobs_at(fault, self.topology, self.workload)

@@ -129,6 +129,7 @@ class FleetNoise:
         self.app_xid = np.zeros(g)
         self.exporter_gap_until = np.zeros(nodes)
         self.counter_resets: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.symbol_errors = np.zeros(n)  # this tick's lone symbol errors, one each
 
     def _draw(self, rate: Rate, eligible: NDArray[np.bool_]) -> NDArray[np.bool_]:
         p = rate.per_hour * self.scale * self.dt / HOUR
@@ -140,8 +141,7 @@ class FleetNoise:
             return
         t, dt = self.t, self.dt
         # a lone symbol error: one count in one scrape, expressed as this tick's rate
-        lone = self._draw(LONE_SYMBOL_ERROR, np.ones(len(busy_nic), dtype=np.bool_))
-        e.nic_symbol_rate += lone / dt
+        self.symbol_errors = self._draw(LONE_SYMBOL_ERROR, np.ones(len(busy_nic), dtype=np.bool_)).astype(np.float64)
         # incast: a burst of pause frames from one NIC at a collective phase
         start = self._draw(INCAST_BURST, busy_nic & (self.incast_until <= now))
         self.incast_until[start] = now + INCAST_SECONDS

@@ -205,7 +205,7 @@ class ClusterSim:
         nc["port_rcv_data"] += rate * dt
         nc["port_xmit_wait"] += (2e3 + 4e4 * rate / NIC_LINE_RATE + e.nic_wait_rate) * dt * rng.uniform(0.8, 1.2, n)
         nc["np_cnp_sent"] += rng.poisson((rate / NIC_LINE_RATE) * 5.0 + e.nic_wait_rate / 2e4) * 1.0
-        nc["symbol_error"] += rng.poisson(e.nic_symbol_rate * dt)
+        nc["symbol_error"] += rng.poisson(e.nic_symbol_rate * dt) + self.noise.symbol_errors
         nc["port_rcv_errors"] += rng.poisson(e.nic_symbol_rate * dt / 8.0)
         nc["link_downed"] += e.nic_downed
         nc["link_error_recovery"] += e.nic_downed

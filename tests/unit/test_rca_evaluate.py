@@ -167,7 +167,38 @@ def test_per_kind_attribution() -> None:
     assert (psu.true_incidents, psu.incidents, psu.precision) == (1, 1, 1.0)
     assert (r.overall.true_incidents, r.overall.incidents, r.overall.precision) == (2, 4, 0.5)
     assert [(fp["root"], fp["kind"]) for fp in r.false_positives] == [("gpu7", "gpu_thermal"), ("gpu8", "gpu")]
-    assert r.kinds["gpu_thermal"].detected == 1 and r.kinds["psu_failure"].detected == 1
+    # an incident is credited to one fault at most: i1 names the PSU as its cause, so it is the
+    # PSU's; nothing else names gpu1, so the thermal fault went undetected
+    assert r.kinds["gpu_thermal"].detected == 0 and r.kinds["psu_failure"].detected == 1
+
+
+def test_an_incident_is_credited_to_one_fault_at_most() -> None:
+    truth = [
+        fault("f1", "gpu_thermal", "gpu1", affected=("gpu1", "node1")),
+        fault("f2", "gpu_thermal", "gpu2", affected=("gpu2", "node1")),
+    ]
+    one = [incident("i1", root="node1", kind="node", affected=("gpu1", "gpu2"))]
+    assert evaluate_run(truth, one, []).overall.detected == 1
+    two = [*one, incident("i2", root="gpu2", affected=("node1",))]
+    r = evaluate_run(truth, two, [])
+    assert r.overall.detected == 2 and r.overall.top1_count == 1  # f2 by its own root, f1 by i1
+
+
+def test_top1_at_the_first_and_the_last_state() -> None:
+    wrong_then_right = [
+        incident("i1", root="gpu9", candidates=("gpu9", "gpu1"), affected=("gpu1",)),
+        incident("i1", root="gpu1", candidates=("gpu1", "gpu9")),
+    ]
+    r = evaluate_run([fault()], wrong_then_right, [])
+    assert (r.overall.top1, r.overall.top1_first) == (1.0, 0.0)
+
+
+def test_false_incidents_per_gpu_day_and_severity_bands() -> None:
+    truth = [fault() | {"severity": 0.1}, fault("f2", root="gpu5", affected=("gpu5",)) | {"severity": 0.9}]
+    incs = [incident("i1"), incident("x", root="gpu7")]
+    r = evaluate_run(truth, incs, [], gpu_days=500.0, notices=3)
+    assert r.false_positive_count == 1 and r.false_per_1000_gpu_days == 2.0 and r.notices == 3
+    assert r.bands["faint (<0.3)"].recall == 1.0 and r.bands["plain (>=0.7)"].recall == 0.0
 
 
 @pytest.mark.parametrize(
