@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def measure(realism: str) -> Measured:
     t, dt_h = gen.topology, INTERVAL / 3600
     counts = dict.fromkeys(FLOOR_PER_H, 0)
     exposure = dict.fromkeys(FLOOR_PER_H, 0.0)
-    prev: dict[str, np.ndarray] = {}
+    prev: dict[str, Any] = {}
     for tick in gen.ticks():
         frames = {f.measurement: f for f in tick.frames}
         nic, gpu = frames["nic"], frames["gpu"]
