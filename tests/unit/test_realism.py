@@ -79,7 +79,7 @@ def measure(realism: str) -> Measured:
             prev["rising"] = set()
         prev["symbol"], prev["pause"] = symbol, pause
         ids = gpu.tag("gpu").tolist()
-        busy = gpu.fields["DCGM_FI_DEV_GPU_UTIL"].values > 50
+        busy = gpu.fields["DCGM_FI_DEV_GPU_UTIL"].values.astype(np.float64) > 50
         reasons = gpu.fields["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"].values.astype(np.int64)
         xid = dict(zip(ids, gpu.fields["DCGM_FI_DEV_XID_ERRORS"].values.tolist(), strict=True))
         sbe = dict(zip(ids, gpu.fields["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"].values.tolist(), strict=True))
