@@ -79,7 +79,7 @@ def learn_mask(scores: FloatArray, threshold: float | None) -> NDArray[np.bool_]
     return ~(scores > threshold)
 
 
-def grow(array: np.ndarray, rows: int, fill: float) -> np.ndarray:
+def grow(array: np.ndarray, rows: int, fill: float | str) -> np.ndarray:
     """`array` with at least `rows` rows, new rows set to `fill` (amortised doubling)."""
     if len(array) >= rows:
         return array

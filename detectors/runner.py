@@ -42,6 +42,7 @@ class DetectStats:
     late_rows: int = 0
     deadletters: int = 0
     job_tag_mismatches: int = 0  # GPU rows whose job tag disagreed with the schedule
+    application_xids: int = 0  # application-class XIDs raised under a job: the job's, not alarmed
     seconds: float = 0.0
 
 
@@ -167,6 +168,13 @@ class DetectLoop:
         self.notices += self.coverage.notices(t)
         frames = self._with_jobs(t, frames)
         found = self.stack.process(t, frames)
+        for gap in self.stack.presence.gaps:  # an exporter restarting: one notice, not N anomalies
+            message = (
+                f"{gap.node}: all {gap.gpus} GPUs silent while the node's other telemetry arrives (GPU exporter gap)"
+            )
+            self.notices.append(Notice(gap.at, "telemetry_gap", gap.node, "gap", message, {"gpus": [str(gap.gpus)]}))
+        self.stack.presence.gaps.clear()
+        self.stats.application_xids = self.stack.rules.application_xids
         self.stats.anomalies += len(found)
         self.stats.suppressed = self.stack.suppressed
         predicted = len(self.predictions)

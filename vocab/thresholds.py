@@ -58,24 +58,61 @@ class RuleThresholds(_Section):
                 "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 1,
             },
             "nvswitch": {"nvlink_crc_errors": 1, "nvlink_replay_errors": 1},
-            "nic": {"symbol_error": 1, "port_rcv_errors": 1, "link_downed": 1, "port_xmit_discards": 1},
-            "switch_port": {"symbol_error": 1, "port_rcv_errors": 1, "link_downed": 1, "port_xmit_discards": 1},
+            "nic": {"port_rcv_errors": 1, "link_downed": 1, "port_xmit_discards": 1},
+            "switch_port": {"port_rcv_errors": 1, "link_downed": 1, "port_xmit_discards": 1},
         },
-        "increase per tick of an error counter that is an anomaly (1 = any increase)",
+        "increase per tick of an error counter that is an anomaly (1 = any increase); symbol "
+        "errors are judged as a bit error rate instead (link_ber_limit)",
         f"{PROVISIONAL}; a single event, not a rate against an error budget",
+    )
+    link_ber_limit: float = sourced(
+        1e-12,
+        "symbol errors per second over the port's line rate (a lower bound on its bit error rate) "
+        "above which a link is faulty; a lone symbol error is far inside it",
+        "InfiniBand spec BER requirement; NVIDIA ibdiagnet's default BER threshold 10^-12 "
+        "(ibdiagnet user manual, 'Bit Error Rate'): 0.4 errors/s at 400 Gb/s",
+    )
+    link_rate_gbps: dict[str, float] = sourced(
+        {"nic": 400.0, "switch_port": 400.0},
+        "line rate the bit error rate is judged at, per measurement (a site sets its own)",
+        "NDR InfiniBand and 400GbE: 4 lanes x 100 Gb/s (site setting; HDR would be 200)",
     )
     pause_rate_per_s: dict[str, dict[str, float]] = sourced(
         {
-            "nic": {"tx_prio3_pause": 100.0, "rx_prio3_pause": 100.0},
-            "switch_port": {"tx_prio3_pause": 100.0, "rx_prio3_pause": 100.0},
+            "nic": {"tx_prio3_pause": 5960.0, "rx_prio3_pause": 5960.0},
+            "switch_port": {"tx_prio3_pause": 5960.0, "rx_prio3_pause": 5960.0},
         },
-        "PFC pause frames per second that are an anomaly (healthy fabrics pause a little)",
-        f"{PROVISIONAL}; one tick's rate, not a sustained one",
+        "PFC pause frames per second, averaged over a whole scrape interval, that keep the port "
+        "paused at least half of the time: a storm, not an incast burst",
+        "IEEE 802.1Qbb: a pause lasts at most 65,535 quanta of 512 bit times = 83.9 us at 400 Gb/s, "
+        "so 0.5 / 83.9 us = 5,960 frames/s hold a port paused half the time (a scrape interval is "
+        "far longer than the 100 ms a PFC watchdog calls a storm, Guo et al., SIGCOMM'16)",
     )
     throttle_reasons: tuple[str, ...] = sourced(
-        ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"),
-        "clock-event reasons (registry names) that mark a GPU throttled by hardware, heat or power",
-        "NVML clock event reasons (nvml.h); idle, application clocks and sync boost are not faults",
+        ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"),
+        "clock-event reasons (registry names) that mark a GPU throttled by hardware: a fault on the first scrape",
+        "NVML clock event reasons (nvml.h): HW slowdown, HW thermal and power brake are the "
+        "hardware's emergency brakes; idle, application clocks and sync boost are not faults",
+    )
+    sustained_throttle_reasons: tuple[str, ...] = sourced(
+        ("sw_thermal_slowdown",),
+        "clock-event reasons that are a fault only when they last (sustained_ticks scrapes in a "
+        "row): the driver's own regulation, which busy GPUs brush now and then",
+        "NVML: SW thermal slowdown is the driver lowering clocks as the GPU nears its slowdown "
+        "temperature, normal regulation while brief (Llama 3 §3.3.4: temperature-driven throughput "
+        "swings of 1-2 % in a healthy fleet)",
+    )
+    sustained_ticks: int = sourced(
+        2,
+        "scrapes in a row a sustained reason must show before it is a fault",
+        "operational choice: one scrape is a blip, two in a row is a state",
+    )
+    application_xid_jobs: int = sourced(
+        2,
+        "an application XID (NVIDIA's class) belongs to the job; the same GPU raising application "
+        "XIDs under this many different jobs is a suspect",
+        "NVIDIA XID catalog: XIDs 13, 31, 43, 45 are most often the user's code; one GPU that "
+        "fails different users' jobs points to the GPU (operational choice: two)",
     )
     state_repeat_s: float = sourced(
         300.0,

@@ -1,5 +1,9 @@
 """Entities that should report and went silent: a GPU of a running job, a switch. Said once per
-silence; reporting again re-arms it."""
+silence; reporting again re-arms it.
+
+All of a node's GPUs going silent together while the node's other telemetry (its NICs, its BMC)
+still arrives is the GPU exporter restarting or stuck, not eight GPUs failing at once: that is one
+telemetry-gap notice, not eight hardware anomalies. A GPU that falls off the bus goes silent alone."""
 
 from __future__ import annotations
 
@@ -22,6 +26,16 @@ class _Presence:
     last_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
     expected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))  # should report
     silent_reported: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))  # GPUs: their node
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryGap:
+    """A node whose GPU exporter went quiet while its other agents did not."""
+
+    at: float
+    node: str
+    gpus: int
 
 
 class Presence:
@@ -29,9 +43,16 @@ class Presence:
         self.limits = limits
         self.interval = interval
         self._state: dict[str, _Presence] = {}
+        self._tick: float | None = None
+        self._nodes_reporting: set[str] = set()  # nodes with non-GPU telemetry in this tick
+        self.gaps: list[TelemetryGap] = []
 
     def seen(self, m: MeasurementTick, entities: EntityIndex) -> None:
         """`entities`: the measurement's index, whose rows per-entity state follows."""
+        if m.t != self._tick:
+            self._tick, self._nodes_reporting = m.t, set()
+        if m.name != "gpu" and "node" in m.frame.tags:
+            self._nodes_reporting.update(m.frame.tags["node"].tolist())
         st = self._state.setdefault(m.name, _Presence())
         st.entities = entities
         st.last_seen = grow(st.last_seen, m.n_entities, np.nan)
@@ -40,6 +61,8 @@ class Presence:
         st.silent_reported = grow(st.silent_reported, m.n_entities, False)
         st.silent_reported[m.series] = False
         if m.name == "gpu":  # a GPU of a running job (one whose job is unknown is not counted on)
+            st.node = grow(st.node, m.n_entities, "")
+            st.node[m.series] = m.frame.tag("node")
             job = m.frame.tag("job")
             st.expected[m.series] = (job != "idle") & (job != "")
         elif m.name == "switch":
@@ -53,6 +76,8 @@ class Presence:
                 continue
             quiet = t - st.last_seen >= self.limits.silent_after_ticks * self.interval - 1e-6
             gone = st.expected & quiet & ~st.silent_reported
+            if name == "gpu" and gone.any():
+                gone &= ~self._exporter_gaps(t, st, quiet)
             rows = np.flatnonzero(gone[: len(st.entities)])
             ids = st.entities.ids
             for r in rows.tolist():
@@ -70,6 +95,21 @@ class Presence:
                     )
                 )
             st.silent_reported[rows] = True
+        return out
+
+    def _exporter_gaps(self, t: float, st: _Presence, quiet: np.ndarray) -> np.ndarray:
+        """GPU rows silent only because their node's exporter is: every GPU of the node quiet,
+        the node's other telemetry arriving. Each such node is one TelemetryGap, said once."""
+        n = min(len(st.node), len(quiet))
+        node, quiet = st.node[:n], quiet[:n]
+        out = np.zeros(len(st.expected), dtype=np.bool_)
+        candidates = set(node[quiet & st.expected[:n] & ~st.silent_reported[:n]].tolist()) & self._nodes_reporting
+        for name in sorted(candidates):
+            members = node == name
+            if quiet[members].all():
+                out[:n] |= members
+                self.gaps.append(TelemetryGap(t, str(name), int(members.sum())))
+        st.silent_reported[:n] |= out[:n]
         return out
 
     def state_dict(self, name: str) -> State:

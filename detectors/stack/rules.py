@@ -20,14 +20,23 @@ StateTest = Callable[[FloatArray], NDArray[np.bool_]]
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
+APPLICATION_XIDS = np.array(sorted(c for c, x in registry.XIDS.items() if x.xid_class == "application"), dtype=float)
+
+
+def _reasons(names: tuple[str, ...]) -> int:
+    bits = 0
+    for reason in names:
+        bits |= registry.clock_reason(reason)
+    return bits
+
+
 def bad_states(limits: RuleThresholds) -> dict[str, dict[str, StateTest]]:
-    """Per measurement, the states that are faults: (metric, test on the value)."""
-    throttled = 0
-    for reason in limits.throttle_reasons:
-        throttled |= registry.clock_reason(reason)
+    """Per measurement, the states that are faults on the first scrape: (metric, test on the
+    value). An application XID is the job's, not the GPU's (HardRules follows those apart)."""
+    throttled = _reasons(limits.throttle_reasons)
     return {
         "gpu": {
-            XID_FIELD: lambda v: v > 0,
+            XID_FIELD: lambda v: (v > 0) & ~np.isin(v, APPLICATION_XIDS),
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda v: v > 0,
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda v: (np.nan_to_num(v).astype(np.int64) & throttled) > 0,
         },
@@ -48,6 +57,13 @@ class HardRules:
         self.limits = limits
         self.states = bad_states(limits)
         self._state: dict[str, _RuleState] = {}
+        self._sustained_bits = _reasons(limits.sustained_throttle_reasons)
+        self._sustained: np.ndarray = np.zeros(0, dtype=np.int64)  # scrapes in a row, per GPU
+        self._sustained_fired: np.ndarray = np.zeros(0)  # when each GPU's sustained state last fired
+        # application XIDs: per GPU, the jobs under which it raised one, and the last value seen
+        self._app_jobs: dict[str, set[str]] = {}
+        self._app_last: dict[str, float] = {}
+        self.application_xids = 0  # raised under a job, left to the job (counted, not alarmed)
 
     def process(self, m: MeasurementTick) -> list[Anomaly]:
         out: list[Anomaly] = []
@@ -55,6 +71,12 @@ class HardRules:
             if metric in m.increments:
                 inc = m.increments[metric]
                 m.emit(out, np.flatnonzero(inc >= limit), metric, "rule:error_counter", inc, inc, 0.0)
+        gbps = self.limits.link_rate_gbps.get(m.name)
+        if gbps and "symbol_error" in m.rates:
+            # symbol errors per second over the line rate: a lower bound on the bit error rate
+            limit = self.limits.link_ber_limit * gbps * 1e9
+            rate = m.rates["symbol_error"]
+            m.emit(out, np.flatnonzero(rate >= limit), "symbol_error", "rule:ber", rate / limit, rate, limit)
         for metric, limit in self.limits.pause_rate_per_s.get(m.name, {}).items():
             if metric in m.rates:
                 rate = m.rates[metric]
@@ -62,6 +84,71 @@ class HardRules:
         states = self.states.get(m.name, {})
         if states:
             out += self._states(m, states)
+        if m.name == "gpu":
+            out += self._sustained_throttle(m)
+            out += self._application_xids(m)
+        return out
+
+    def _sustained_throttle(self, m: MeasurementTick) -> list[Anomaly]:
+        """Software slowdowns are a fault once they last `sustained_ticks` scrapes in a row."""
+        field_name = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+        if not self._sustained_bits or field_name not in m.frame.fields:
+            return []
+        self._sustained = grow(self._sustained, m.n_entities, 0)
+        v = m.frame.fields[field_name].as_float()
+        on = (np.nan_to_num(v).astype(np.int64) & self._sustained_bits) > 0
+        run = np.where(on, self._sustained[m.series] + 1, 0)
+        self._sustained[m.series] = run
+        # fired when the run reaches the limit, and again every state_repeat_s while it lasts
+        self._sustained_fired = grow(self._sustained_fired, m.n_entities, -np.inf)
+        fired = self._sustained_fired[m.series]
+        due = (run == self.limits.sustained_ticks) | (
+            (run > self.limits.sustained_ticks) & (m.t - fired >= self.limits.state_repeat_s)
+        )
+        self._sustained_fired[m.series] = np.where(due, m.t, fired)
+        out: list[Anomaly] = []
+        m.emit(out, np.flatnonzero(due), field_name, "rule:state", np.ones(len(m.frame)), v, np.nan)
+        return out
+
+    def _application_xids(self, m: MeasurementTick) -> list[Anomaly]:
+        """An application XID is the job's; the GPU becomes a suspect when it raises them under
+        `application_xid_jobs` different jobs."""
+        if XID_FIELD not in m.frame.fields:
+            return []
+        v = m.frame.fields[XID_FIELD].as_float()
+        rows = np.flatnonzero(np.isin(v, APPLICATION_XIDS))
+        if not len(rows) and not self._app_last:
+            return []
+        jobs = m.frame.tags.get("job")
+        out: list[Anomaly] = []
+        suspects: list[int] = []
+        for r in rows.tolist():
+            gpu, code = str(m.ids[r]), float(v[r])
+            job = str(jobs[r]) if jobs is not None else ""
+            seen = self._app_jobs.setdefault(gpu, set())
+            new_event = self._app_last.get(gpu) != code or (job and job not in seen)
+            self._app_last[gpu] = code
+            if not new_event:
+                continue
+            self.application_xids += 1
+            before = len(seen)
+            seen.add(job or f"unknown@{m.t:.0f}")
+            if before < self.limits.application_xid_jobs <= len(seen):
+                suspects.append(r)
+        # a GPU whose XID went back to 0 (a driver reload) may raise the same code again
+        cleared = np.flatnonzero(v == 0)
+        for r in cleared.tolist():
+            self._app_last.pop(str(m.ids[r]), None)
+        m.emit(
+            out,
+            np.asarray(suspects, dtype=np.intp),
+            XID_FIELD,
+            "rule:xid",
+            np.ones(len(m.frame)),
+            v,
+            np.nan,
+            _xid_detail(v),
+        )
         return out
 
     def _states(self, m: MeasurementTick, states: dict[str, StateTest]) -> list[Anomaly]:
