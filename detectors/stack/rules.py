@@ -126,7 +126,9 @@ class HardRules:
             gpu, code = str(m.ids[r]), float(v[r])
             job = str(jobs[r]) if jobs is not None else ""
             seen = self._app_jobs.setdefault(gpu, set())
-            new_event = self._app_last.get(gpu) != code or (job and job not in seen)
+            # DCGM reports the last XID until another one or a driver reload: a value that stays
+            # is the same event, even after its job ended and another began on the GPU
+            new_event = self._app_last.get(gpu) != code
             self._app_last[gpu] = code
             if not new_event:
                 continue

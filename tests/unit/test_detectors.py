@@ -267,8 +267,10 @@ def test_an_application_xid_is_the_jobs_until_the_gpu_fails_a_second_job() -> No
     first = run(stack, [job_tick(0), job_tick(30, g4={"xid": 13}), job_tick(60, g4={"xid": 13})])
     assert first == [[], [], []]
     assert stack.rules.application_xids == 1
-    # the same GPU, another job, an application XID again: now the GPU is the suspect
-    second = run(stack, [job_tick(90, g4={"xid": 31, "job": "j2"})])
+    # the XID still set when the next job starts is the same event (DCGM keeps the last XID)
+    assert run(stack, [job_tick(90, g4={"xid": 13, "job": "j2"})]) == [[]]
+    # the same GPU raising an application XID again, under another job: now it is the suspect
+    second = run(stack, [job_tick(120, g4={"xid": 31, "job": "j2"})])
     assert second == [[("g4", "DCGM_FI_DEV_XID_ERRORS", "rule:xid")]]
 
 
