@@ -62,11 +62,10 @@ def test_every_kind_together_is_detected_and_localised(tmp_path: Path) -> None:
     assert result.overall.ttd_p50_ticks <= 1.0 and result.overall.ttd_p95_ticks <= 3.0, table
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14: detection does not hold on a typical fleet's noise yet")
 def test_a_typical_healthy_fleet_pages_at_most_once_in_128_gpu_days(tmp_path: Path) -> None:
     """Budget on typical realism (no fault injected): lone bit errors, incast bursts, thermal
     blips, application XIDs, exporter restarts, clock skew and no job tag page at most once in
-    1,024 GPUs x 3 h. Today they page dozens of times (README, "Detection at each realism level")."""
+    1,024 GPUs x 3 h (before detection judged rates and classes, they paged dozens of times)."""
     gen = Generation(GenConfig(realism="typical", gpus=1024, hours=3, interval=30, seed=24, faults=""))
     write_folder(gen, tmp_path / "run")
     run_folder(tmp_path / "run", tmp_path / "out", 30)
