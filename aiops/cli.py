@@ -252,19 +252,29 @@ def cmd_predictor(args: argparse.Namespace) -> int:
     if args.action == "train":
         if not args.data or not args.out:
             raise CliError("give --data DIR [DIR ...] and --out MODEL")
-        import json
+        from detectors.predict.failure_log import FailureLogError, read_failure_log
 
         dataset = Dataset()
         for folder in map(Path, args.data):
-            truth = folder / "truth.jsonl"
-            if not truth.is_file() or not (folder / "telemetry.lp").is_file():
-                raise CliError(f"{folder} needs telemetry.lp and truth.jsonl (aiops gen --out writes both)")
-            records = [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
+            # a site's own history: its telemetry as line protocol, its failure log in the truth
+            # format (failures.jsonl, or truth.jsonl as aiops gen writes it)
+            log_file = next((folder / n for n in ("failures.jsonl", "truth.jsonl") if (folder / n).is_file()), None)
+            if log_file is None or not (folder / "telemetry.lp").is_file():
+                raise CliError(
+                    f"{folder} needs telemetry.lp (line protocol) and a failure log, failures.jsonl or "
+                    "truth.jsonl (one JSON object per failure: kind, root, onset, end)"
+                )
             try:
+                failures = read_failure_log(log_file)
                 interval = scrape_interval(folder, getattr(args, "interval", None))
-            except IntervalUnknownError as exc:
+            except (FailureLogError, IntervalUnknownError) as exc:
                 raise CliError(str(exc)) from None
-            collect(ticks_from_folder(folder, interval), records, dataset)
+            kept_out = ", ".join(f"{k} {n}" for k, n in sorted(failures.unpredictable.items()))
+            print(
+                f"{folder}: {len(failures.records)} failures that announce themselves"
+                + (f" (kept out, no precursor: {kept_out})" if kept_out else "")
+            )
+            collect(ticks_from_folder(folder, interval), failures.records, dataset)
         predictor = train(dataset, sources=[str(Path(d).resolve()) for d in args.data])
         save(predictor, Path(args.out))
         print(f"model -> {args.out}, card -> {card_path(Path(args.out))}")
@@ -460,7 +470,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
     p.add_argument("action", choices=["train", "default", "evaluate"])
     p.add_argument("--seeds", type=int, nargs="+", default=[3001, 3002], help="with evaluate: held-out histories")
-    p.add_argument("--data", nargs="+", metavar="DIR", help="generated histories (aiops gen --out) to train on")
+    p.add_argument(
+        "--data",
+        nargs="+",
+        metavar="DIR",
+        help="histories to train on: telemetry.lp and a failure log (failures.jsonl or truth.jsonl), "
+        "a site's own or generated (aiops gen --out)",
+    )
     p.add_argument("--out", metavar="MODEL", help="where the model goes (a .card.json lands beside it)")
     p.add_argument("--retrain", action="store_true", help="with default: train again even if cached")
     p.add_argument("--interval", type=float, metavar="SECONDS", help="with train: scrape interval (default: meta.json)")

@@ -39,7 +39,7 @@ def generated_history(
 
     gen = Generation(
         GenConfig(
-            realism="clean",
+            realism=str(config.get("realism", "clean")),
             gpus=int(config["gpus"]),
             hours=float(config["hours"]),
             interval=float(config["interval"]),

@@ -32,7 +32,7 @@ ENV = {"inlet_temp_c", "supply_temp_c"}
 # Families that are early warnings, not failures: they rank suspects, they never open an incident.
 SOFT = frozenset({"optic_rx", "warm", "predicted"})
 
-# The ranking prior per kind lives in the registry with its source (provisional for now).
+# The ranking prior per kind lives in the registry with its source (field interruption shares).
 PRIOR = registry.PRIOR
 _POWER_BRAKE = registry.clock_reason("hw_power_brake_slowdown")
 _THERMAL = registry.clock_reason("sw_thermal_slowdown") | registry.clock_reason("hw_thermal_slowdown")

@@ -182,13 +182,33 @@ class HardRules:
 
     def state_dict(self, name: str) -> State:
         st = self._state.get(name, _RuleState())
-        return {"bad_state": st.bad.copy(), "state_fired": st.fired.copy()}
+        out: State = {"bad_state": st.bad.copy(), "state_fired": st.fired.copy()}
+        if name == "gpu":
+            # what a restart must not forget: a slowdown already two scrapes long, and which jobs
+            # a GPU has already failed (else a suspect needs two fresh jobs after every restart)
+            gpus = sorted(self._app_jobs.keys() | self._app_last.keys())
+            out.update(
+                sustained_run=self._sustained.copy(),
+                sustained_fired=self._sustained_fired.copy(),
+                app_xid_gpus=np.asarray(gpus, dtype=object),
+                app_xid_jobs=np.asarray([",".join(sorted(self._app_jobs.get(g, ()))) for g in gpus], dtype=object),
+                app_xid_last=np.asarray([self._app_last.get(g, np.nan) for g in gpus], dtype=np.float64),
+            )
+        return out
 
     def load_state(self, name: str, s: State) -> None:
         st = _RuleState(bad=np.asarray(s["bad_state"]).copy())
         if "state_fired" in s:
             st.fired = np.asarray(s["state_fired"], dtype=np.float64).copy()
         self._state[name] = st
+        if name == "gpu" and "sustained_run" in s:
+            self._sustained = np.asarray(s["sustained_run"], dtype=np.int64).copy()
+            self._sustained_fired = np.asarray(s["sustained_fired"], dtype=np.float64).copy()
+            gpus = np.asarray(s["app_xid_gpus"], dtype=object).tolist()
+            jobs = np.asarray(s["app_xid_jobs"], dtype=object).tolist()
+            last = np.asarray(s["app_xid_last"], dtype=np.float64).tolist()
+            self._app_jobs = {str(g): set(filter(None, str(j).split(","))) for g, j in zip(gpus, jobs, strict=True)}
+            self._app_last = {str(g): v for g, v in zip(gpus, last, strict=True) if not np.isnan(v)}
 
 
 def _xid_detail(v: FloatArray) -> Callable[[int], dict[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 
 import numpy as np
@@ -272,6 +273,26 @@ def test_an_application_xid_is_the_jobs_until_the_gpu_fails_a_second_job() -> No
     # the same GPU raising an application XID again, under another job: now it is the suspect
     second = run(stack, [job_tick(120, g4={"xid": 31, "job": "j2"})])
     assert second == [[("g4", "DCGM_FI_DEV_XID_ERRORS", "rule:xid")]]
+
+
+def test_a_restored_stack_remembers_a_lasting_slowdown_and_the_jobs_a_gpu_has_failed() -> None:
+    from vocab.registry import clock_reason
+
+    sw = clock_reason("sw_thermal_slowdown")
+
+    def slowed(t: int, **overrides: Mapping[str, object]) -> dict[str, Frame]:
+        g0 = f"gpu,gpu=g0,node=n1,job=j1 DCGM_FI_DEV_SM_CLOCK=1980i,DCGM_FI_DEV_CLOCKS_EVENT_REASONS={sw}i"
+        return tick(t, [g0, *(gpu_line(f"g{i}", **overrides.get(f"g{i}", {})) for i in range(1, 8))])  # type: ignore[arg-type]
+
+    original = DetectorStack(30)
+    # g4 failed job j1 with an application XID; g0 is one scrape into a software slowdown
+    assert run(original, [job_tick(0), job_tick(30, g4={"xid": 13}), slowed(60, g4={"xid": 13})]) == [[], [], []]
+    restored = DetectorStack(30)
+    restored.load_state(pickle.loads(pickle.dumps(original.state_dict())))
+    for stack in (original, restored):  # both see the slowdown last and g4 fail a second job
+        assert run(stack, [slowed(90, g4={"xid": 31, "job": "j2"})]) == [
+            [("g0", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "rule:state"), ("g4", "DCGM_FI_DEV_XID_ERRORS", "rule:xid")]
+        ]
 
 
 def test_a_node_whose_gpu_exporter_restarts_is_one_gap_not_eight_silent_gpus() -> None:
