@@ -98,14 +98,15 @@ class RunEvaluation:
         return out
 
     def format_table(self) -> str:
-        unit = "ticks" if self.interval_s else "s"
+        in_ticks = not math.isnan(self.overall.ttd_p50_ticks) or self.interval_s is not None
+        unit = "ticks" if in_ticks else "s"
         head = (
             f"{'kind':20s} {'faults':>6s} {'detected':>8s} {'recall':>6s} {'TTD p50':>9s} {'TTD p95':>9s} "
             f"{'top1':>5s} {'top1@1st':>8s} {'top3':>5s} {'incidents':>9s} {'inc/fault':>9s} {'precision':>9s}"
         )
         lines = [f"detection (TTD in {unit})", head]
         for name, k in [*self.kinds.items(), ("all", self.overall)]:
-            p50, p95 = (k.ttd_p50_ticks, k.ttd_p95_ticks) if self.interval_s else (k.ttd_p50_s, k.ttd_p95_s)
+            p50, p95 = (k.ttd_p50_ticks, k.ttd_p95_ticks) if in_ticks else (k.ttd_p50_s, k.ttd_p95_s)
             lines.append(
                 f"{name:20s} {k.faults:6d} {k.detected:8d} {_f(k.recall, 6, 2)} {_f(p50, 9, 1)} {_f(p95, 9, 1)} "
                 f"{_f(k.top1, 5, 2)} {_f(k.top1_first, 8, 2)} {_f(k.top3, 5, 2)} {k.incidents:9d} "
@@ -151,6 +152,7 @@ class _Fault:
     predictable: bool
     entities: frozenset[str]  # root and affected: what an incident may name to match it
     severity: float = NAN
+    interval_s: float = NAN  # its run's scrape interval, when runs of several intervals are pooled
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,12 @@ class _Incident:
     entities: frozenset[str]  # root cause and affected
 
 
+def _interval(f: _Fault, run_interval_s: float | None) -> float:
+    if not math.isnan(f.interval_s):
+        return f.interval_s
+    return run_interval_s if run_interval_s else NAN
+
+
 def _fault(d: Mapping[str, Any]) -> _Fault:
     try:
         root, onset = str(d["root"]), float(d["onset"])
@@ -170,7 +178,8 @@ def _fault(d: Mapping[str, Any]) -> _Fault:
         entities = frozenset([root, *map(str, d.get("affected") or ())])
         precursor = d.get("precursor_start") is not None
         severity = float(d["severity"]) if d.get("severity") is not None else NAN
-        return _Fault(str(d["fault_id"]), str(d["kind"]), root, onset, end, precursor, entities, severity)
+        interval = float(d["interval_s"]) if d.get("interval_s") is not None else NAN
+        return _Fault(str(d["fault_id"]), str(d["kind"]), root, onset, end, precursor, entities, severity, interval)
     except (KeyError, TypeError, ValueError) as exc:
         raise EvaluationError(f"truth record {d.get('fault_id', '?')}: {exc!r}") from None
 
@@ -342,6 +351,9 @@ def evaluate_run(
     def score(group: list[_Fault], true_incidents: int, false_positives: int) -> KindScore:
         times = [ttd[f.fault_id] for f in group if f.fault_id in ttd]
         p50, p95 = (float(p) for p in np.percentile(times, [50, 95])) if times else (NAN, NAN)
+        # in ticks: each fault's time over its own run's interval (pooled runs may differ)
+        ticks = [ttd[f.fault_id] / _interval(f, interval_s) for f in group if f.fault_id in ttd]
+        t50, t95 = (float(p) for p in np.percentile(ticks, [50, 95])) if ticks else (NAN, NAN)
         predictable = [f for f in group if f.predictable and (earliest is None or f.onset >= earliest + min_lead_s)]
         caught = [lead[f.fault_id] for f in predictable if lead.get(f.fault_id, 0.0) >= min_lead_s]
         n1 = sum(f.fault_id in top1 for f in group)
@@ -354,8 +366,8 @@ def evaluate_run(
             recall=_rate(len(times), len(group)),
             ttd_p50_s=p50,
             ttd_p95_s=p95,
-            ttd_p50_ticks=p50 / interval_s if interval_s else NAN,
-            ttd_p95_ticks=p95 / interval_s if interval_s else NAN,
+            ttd_p50_ticks=t50,
+            ttd_p95_ticks=t95,
             top1_count=n1,
             top3_count=n3,
             top1=_rate(n1, len(times)),
@@ -531,7 +543,7 @@ def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = Non
         shift = k * POOL_SPACING_S
         intervals.add(r.interval_s)
         for f in r.truth:
-            g = {**f, "fault_id": f"{k}:{f['fault_id']}"}
+            g = {**f, "fault_id": f"{k}:{f['fault_id']}", "interval_s": r.interval_s}
             for key in ("onset", "end", "precursor_start"):
                 if g.get(key) is not None:
                     g[key] = float(g[key]) + shift

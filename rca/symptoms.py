@@ -77,7 +77,10 @@ def symptom_of(a: Anomaly) -> Symptom:
         return Symptom(a.entity, "env")
     if m == "status" and a.measurement == "psu":
         return Symptom(a.entity, "psu")
-    if m == "rx_power_dbm" and a.detector.startswith("warn:"):
+    if m == "rx_power_dbm":
+        # receive power moving (a sag, a drift) while the link still carries traffic without
+        # errors is wear, not yet a failure: the link fails when errors or drops follow, and
+        # the link rules report those
         return Symptom(a.entity, "optic_rx")
     return Symptom(a.entity, "other")
 

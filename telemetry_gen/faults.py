@@ -62,8 +62,9 @@ class Fault:
         }
 
 
-def parse_spec(spec: str) -> dict[str, int]:
-    """'gpu_hbm_ecc=3,leaf_down=1' -> counts; 'all=2' schedules two of every kind."""
+def parse_spec(spec: str, topology: Topology | None = None) -> dict[str, int]:
+    """'gpu_hbm_ecc=3,leaf_down=1' -> counts; 'all=2' schedules two of every kind the topology
+    has a root for (a dragonfly has no spine); a kind named on its own must have one."""
     counts: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         m = re.fullmatch(r"([a-z_]+)=(\d+)", part)
@@ -71,8 +72,9 @@ def parse_spec(spec: str) -> dict[str, int]:
             raise FaultSpecError(f"bad fault spec {part!r}: expected kind=count")
         kind, n = m.group(1), int(m.group(2))
         if kind == "all":
-            for k in KINDS:
-                counts[k] = counts.get(k, 0) + n
+            for k, fault_kind in KINDS.items():
+                if topology is None or _candidates(topology, fault_kind.root):
+                    counts[k] = counts.get(k, 0) + n
             continue
         if kind not in KINDS:
             raise FaultSpecError(f"unknown fault kind {kind!r}; kinds: {', '.join(KINDS)}")

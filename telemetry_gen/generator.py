@@ -94,7 +94,7 @@ class Generation:
         counts = (
             default_counts(self.topology, config.hours, fault_rng)
             if config.faults is None
-            else parse_spec(config.faults)
+            else parse_spec(config.faults, self.topology)
         )
         self.faults: list[Fault] = schedule(
             counts, self.topology, self.workload, fault_rng, overlap=config.realism != "clean"

@@ -37,7 +37,10 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "temp_vs_node_rise_12h",
         "power_vs_node_10m",
     ),
-    "optic": ("rx_dbm_10m", "rx_vs_own_12h", "rx_trend", "rx_vs_all_10m", "symbol_err_per_h_30m"),
+    # an optic wears as a fall against its own past; its level against the fleet is manufacturing
+    # spread (a healthy 400G optic's receive power varies by a dB or more from part to part and
+    # with the link's loss), so no feature reads the level itself
+    "optic": ("rx_vs_own_12h", "rx_vs_own_3h", "rx_trend", "symbol_err_per_h_30m"),
     "cooling": ("supply_vs_all_10m", "supply_vs_all_3h", "supply_trend", "flow_vs_all_10m"),
 }
 
@@ -118,6 +121,8 @@ class PrecursorFeatures:
             return k.get(fast) - k.get(slow)
         if name == "rx_vs_own_12h":
             return k.get("rx_dbm_10m") - k.get("rx_dbm_12h")
+        if name == "rx_vs_own_3h":
+            return k.get("rx_dbm_10m") - k.get("rx_dbm_3h")
         if name == "temp_vs_node_rise_12h":  # a GPU that always ran a bit warm is not creeping
             return k.get("temp_vs_node_10m") - k.get("temp_vs_node_12h")
         return k.get(name)
@@ -158,9 +163,6 @@ class PrecursorFeatures:
             ("rx_dbm_12h", 12 * HOUR),
         ):
             k.avg(name, tau).update(t, rows, rx)
-        all_optics = np.zeros(len(frame), dtype=np.int64)
-        _, median = robust_z(rx[:, None], all_optics, min_size=2)
-        k.avg("rx_vs_all_10m", 10 * MINUTE).update(t, rows, rx - median[:, 0])
         if nic is not None and len(nic):
             nic_rows = self._nic_rows.add(nic.tag("nic"))
             rate, _ = self._rates["nic"].update(t, nic_rows, _col(nic, "symbol_error")[:, None])

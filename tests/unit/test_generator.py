@@ -135,6 +135,11 @@ def test_fault_spec_is_parsed_and_checked() -> None:
     for bad in ("gpu_hbm_ecc", "nope=1", "leaf_down=x"):
         with pytest.raises(FaultSpecError):
             parse_spec(bad)
+    # "all" on a topology means every kind it has a root for: a dragonfly has no spine
+    dragonfly = build("dragonfly", 512)
+    assert parse_spec("all=1", dragonfly) == {k: 1 for k in KINDS if k != "spine_congestion"}
+    with pytest.raises(FaultSpecError, match="needs a spine"):
+        Generation(GenConfig(topology="dragonfly", gpus=512, hours=1, faults="spine_congestion=1"))
 
 
 # ---------------------------------------------------------------- realism
