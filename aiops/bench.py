@@ -263,7 +263,7 @@ def bench_detect(args: argparse.Namespace, console: Console) -> None:
 
     gen = Generation(
         GenConfig(
-            realism="clean",
+            realism=args.realism,
             gpus=args.gpus,
             hours=(args.ticks + 1) * 30 / 3600,
             interval=30,
@@ -283,7 +283,10 @@ def bench_detect(args: argparse.Namespace, console: Console) -> None:
     ours_s = time.perf_counter() - started
     ours_rate = samples / ours_s
     state = _state_bytes(stack.state_dict())
-    table = Table(title=f"aiops bench detect: {args.gpus:,} GPUs, {series:,} series, {len(ticks) - 1} ticks")
+    table = Table(
+        title=f"aiops bench detect: {args.gpus:,} GPUs, {series:,} series, {len(ticks) - 1} ticks, "
+        f"{args.realism} realism"
+    )
     for col in ("detector", "samples", "seconds", "samples/s", "state bytes/series", "ours ×"):
         table.add_column(col, justify="right" if col != "detector" else "left")
     table.add_row(

@@ -513,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--kafka-max-gpus", type=int, default=10_000, help="largest size sent to Kafka")
     b = bench.add_parser("detect", help="detector stack throughput and state, beside river and pysad")
     b.add_argument("--gpus", type=int, default=10_000)
+    b.add_argument(
+        "--realism", choices=["clean", "typical", "harsh"], default="typical", help="the fleet noise in the stream"
+    )
     b.add_argument("--ticks", type=int, default=5)
     b.add_argument("--peer-samples", type=int, default=20_000, help="samples fed to each one-at-a-time library")
     b = bench.add_parser("nab", help="NAB scores of score-csv on a NAB-layout folder (data/ and labels/)")

@@ -22,9 +22,13 @@ from ingest.frames import Frame
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TRAINING: dict[str, Any] = json.loads(
+_DEFAULT: dict[str, Any] = json.loads(
     resources.files("aiops").joinpath("default_model.json").read_text(encoding="utf-8")
 )
+# where the default model was evaluated (held-out clusters, the command, the figures): on its card,
+# and not part of what it is trained on (the cache key)
+DEFAULT_EVALUATION: dict[str, Any] = _DEFAULT.pop("evaluated_on", {})
+DEFAULT_TRAINING: dict[str, Any] = _DEFAULT
 
 
 def default_model_path() -> Path:
@@ -64,7 +68,15 @@ def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRA
         ticks, truth = generated_history(seed, config)
         collect(ticks, truth, dataset)
     predictor = train(dataset, sources=[f"generated seed {s}: {config}" for s in seeds])
+    _with_evaluation(predictor, config)
     save(predictor, path or default_model_path())
+    return predictor
+
+
+def _with_evaluation(predictor: Predictor, config: dict[str, Any]) -> Predictor:
+    """The card says where the default model was evaluated, when these figures are for it."""
+    if config is DEFAULT_TRAINING and DEFAULT_EVALUATION.get("model") == fingerprint(**config):
+        predictor.card["evaluated_on"] = DEFAULT_EVALUATION
     return predictor
 
 
@@ -72,7 +84,7 @@ def load_or_train_default(path: Path | None = None, config: dict[str, Any] = DEF
     """The model a fresh checkout uses: trained on first use, then read from the cache."""
     target = path or default_model_path()
     try:
-        return load(target)
+        return _with_evaluation(load(target), config)
     except ModelError as exc:
         if target.exists():
             log.warning("%s; training a new default model", exc)
@@ -103,4 +115,11 @@ def evaluate_on_generated(
     return reports
 
 
-__all__ = ["DEFAULT_TRAINING", "default_model_path", "evaluate_on_generated", "load_or_train_default", "train_default"]
+__all__ = [
+    "DEFAULT_EVALUATION",
+    "DEFAULT_TRAINING",
+    "default_model_path",
+    "evaluate_on_generated",
+    "load_or_train_default",
+    "train_default",
+]

@@ -62,7 +62,7 @@ class HardRules:
         self._sustained_fired: np.ndarray = np.zeros(0)  # when each GPU's sustained state last fired
         # application XIDs: per GPU, the jobs under which it raised one, and the last value seen
         self._app_jobs: dict[str, set[str]] = {}
-        self._app_last: dict[str, float] = {}
+        self._app_last: np.ndarray = np.zeros(0)  # per GPU row: the application XID still set (NaN: none)
         self.application_xids = 0  # raised under a job, left to the job (counted, not alarmed)
 
     def process(self, m: MeasurementTick) -> list[Anomaly]:
@@ -116,31 +116,28 @@ class HardRules:
         if XID_FIELD not in m.frame.fields:
             return []
         v = m.frame.fields[XID_FIELD].as_float()
-        rows = np.flatnonzero(np.isin(v, APPLICATION_XIDS))
-        if not len(rows) and not self._app_last:
+        self._app_last = grow(self._app_last, m.n_entities, np.nan)
+        last = self._app_last[m.series]
+        # DCGM reports the last XID until another one or a driver reload: a value that stays is
+        # the same event, even after its job ended and another began on the GPU
+        app = np.isin(v, APPLICATION_XIDS)
+        new_event = np.flatnonzero(app & (v != last))
+        # a GPU whose XID went back to 0 (a driver reload) may raise the same code again
+        self._app_last[m.series] = np.where(app, v, np.where(v == 0, np.nan, last))
+        if not len(new_event):
             return []
         jobs = m.frame.tags.get("job")
         out: list[Anomaly] = []
         suspects: list[int] = []
-        for r in rows.tolist():
-            gpu, code = str(m.ids[r]), float(v[r])
+        for r in new_event.tolist():
+            gpu = str(m.ids[r])
             job = str(jobs[r]) if jobs is not None else ""
             seen = self._app_jobs.setdefault(gpu, set())
-            # DCGM reports the last XID until another one or a driver reload: a value that stays
-            # is the same event, even after its job ended and another began on the GPU
-            new_event = self._app_last.get(gpu) != code
-            self._app_last[gpu] = code
-            if not new_event:
-                continue
             self.application_xids += 1
             before = len(seen)
             seen.add(job or f"unknown@{m.t:.0f}")
             if before < self.limits.application_xid_jobs <= len(seen):
                 suspects.append(r)
-        # a GPU whose XID went back to 0 (a driver reload) may raise the same code again
-        cleared = np.flatnonzero(v == 0)
-        for r in cleared.tolist():
-            self._app_last.pop(str(m.ids[r]), None)
         m.emit(
             out,
             np.asarray(suspects, dtype=np.intp),
@@ -186,13 +183,13 @@ class HardRules:
         if name == "gpu":
             # what a restart must not forget: a slowdown already two scrapes long, and which jobs
             # a GPU has already failed (else a suspect needs two fresh jobs after every restart)
-            gpus = sorted(self._app_jobs.keys() | self._app_last.keys())
+            gpus = sorted(self._app_jobs)
             out.update(
                 sustained_run=self._sustained.copy(),
                 sustained_fired=self._sustained_fired.copy(),
+                app_xid_last=self._app_last.copy(),
                 app_xid_gpus=np.asarray(gpus, dtype=object),
-                app_xid_jobs=np.asarray([",".join(sorted(self._app_jobs.get(g, ()))) for g in gpus], dtype=object),
-                app_xid_last=np.asarray([self._app_last.get(g, np.nan) for g in gpus], dtype=np.float64),
+                app_xid_jobs=np.asarray([",".join(sorted(self._app_jobs[g])) for g in gpus], dtype=object),
             )
         return out
 
@@ -204,11 +201,10 @@ class HardRules:
         if name == "gpu" and "sustained_run" in s:
             self._sustained = np.asarray(s["sustained_run"], dtype=np.int64).copy()
             self._sustained_fired = np.asarray(s["sustained_fired"], dtype=np.float64).copy()
+            self._app_last = np.asarray(s["app_xid_last"], dtype=np.float64).copy()
             gpus = np.asarray(s["app_xid_gpus"], dtype=object).tolist()
             jobs = np.asarray(s["app_xid_jobs"], dtype=object).tolist()
-            last = np.asarray(s["app_xid_last"], dtype=np.float64).tolist()
             self._app_jobs = {str(g): set(filter(None, str(j).split(","))) for g, j in zip(gpus, jobs, strict=True)}
-            self._app_last = {str(g): v for g, v in zip(gpus, last, strict=True) if not np.isnan(v)}
 
 
 def _xid_detail(v: FloatArray) -> Callable[[int], dict[str, str]]:

@@ -242,3 +242,17 @@ def test_a_prediction_needs_two_rounds_above_and_a_failure_expected_within_the_w
         features.now = np.array(row)
         emitted.append([p.entity for p in online.update(float(n * 60), {})])
     assert emitted == [[], [], ["g2"], ["g0"], ["g1"]]
+
+
+def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
+    """The figures on the default model's card (and in the README) name the model they were
+    measured on; training it differently without measuring again fails here."""
+    from aiops.default_model import DEFAULT_EVALUATION, DEFAULT_TRAINING
+    from detectors.predict.model import fingerprint
+
+    assert DEFAULT_EVALUATION["model"] == fingerprint(**DEFAULT_TRAINING)
+    assert DEFAULT_EVALUATION["command"].startswith("scripts/holdout-table")
+    trained_on = {(DEFAULT_TRAINING["gpus"], DEFAULT_TRAINING["interval"], "fat-tree")}
+    held_out = {(c["gpus"], c["interval_s"], c["topology"]) for c in DEFAULT_EVALUATION["clusters"]}
+    assert not held_out & trained_on  # another size, topology or interval than it learnt from
+    assert not {c["seed"] for c in DEFAULT_EVALUATION["clusters"]} & set(DEFAULT_TRAINING["seeds"])
