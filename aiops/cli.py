@@ -545,10 +545,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"aiops: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a service error: one clear line, not a traceback
-        from ingest.influx_writer import InfluxWriteError
+        from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError
         from ingest.kafka_io import KafkaIOError
 
-        if isinstance(exc, KafkaIOError | InfluxWriteError):
+        if isinstance(exc, KafkaIOError | InfluxWriteError | InfluxUnavailableError):
             print(f"aiops: {exc}", file=sys.stderr)
             return 1
         raise

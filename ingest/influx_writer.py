@@ -1,11 +1,13 @@
-"""Raw telemetry to InfluxDB: batched, retried with backoff, bounded, and counted.
+"""Raw telemetry to InfluxDB: batched, retried with backoff, never dropped while Kafka holds it.
 
 Writes go through influxdb-client's v2 write API, which InfluxDB 1.8+ serves too (token
 "user:password", org "-", bucket "database/retention-policy"). A 5xx, a 429 or a timeout is
-retried with exponential backoff; a 4xx is not (the same bytes would fail again) and the lines
-are counted as dropped with the server's reason in the log. When the database is down for long,
-the buffer is bounded: the oldest batches are evicted, counted and logged, so memory stays flat
-and the stream keeps flowing to detection (Kafka still holds the raw data for replay).
+retried with exponential backoff; when the database stays away (or the database does not exist)
+`flush` raises `InfluxUnavailableError` and keeps everything buffered: the consumer then stops
+committing and pauses, so Kafka is the buffer and nothing is lost. A 4xx for a batch is split in
+halves until the lines the database refuses are found; those are returned with its reason, to be
+dead-lettered, and the rest is written (InfluxDB overwrites a point it already has, so writing the
+good half again is harmless).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from ingest.frames import Frame
 from ingest.lineprotocol import encode
-from ingest.pipeline import IngestStats
+from ingest.pipeline import IngestStats, SinkUnavailableError
 from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,15 @@ Sleep = Callable[[float], None]
 
 class InfluxWriteError(RuntimeError):
     """A write the database refused for good (4xx), with its reason."""
+
+
+class InfluxUnavailableError(SinkUnavailableError):
+    """The database cannot take writes now (down, overloaded, or the database is missing).
+    Nothing was dropped: what was buffered stays buffered for the next flush."""
+
+
+# A 4xx that is about the database, not the lines: every line would be refused alike
+_WHOLE_DATABASE = ("database not found", "retention policy not found", "authorization failed", "unauthorized")
 
 
 def _retryable(exc: Exception) -> bool:
@@ -61,29 +72,46 @@ class InfluxWriter:
     def write(self, frames: dict[str, Frame]) -> None:
         storable = [f.with_values_only() for f in frames.values()]
         self.stats.blank_rows += sum(len(f) for f in frames.values()) - sum(len(f) for f in storable)
-        lines = encode(storable).splitlines()
+        self.write_lines(encode(storable).splitlines())
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Buffer encoded lines for the next flush, in batches of `batch_lines`."""
         for start in range(0, len(lines), self.settings.batch_lines):
             chunk = lines[start : start + self.settings.batch_lines]
             self._buffer.append(chunk)
             self._buffered_lines += len(chunk)
-        while self._buffered_lines > self.settings.max_buffered_lines:
-            evicted = self._buffer.popleft()
-            self._buffered_lines -= len(evicted)
-            self.stats.dropped += len(evicted)
-            log.error("influx buffer full (%d lines): dropped the oldest %d lines", self._buffered_lines, len(evicted))
 
-    def flush(self) -> None:
-        """Send everything buffered; a batch that fails for good is counted as dropped."""
+    @property
+    def buffered_lines(self) -> int:
+        return self._buffered_lines
+
+    def flush(self) -> list[tuple[bytes, str]]:
+        """Send everything buffered. Returns the lines the database refused for good, each with
+        its reason (for the dead-letter topic); raises InfluxUnavailableError, keeping the rest
+        buffered, while the database cannot take writes."""
+        refused: list[tuple[bytes, str]] = []
         while self._buffer:
             chunk = self._buffer[0]
-            try:
-                self._send(b"\n".join(chunk))
-                self.stats.written += len(chunk)
-            except InfluxWriteError as exc:
-                self.stats.dropped += len(chunk)
-                log.error("influx dropped %d lines: %s", len(chunk), exc)
+            refused += self._send_or_split(chunk)
             self._buffer.popleft()
             self._buffered_lines -= len(chunk)
+        return refused
+
+    def _send_or_split(self, chunk: list[bytes]) -> list[tuple[bytes, str]]:
+        """Write the chunk; on a 4xx, halves until the refused lines are alone."""
+        try:
+            self._send(b"\n".join(chunk))
+            self.stats.written += len(chunk)
+            return []
+        except InfluxWriteError as exc:
+            reason = str(exc)
+            if any(s in reason.lower() for s in _WHOLE_DATABASE):
+                raise InfluxUnavailableError(reason) from None
+            if len(chunk) == 1:
+                log.warning("influx refused a line: %s", reason)
+                return [(chunk[0], reason)]
+        half = len(chunk) // 2
+        return self._send_or_split(chunk[:half]) + self._send_or_split(chunk[half:])
 
     def write_points(self, body: bytes) -> None:
         """Write already-encoded line protocol now (the service's own metrics)."""
@@ -104,7 +132,7 @@ class InfluxWriter:
                 if not _retryable(exc):
                     raise InfluxWriteError(_describe(exc)) from None
                 if attempt == self.settings.max_retries:
-                    raise InfluxWriteError(f"gave up after {attempt + 1} attempts: {_describe(exc)}") from None
+                    raise InfluxUnavailableError(f"no write after {attempt + 1} attempts: {_describe(exc)}") from None
                 self.stats.retried += 1
                 log.warning("influx write failed (%s); retry in %.1fs", _describe(exc), delay)
                 self._sleep(delay)

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from ingest.deadletter import DeadLetter, Source
 from ingest.lineprotocol import decode
-from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore
+from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore, SinkUnavailableError
 from vocab.catalog import measurement
 from vocab.settings import KafkaSettings
 
@@ -228,8 +228,31 @@ class TelemetryConsumer:
         """Whether the group gave this member any partitions yet (joining takes a while)."""
         return bool(self._consumer.assignment())
 
-    def commit(self) -> None:
-        self._consumer.commit()
+    def commit(self) -> bool:
+        """Commit what was consumed. False if the broker could not take it (it is away, or the
+        group moved on): those offsets are read again, by this member or another (at-least-once),
+        and the next commit that succeeds covers them."""
+        try:
+            self._consumer.commit()
+            return True
+        except KafkaError as exc:
+            log.warning("offset commit failed (%s); the batch will be read again", exc)
+            return False
+
+    def pause(self) -> None:
+        """Stop fetching (the store is away): the member stays in its group, Kafka keeps the data."""
+        self._consumer.pause(*self._consumer.assignment())
+
+    def resume(self) -> None:
+        self._consumer.resume(*self._consumer.paused())
+
+    def wait_paused(self, seconds: float) -> None:
+        """Wait while paused, polling so the group keeps this member. Partitions a rebalance hands
+        over meanwhile are paused too, and anything fetched from them is put back (seek)."""
+        records = self._consumer.poll(timeout_ms=int(seconds * 1000))
+        for tp, messages in records.items():
+            self._consumer.seek(tp, messages[0].offset)
+        self.pause()
 
     def close(self) -> None:
         self._consumer.close()
@@ -294,6 +317,35 @@ def polls(
             joining_since = now
 
 
+STORE_RETRY_MAX_S = 30.0
+
+
+def store(
+    frames: FrameSink, consumer: TelemetryConsumer, should_stop: Callable[[], bool]
+) -> Sequence[tuple[bytes, str]] | None:
+    """Flush until the store takes the batch; while it is away, pause the consumer (Kafka is the
+    buffer) and retry with backoff. None if asked to stop before it came back."""
+    delay, since = 1.0, time.monotonic()
+    paused = False
+    while True:
+        try:
+            refused = frames.flush()
+            break
+        except SinkUnavailableError as exc:
+            if not paused:
+                log.error("the store is unavailable (%s); pausing consumption until it is back", exc)
+                consumer.pause()
+                paused = True
+            if should_stop():
+                return None
+            consumer.wait_paused(delay)
+            delay = min(delay * 2, STORE_RETRY_MAX_S)
+    if paused:
+        consumer.resume()
+        log.warning("the store is back after %.0f s; consumption resumed", time.monotonic() - since)
+    return refused
+
+
 def consume(
     consumer: TelemetryConsumer,
     core: IngestCore,
@@ -317,7 +369,12 @@ def consume(
             core.stats.deadlettered += len(batch.deadletters)
         frames.write(batch.frames)
         deadletters.add(batch.deadletters)
-        frames.flush()
+        refused = store(frames, consumer, should_stop)
+        if refused is None:
+            return  # asked to stop while the store was away: nothing committed, read again on restart
+        if refused:
+            deadletters.add([DeadLetter("store", f"refused by the database: {why}", line) for line, why in refused])
+            core.stats.deadlettered += len(refused)
         deadletters.flush()
         consumer.commit()
         if on_batch is not None:

@@ -34,7 +34,7 @@ class IngestStats:
     uncatalogued_values: int = 0  # stored as they came: fields a collector sends beyond the catalog
     written: int = 0  # lines the database accepted
     retried: int = 0  # write attempts repeated after a 5xx or a timeout
-    dropped: int = 0  # lines given up on after retries or evicted from a full buffer
+    dropped: int = 0  # lines lost: none since the store keeps them until written (Kafka is the buffer)
     blank_rows: int = 0  # rows whose every value was a blank sentinel: nothing to store
     reasons: Counter[str] = field(default_factory=Counter)
 
@@ -63,9 +63,17 @@ class Batch:
         return sum(f.value_count for f in self.frames.values())
 
 
+class SinkUnavailableError(RuntimeError):
+    """The store cannot take writes now; nothing was dropped (the consumer waits and retries)."""
+
+
 class FrameSink(Protocol):
     def write(self, frames: dict[str, Frame]) -> None: ...
-    def flush(self) -> None: ...
+
+    def flush(self) -> Sequence[tuple[bytes, str]]:
+        """Store what was written; returns the lines refused for good with the reason, raises
+        SinkUnavailableError (keeping them) while the store is away."""
+        ...
 
 
 class DeadLetterSink(Protocol):
@@ -116,8 +124,8 @@ class MemoryFrameSink:
     def write(self, frames: dict[str, Frame]) -> None:
         self.batches.append(frames)
 
-    def flush(self) -> None:
-        pass
+    def flush(self) -> Sequence[tuple[bytes, str]]:
+        return []
 
 
 class MemoryDeadLetterSink:

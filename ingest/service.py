@@ -8,7 +8,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from ingest.influx_writer import InfluxWriteError, InfluxWriter
+from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
 from ingest.kafka_io import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, consume, ensure_topics
 from ingest.pipeline import IngestCore, IngestStats
 from vocab.settings import Settings
@@ -49,7 +49,7 @@ def run_ingest_service(
         # The service's own health is wall-clock data by nature (when did it write what).
         try:
             writer.write_points(stats_line(core.stats, instance, time.time_ns()))
-        except InfluxWriteError as exc:
+        except (InfluxWriteError, InfluxUnavailableError) as exc:
             log.warning("could not write ingest stats: %s", exc)
         log.info("ingest %s last=%s", core.stats.as_fields(), info)
 

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from detectors.coverage import Notice
-from ingest.influx_writer import InfluxWriteError, InfluxWriter
+from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
 from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class IncidentWriter:
         try:
             self._writer.write_points("\n".join(lines).encode())
             self.written += len(lines)
-        except InfluxWriteError as exc:
+        except (InfluxWriteError, InfluxUnavailableError) as exc:
             self.dropped += len(lines)
             log.error("incidents not written to InfluxDB (%d states): %s", len(lines), exc)
 
@@ -99,7 +99,7 @@ class IncidentWriter:
         try:
             self._writer.write_points("\n".join(notice_line(n) for n in notices).encode())
             self.written += len(notices)
-        except InfluxWriteError as exc:
+        except (InfluxWriteError, InfluxUnavailableError) as exc:
             self.dropped += len(notices)
             log.error("notices not written to InfluxDB (%d): %s", len(notices), exc)
 

@@ -41,7 +41,6 @@ class InfluxSettings(BaseModel):
     database: str = "aiops"
     retention_policy: str = "autogen"
     batch_lines: int = Field(default=20_000, ge=1)
-    max_buffered_lines: int = Field(default=2_000_000, ge=1)
     max_retries: int = Field(default=5, ge=0)
     retry_initial_s: float = Field(default=0.2, gt=0)
     retry_max_s: float = Field(default=10.0, gt=0)

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from ingest.frames import Column, Frame, frame_differences
-from ingest.influx_writer import InfluxWriter
+from ingest.influx_writer import InfluxUnavailableError, InfluxWriter
 from ingest.pipeline import IngestCore, IngestStats
 from tests.conftest import SAMPLE_LP, influxql
 from vocab.catalog import FieldType
@@ -170,30 +170,59 @@ def test_server_errors_are_retried_with_backoff_until_written(
     assert _count(influx_settings) == 10
 
 
-def test_client_errors_are_not_retried_and_are_counted_as_dropped(
+def test_a_refused_batch_is_split_until_the_refused_lines_are_found_and_the_rest_is_written(
+    influx_settings: InfluxSettings,
+) -> None:
+    """The database's own refusal: a field that changes type (an uncatalogued field a collector
+    sent as a number, then as text) is refused, its neighbours in the batch are stored."""
+    stats = IngestStats()
+    writer = InfluxWriter(influx_settings, stats, sleep=lambda _: None)
+    base = 1_767_225_600_000_000_000
+    writer.write_lines([f"gpu,gpu=g0 extra_field=1 {base}".encode()])  # the field is a float from now on
+    assert writer.flush() == []
+    good = [f"gpu,gpu=g{i} DCGM_FI_DEV_GPU_TEMP=40 {base + i}".encode() for i in range(9)]
+    bad = f'gpu,gpu=g9 extra_field="text" {base + 9}'.encode()
+    writer.write_lines([*good[:4], bad, *good[4:]])
+    refused = writer.flush()
+    assert [line for line, _ in refused] == [bad]
+    assert "field type conflict" in refused[0][1]
+    assert stats.written == 1 + 9 and writer.buffered_lines == 0
+    assert _count(influx_settings) == 9
+
+
+def test_a_client_error_for_a_whole_batch_is_split_and_the_halves_written(
     influx_settings: InfluxSettings, proxy_factory: ProxyFactory
 ) -> None:
-    proxy = proxy_factory(1, 400)
+    proxy = proxy_factory(1, 400)  # the first request is refused whole, the halves go through
     stats = IngestStats()
     writer = InfluxWriter(influx_settings.model_copy(update={"url": proxy.url}), stats, sleep=lambda _: None)
     writer.write(_one_frame())
-    writer.flush()
-    assert (stats.retried, stats.written, stats.dropped) == (0, 0, 10)
-    writer.write(_one_frame(3))  # the next batch goes through: one refusal does not wedge the writer
-    writer.flush()
-    assert stats.written == 3
-    assert _count(influx_settings) == 3
+    assert writer.flush() == []
+    assert (stats.retried, stats.written) == (0, 10)
+    assert _count(influx_settings) == 10
 
 
-def test_a_full_buffer_evicts_oldest_batches_and_counts_them(
+def test_while_the_database_is_away_nothing_is_dropped_and_the_next_flush_writes_it(
     influx_settings: InfluxSettings, proxy_factory: ProxyFactory
 ) -> None:
-    proxy = proxy_factory(0, 503)
+    settings = influx_settings.model_copy(update={"max_retries": 2})
+    proxy = proxy_factory(3, 503)  # one flush's three attempts fail
     stats = IngestStats()
-    settings = influx_settings.model_copy(update={"url": proxy.url, "batch_lines": 10, "max_buffered_lines": 25})
-    writer = InfluxWriter(settings, stats, sleep=lambda _: None)
-    for _ in range(4):  # 40 lines into a 25-line buffer: the two oldest 10-line batches go
-        writer.write(_one_frame())
-    assert stats.dropped == 20
-    writer.flush()
-    assert stats.written == 20
+    writer = InfluxWriter(settings.model_copy(update={"url": proxy.url}), stats, sleep=lambda _: None)
+    writer.write(_one_frame())
+    with pytest.raises(InfluxUnavailableError):
+        writer.flush()
+    assert (stats.written, stats.dropped, writer.buffered_lines) == (0, 0, 10)
+    assert writer.flush() == []
+    assert (stats.written, writer.buffered_lines) == (10, 0)
+    assert _count(influx_settings) == 10
+
+
+def test_a_missing_database_is_an_outage_not_a_reason_to_drop(influx_settings: InfluxSettings) -> None:
+    stats = IngestStats()
+    missing = influx_settings.model_copy(update={"database": "no_such_database_here"})
+    writer = InfluxWriter(missing, stats, sleep=lambda _: None)
+    writer.write(_one_frame())
+    with pytest.raises(InfluxUnavailableError, match="database not found"):
+        writer.flush()
+    assert (stats.written, stats.dropped, writer.buffered_lines) == (0, 0, 10)
