@@ -19,7 +19,7 @@ from ingest.influx_writer import InfluxWriter
 from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.conftest import influxql
-from vocab.settings import InfluxSettings, KafkaSettings
+from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -189,3 +189,9 @@ def test_asked_to_stop_while_the_database_is_away_commits_nothing_and_the_next_m
         writer.close()
     assert _stored_values(influx_settings) == expected_values
     assert _committed(kafka_settings) == produced
+
+
+def test_the_services_script_creates_the_database_the_defaults_expect(services: Settings) -> None:
+    body = influxql(services.influx, "SHOW DATABASES")
+    names = {row[0] for row in body["results"][0]["series"][0]["values"]}  # type: ignore[index]
+    assert InfluxSettings().database in names
