@@ -448,3 +448,15 @@ def test_every_service_of_our_image_runs_a_command_the_cli_accepts(compose: dict
         command = service["command"]
         assert command[0] == "aiops", name
         build_parser().parse_args(command[1:])  # argparse exits on anything it does not accept
+
+
+def test_every_published_port_is_on_loopback_and_grafana_needs_a_password(compose: dict[str, Any]) -> None:
+    """Nothing is published on all interfaces; Grafana has no anonymous access and no default
+    admin password (compose refuses to start until one is set)."""
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            spec = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port.get('published')}"
+            assert str(spec).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    env = _environment(_service(compose, "grafana"))
+    assert env.get("GF_AUTH_ANONYMOUS_ENABLED") == "false"
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", env["GF_SECURITY_ADMIN_PASSWORD"])
