@@ -12,10 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.lineprotocol import DefaultTime, decode
 from ingest.validate import LATENESS_BOUND_S, Validator
+from vocab.entities import MAX_ID_LENGTH
 
 
 @dataclass(slots=True)
@@ -84,6 +87,23 @@ class DeadLetterSink(Protocol):
 SourceOf = Callable[[int], Source | None]
 
 
+_SEPARATORS = np.frombuffer(b", =\n", dtype=np.uint8)
+
+
+def _may_hold_bad_ids(data: bytes) -> bool:
+    """Whether any tag could carry an id that breaks the limits: a control byte other than the
+    newline, or a run between separators (comma, space, equals sign) longer than an id may be.
+    Vectorised passes over the bytes, so the per-row check runs only on batches that need it."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not len(raw):
+        return False
+    if (((raw < 0x20) & (raw != 0x0A)) | (raw == 0x7F)).any():
+        return True
+    cuts = np.flatnonzero(np.isin(raw, _SEPARATORS))
+    edges = np.concatenate(([-1], cuts, [len(raw)]))
+    return int(np.diff(edges).max()) - 1 > MAX_ID_LENGTH
+
+
 class IngestCore:
     def __init__(self, stats: IngestStats | None = None, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
         self.validator = Validator(lateness_bound_s)
@@ -96,7 +116,7 @@ class IngestCore:
         a dead letter points back at its message.
         """
         decoded = decode(data, default_time_ns)
-        validated = self.validator(decoded)
+        validated = self.validator(decoded, check_ids=_may_hold_bad_ids(data))
 
         def where(line_no: int) -> Source | None:
             return source_of(line_no) if source_of is not None else None

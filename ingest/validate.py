@@ -32,6 +32,7 @@ from vocab.catalog import (
     MetricKind,
     measurement,
 )
+from vocab.entities import id_problem
 
 _NUMERIC = (FieldType.FLOAT, FieldType.INT, FieldType.UINT)
 
@@ -64,7 +65,9 @@ class Validator:
     def __init__(self, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
         self.clock = _StreamClock(int(lateness_bound_s * 1e9))
 
-    def __call__(self, decoded: Decoded) -> Validated:
+    def __call__(self, decoded: Decoded, check_ids: bool = True) -> Validated:
+        """`check_ids=False` when the raw batch holds no control byte and no line longer than
+        an id may be (IngestCore checks that on the bytes, in one vectorised pass)."""
         out = Validated()
         for name, decoded_frame in decoded.frames.items():
             rows = decoded.line_no[name]
@@ -79,6 +82,12 @@ class Validator:
             for r in np.flatnonzero(missing_id):
                 reasons[int(r)] = f"missing entity id tag {spec.id_tag!r}"
             keep &= ~missing_id
+            if check_ids:
+                for row, entity_id in enumerate(ids.tolist()):
+                    problem = id_problem(entity_id) if entity_id else None
+                    if problem:
+                        reasons[row] = f"{spec.id_tag}: {problem}"
+                        keep[row] = False
             fields: dict[str, Column] = {}
             for key, col in decoded_frame.fields.items():
                 metric = spec.metric(key)

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
+
+# An entity id is a host name (at most 255 octets, RFC 1123) with a short suffix ("-gpu3",
+# "-nic7-optic"); twice that leaves room for any site's naming and stays far below InfluxDB's
+# 64 KB series key. Longer, or with a control character (a NUL ends a C string in every tool
+# downstream), it is not an id: the line is dead-lettered.
+MAX_ID_LENGTH = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def id_problem(entity_id: str) -> str | None:
+    """Why a string cannot be an entity id, or None."""
+    if len(entity_id) > MAX_ID_LENGTH:
+        return f"entity id of {len(entity_id):,} characters (the limit is {MAX_ID_LENGTH})"
+    bad = _CONTROL.search(entity_id)
+    if bad:
+        return f"entity id with a control character (U+{ord(bad.group()):04X})"
+    return None
 
 
 class EntityIndex:

@@ -163,3 +163,29 @@ def test_fields_the_catalog_does_not_know_are_stored_and_counted() -> None:
     assert frame.fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].present.tolist() == [True, False]
     assert core.stats.uncatalogued_values == 1
     assert core.stats.as_fields()["uncatalogued_values"] == 1
+
+
+def test_an_id_too_long_to_be_a_host_name_is_dead_lettered_and_its_neighbours_kept() -> None:
+    from ingest.pipeline import IngestCore
+    from vocab.entities import MAX_ID_LENGTH
+
+    longest, too_long = "n" * MAX_ID_LENGTH, "x" * (1 << 20)  # a 1 MB tag
+    data = "".join(
+        f"gpu,gpu={gpu},node=n1 DCGM_FI_DEV_GPU_TEMP=40 1767225600000000000\n"
+        for gpu in (too_long, "n1-gpu0", longest)
+    ).encode()
+    batch = IngestCore().process(data)
+    assert sorted(batch.frames["gpu"].tag("gpu").tolist()) == sorted(["n1-gpu0", longest])
+    assert [(d.stage, d.reason) for d in batch.deadletters] == [
+        ("validate", f"gpu: entity id of 1,048,576 characters (the limit is {MAX_ID_LENGTH})")
+    ]
+
+
+def test_ids_are_checked_row_by_row_only_when_the_bytes_say_they_may_break_the_limits() -> None:
+    from ingest.pipeline import _may_hold_bad_ids
+
+    long_gpu_line = "gpu,gpu=n00001-gpu0,node=n00001 " + ",".join(f"F{i}={i}" for i in range(200)) + " 1\n"
+    assert not _may_hold_bad_ids(long_gpu_line.encode() * 100)  # long lines, short tokens
+    assert _may_hold_bad_ids(b"gpu,gpu=" + b"x" * 600 + b" F=1 1\n")
+    assert _may_hold_bad_ids(b"gpu,gpu=a\x01b F=1 1\n")
+    assert not _may_hold_bad_ids(b"")
