@@ -171,8 +171,7 @@ def test_an_id_too_long_to_be_a_host_name_is_dead_lettered_and_its_neighbours_ke
 
     longest, too_long = "n" * MAX_ID_LENGTH, "x" * (1 << 20)  # a 1 MB tag
     data = "".join(
-        f"gpu,gpu={gpu},node=n1 DCGM_FI_DEV_GPU_TEMP=40 1767225600000000000\n"
-        for gpu in (too_long, "n1-gpu0", longest)
+        f"gpu,gpu={gpu},node=n1 DCGM_FI_DEV_GPU_TEMP=40 1767225600000000000\n" for gpu in (too_long, "n1-gpu0", longest)
     ).encode()
     batch = IngestCore().process(data)
     assert sorted(batch.frames["gpu"].tag("gpu").tolist()) == sorted(["n1-gpu0", longest])
@@ -189,3 +188,22 @@ def test_ids_are_checked_row_by_row_only_when_the_bytes_say_they_may_break_the_l
     assert _may_hold_bad_ids(b"gpu,gpu=" + b"x" * 600 + b" F=1 1\n")
     assert _may_hold_bad_ids(b"gpu,gpu=a\x01b F=1 1\n")
     assert not _may_hold_bad_ids(b"")
+
+
+def test_the_byte_check_for_ids_agrees_with_a_plain_reference_on_random_input() -> None:
+    import re
+
+    from ingest.pipeline import _may_hold_bad_ids
+    from vocab.entities import MAX_ID_LENGTH
+
+    def reference(b: bytes) -> bool:
+        if re.search(rb"[\x00-\x09\x0b-\x1f\x7f]", b):
+            return True
+        return any(len(token) > MAX_ID_LENGTH for token in re.split(rb"[, =\n]", b))
+
+    rng = np.random.default_rng(0)
+    alphabet = np.frombuffer(b"abc ,=\n\x01", dtype=np.uint8)
+    weights = [0.33, 0.33, 0.31, 0.007, 0.007, 0.007, 0.007, 0.002]
+    for _ in range(300):
+        b = rng.choice(alphabet, int(rng.integers(0, 3000)), p=weights).astype(np.uint8).tobytes()
+        assert _may_hold_bad_ids(b) == reference(b), b
