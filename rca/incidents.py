@@ -12,6 +12,7 @@ when it was first seen coming).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, gpu_kind, symptom_of
 from vocab import registry
 from vocab.schedule import Schedule
+
+log = logging.getLogger(__name__)
 
 QUIET_S = 900.0  # no evidence for this long: resolved
 FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures
@@ -102,6 +105,9 @@ class EngineStats:
     opened: int = 0
     resolved: int = 0
     warnings: int = 0
+    # anomalies and predictions about entities the topology does not know: stored upstream and
+    # counted here, never an incident (a typo'd or hostile id must not page anyone)
+    outside_topology: int = 0
 
 
 class IncidentEngine:
@@ -120,10 +126,23 @@ class IncidentEngine:
 
     # ------------------------------------------------------------------ the tick
 
+    def _outside(self, entity: str) -> None:
+        self.stats.outside_topology += 1
+        if self.stats.outside_topology in (1, 10, 100, 1000) or self.stats.outside_topology % 10000 == 0:
+            log.warning(
+                "%d anomalies or predictions about entities outside the topology (latest %.80r): "
+                "counted, never an incident; is the topology file current?",
+                self.stats.outside_topology,
+                entity,
+            )
+
     def process(self, t: float, anomalies: Iterable[Anomaly], predictions: Iterable[Prediction] = ()) -> list[Incident]:
         """Everything detected at event time t; returns the incidents that changed."""
         changed: dict[str, Incident] = {}
         for p in predictions:
+            if p.entity not in self.graph:
+                self._outside(p.entity)
+                continue
             self._families.setdefault(p.entity, {})["predicted"] = p.at
             self._warn(p.entity, p.kind, p.at, p.horizon_s, p.probability, p.action, changed)
         fresh: dict[Symptom, Anomaly] = {}
@@ -132,6 +151,9 @@ class IncidentEngine:
         # a file give the same incidents
         for a in sorted(anomalies, key=lambda a: (a.entity, a.metric, a.detector)):
             self.stats.anomalies += 1
+            if a.entity not in self.graph:
+                self._outside(a.entity)
+                continue
             s = symptom_of(a)
             if self._silenced(s.entity, t):
                 self.stats.silenced += 1

@@ -427,3 +427,15 @@ def test_nics_that_report_a_tick_before_their_leaf_are_the_leafs_incident(engine
     assert len([e for e in leaf.affected if e.endswith("-nic3")]) == 32
     folded = early[1]  # the other early NIC: closed, pointing at the leaf's incident
     assert folded.status == "resolved" and folded.merged_into == leaf.incident_id and folded in rest
+
+
+def test_an_entity_the_topology_does_not_know_is_counted_never_an_incident(engine: IncidentEngine) -> None:
+    """A typo'd, stale or hostile id (a 1 MB tag that got through, a host renamed last week) pages
+    no one; a real root in the same tick still opens its incident."""
+    stranger = "n99999-gpu0"
+    changed = engine.process(T, [xid(T, gpu=stranger), xid(T)])
+    assert [i.root.entity for i in changed] == [GPU]
+    prediction = Prediction("rack9999-cdu", T, "rack_cooling", 0.9, 6 * 3600.0, 3600.0, "check the loop")
+    assert engine.process(T + TICK, [], [prediction]) == []
+    assert engine.stats.outside_topology == 2
+    assert all(i.root.entity != stranger for i in engine.open.values())
