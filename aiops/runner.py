@@ -20,7 +20,7 @@ from typing import Any
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
-from detectors.runner import DetectLoop, apply_events, load_events, read_chunks
+from detectors.runner import DetectLoop, apply_events, read_chunks, read_events
 from ingest.deadletter import DeadLetter, Source
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
@@ -39,6 +39,7 @@ class RunStats:
     predictions: int = 0
     incidents: int = 0
     deadletters: int = 0
+    bad_events: int = 0  # scheduler events that could not be used (in deadletters.jsonl, stage "events")
     late_rows: int = 0  # stored by ingest, too late for their tick: not analysed
     job_tag_mismatches: int = 0  # GPU rows whose job tag disagreed with the schedule
     seconds: float = 0.0
@@ -151,7 +152,7 @@ def run_folder(
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     graph = TopologyGraph.load(input_dir / "topology.json")
-    events = load_events(input_dir / "events.jsonl")
+    events, bad_events = read_events(input_dir / "events.jsonl")
     pipeline = Pipeline(graph, interval_s, events, predictor, detector_settings=detector_settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = RunStats()
@@ -179,6 +180,8 @@ def run_folder(
             stats.predictions += len(predictions)
             stats.incidents += len(incidents)
 
+        dead_out.writelines(d.to_json() + b"\n" for d in bad_events)
+        stats.bad_events = len(bad_events)
         for chunk in read_chunks(telemetry):
             anomalies, letters = pipeline.feed(chunk)
             flush(anomalies)

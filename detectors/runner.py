@@ -24,7 +24,7 @@ from detectors.ticks import PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
-from vocab.schedule import NodeJobs, Schedule
+from vocab.schedule import NodeJobs, Schedule, event_problem
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
@@ -62,10 +62,33 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
             yield rest
 
 
-def load_events(path: Path) -> list[dict[str, object]]:
+def read_events(path: Path) -> tuple[list[dict[str, object]], list[DeadLetter]]:
+    """The scheduler's events file: the usable events, and a dead letter with the reason for
+    every line that is not one (not JSON, not UTF-8, truncated, a field of the wrong type)."""
     if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [], []
+    events: list[dict[str, object]] = []
+    letters: list[DeadLetter] = []
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+            problem = event_problem(event)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            problem = f"not a JSON event: {exc}"[:300]
+        if problem is None:
+            events.append(event)
+        else:
+            letters.append(DeadLetter("events", f"{path.name}:{number}: {problem}", raw))
+    if letters:
+        log.warning("%s: %d lines are not usable events (dead-lettered): %s", path, len(letters), letters[0].reason)
+    return events, letters
+
+
+def load_events(path: Path) -> list[dict[str, object]]:
+    """The usable events of the file (the rest is logged; `read_events` also gives them back)."""
+    return read_events(path)[0]
 
 
 def apply_events(loop: DetectLoop, events: list[dict[str, object]]) -> None:
@@ -233,13 +256,15 @@ def detect_folder(
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
     loop = DetectLoop(interval_s, drift_factory, predictor=predictor, settings=detector_settings)
-    apply_events(loop, load_events(input_dir / "events.jsonl"))
+    events, bad_events = read_events(input_dir / "events.jsonl")
+    apply_events(loop, events)
     started = time.perf_counter()
     with (
         (out_dir / "anomalies.jsonl").open("wb") as out,
         (out_dir / "deadletters.jsonl").open("wb") as dead,
         (out_dir / "predictions.jsonl").open("wb") as predicted,
     ):
+        dead.writelines(d.to_json() + b"\n" for d in bad_events)
         for chunk in read_chunks(telemetry):
             anomalies, letters = loop.feed(chunk)
             out.writelines(a.to_json() + b"\n" for a in anomalies)

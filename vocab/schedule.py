@@ -26,6 +26,44 @@ class Job:
     end: float = math.inf
 
 
+def _number(e: dict[str, Any], key: str) -> str | None:
+    v = e.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return f"{key} must be a number of epoch seconds, got {v!r}"[:200]
+    return None
+
+
+def _nodes(e: dict[str, Any]) -> str | None:
+    nodes = e.get("nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+        return f"nodes must be a list of node ids, got {nodes!r}"[:200]
+    return None
+
+
+def event_problem(e: object) -> str | None:
+    """Why a scheduler event cannot be used, or None. Types this service does not read pass
+    (the log carries other news too); the ones it reads must carry what it reads."""
+    if not isinstance(e, dict):
+        return f"an event is a JSON object, got {type(e).__name__}"
+    kind = e.get("type")
+    if kind in ("job_start", "job_running"):
+        if not isinstance(e.get("job"), str) or not e["job"]:
+            return f"{kind} without a job id"
+        if "gpus" in e and (isinstance(e["gpus"], bool) or not isinstance(e["gpus"], int) or e["gpus"] < 0):
+            return f"gpus must be a count, got {e['gpus']!r}"[:200]
+        return _nodes(e) or _number(e, "started" if "started" in e else "time")
+    if kind == "job_end":
+        if not isinstance(e.get("job"), str):
+            return "job_end without a job id"
+        return _number(e, "time")
+    if kind == "maintenance":
+        problem = _nodes(e) or _number(e, "start") or _number(e, "end")
+        if problem is None and float(e["end"]) < float(e["start"]):
+            return "maintenance ends before it starts"
+        return problem
+    return None
+
+
 @dataclass
 class Schedule:
     jobs: dict[str, Job] = field(default_factory=dict)
@@ -40,7 +78,8 @@ class Schedule:
         return s
 
     def add(self, e: dict[str, Any]) -> None:
-        """One scheduler event; unknown types are ignored (the log carries other news too)."""
+        """One scheduler event that passed `event_problem`; unknown types are ignored (the log
+        carries other news too)."""
         kind = e.get("type")
         if kind in ("job_start", "job_running"):
             nodes = tuple(str(n) for n in e.get("nodes", ()))
