@@ -16,6 +16,8 @@ tick assembler. Fields the catalog does not list are kept: stored raw, detectors
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,23 +165,36 @@ class _StreamClock:
 
     The first batch, and a batch whose bulk jumped past the bound (the stream resuming after an
     outage), are judged against their own median timestamp, so one line from a broken clock can
-    neither set the watermark nor be accepted with it."""
+    neither set the watermark nor be accepted with it. Nothing may be further ahead of the wall
+    clock than the bound either: a batch of one line stamped in the year 2226 would otherwise set
+    the watermark and push every real line behind it."""
 
-    def __init__(self, bound_ns: int) -> None:
+    def __init__(self, bound_ns: int, wall_ns: Callable[[], int] = time.time_ns) -> None:
         self.bound_ns = bound_ns
         self.watermark_ns: int | None = None
+        self._wall_ns = wall_ns
 
     def check(self, time_ns: NDArray[np.int64], candidate: NDArray[np.bool_]) -> dict[int, str]:
         rows = np.flatnonzero(candidate)
         if not len(rows):
             return {}
+        bad: dict[int, str] = {}
+        now = self._wall_ns()
+        future = time_ns[rows] > now + self.bound_ns
+        for r in rows[future].tolist():
+            bad[int(r)] = (
+                f"outside the lateness bound: {(int(time_ns[r]) - now) / 1e9:.0f} s ahead of the wall clock "
+                f"(bound {self.bound_ns / 1e9:g} s)"
+            )
+        rows = rows[~future]
+        if not len(rows):
+            return bad
         t = time_ns[rows]
         median = int(np.median(t))
         reference = self.watermark_ns
         if reference is None or median > reference + self.bound_ns:
             reference = median
         behind, ahead = t < reference - self.bound_ns, t > reference + self.bound_ns
-        bad: dict[int, str] = {}
         bound_s = self.bound_ns / 1e9
         for r in np.flatnonzero(behind | ahead).tolist():
             off = (int(t[r]) - reference) / 1e9

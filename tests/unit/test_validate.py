@@ -207,3 +207,16 @@ def test_the_byte_check_for_ids_agrees_with_a_plain_reference_on_random_input() 
     for _ in range(300):
         b = rng.choice(alphabet, int(rng.integers(0, 3000)), p=weights).astype(np.uint8).tobytes()
         assert _may_hold_bad_ids(b) == reference(b), b
+
+
+def test_a_lone_line_from_the_year_2226_cannot_set_the_streams_clock() -> None:
+    """A batch of one line (Kafka may deliver a poll of one message) stamped centuries ahead: it
+    is dead-lettered against the wall clock, and the real lines after it are all kept."""
+    from ingest.pipeline import IngestCore
+
+    core = IngestCore()
+    t = 1_767_225_600_000_000_000
+    far = core.process(f"gpu,gpu=n1-gpu0 DCGM_FI_DEV_GPU_TEMP=40 {8_000_000_000 * 10**9}\n".encode())
+    assert far.value_count == 0 and "ahead of the wall clock" in far.deadletters[0].reason
+    real = core.process("".join(f"gpu,gpu=n1-gpu{i} DCGM_FI_DEV_GPU_TEMP=40 {t}\n" for i in range(8)).encode())
+    assert real.value_count == 8 and not real.deadletters
