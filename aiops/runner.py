@@ -216,6 +216,7 @@ def run_kafka(
     Commits after a poll's outputs are flushed: at-least-once."""
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
+        KafkaIOError,
         TelemetryConsumer,
         TelemetryProducer,
         ensure_topics,
@@ -251,7 +252,7 @@ def run_kafka(
             producer.send_raw(settings.predictions_topic, p.to_json(), key=p.entity.encode())
         for incident_id, state in incidents:  # keyed by incident: its history stays in order
             producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
-        producer.flush()
+        producer.flush(should_stop=should_stop)
         if incident_sink is not None:
             incident_sink([state for _, state in incidents])
         stats.anomalies += len(anomalies)
@@ -263,9 +264,11 @@ def run_kafka(
             anomalies, letters = pipeline.feed_polled(messages)
             dead.add(letters)
             publish(anomalies)
-            dead.flush()
+            dead.flush(should_stop)
             consumer.commit()
         publish(pipeline.finish())
+    except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
+        log.warning("%s", exc)
     finally:
         consumer.close()
         producer.close()

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 from numpy.typing import NDArray
 
 from ingest.deadletter import DeadLetter, Source
@@ -131,8 +131,15 @@ def _runs_per_key(keys: NDArray[np.object_], stamps: NDArray[np.int64]) -> NDArr
     return np.asarray(group, dtype=np.int64)
 
 
+# How long a record may wait for a broker that is away before the producer gives it up. Outages
+# of minutes (a broker restart, a rolling upgrade) must lose nothing; past an hour something
+# else is wrong, and a record that failed stops the daemon before it commits (see flush).
+OUTAGE_TOLERANCE_MS = 3_600_000
+
+
 class TelemetryProducer:
     def __init__(self, bootstrap: str, client_id: str = "aiops-producer") -> None:
+        self.failed = 0  # records the broker never took (after OUTAGE_TOLERANCE_MS)
         try:
             self._producer = KafkaProducer(
                 bootstrap_servers=bootstrap,
@@ -141,22 +148,42 @@ class TelemetryProducer:
                 linger_ms=20,
                 batch_size=1 << 20,
                 max_request_size=MAX_MESSAGE_BYTES,
+                delivery_timeout_ms=OUTAGE_TOLERANCE_MS,
+                max_block_ms=OUTAGE_TOLERANCE_MS,  # a full buffer waits for the broker: backpressure
             )
         except KafkaError as exc:
             raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
 
+    def _failed(self, exc: BaseException) -> None:
+        self.failed += 1
+        if self.failed == 1:
+            log.error("a record was not delivered: %s", exc)
+
     def send(self, topic: str, messages: Iterator[Message] | Sequence[Message]) -> int:
         count = 0
         for m in messages:
-            self._producer.send(topic, key=m.key, value=m.value, timestamp_ms=m.timestamp_ms)
+            self._producer.send(topic, key=m.key, value=m.value, timestamp_ms=m.timestamp_ms).add_errback(self._failed)
             count += 1
         return count
 
     def send_raw(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self._producer.send(topic, key=key, value=value)
+        self._producer.send(topic, key=key, value=value).add_errback(self._failed)
 
-    def flush(self, timeout_s: float = 60.0) -> None:
-        self._producer.flush(timeout=timeout_s)
+    def flush(self, timeout_s: float = 60.0, should_stop: Callable[[], bool] | None = None) -> None:
+        """Wait until the broker has everything sent so far. With `should_stop`, a broker that
+        is away is waited for (logged every `timeout_s`) until it is back or the daemon is asked
+        to stop (KafkaIOError: the caller must not commit). A record the broker never took
+        raises KafkaIOError too: committing past it would lose it."""
+        while True:
+            try:
+                self._producer.flush(timeout=timeout_s)
+                break
+            except KafkaTimeoutError:
+                if should_stop is None or should_stop():
+                    raise KafkaIOError(f"Kafka took nothing for {timeout_s:.0f} s; not committed") from None
+                log.warning("Kafka has not taken what was sent for %.0f s; waiting for the broker", timeout_s)
+        if self.failed:
+            raise KafkaIOError(f"{self.failed} records were not delivered; not committed (they will be produced again)")
 
     def close(self) -> None:
         self._producer.close()
@@ -173,8 +200,8 @@ class KafkaDeadLetterSink:
         for letter in letters:
             self._producer.send_raw(self._topic, letter.to_json(), key=letter.category.encode())
 
-    def flush(self) -> None:
-        self._producer.flush()
+    def flush(self, should_stop: Callable[[], bool] | None = None) -> None:
+        self._producer.flush(should_stop=should_stop)
 
 
 # ---------------------------------------------------------------- consuming
@@ -375,7 +402,11 @@ def consume(
         if refused:
             deadletters.add([DeadLetter("store", f"refused by the database: {why}", line) for line, why in refused])
             core.stats.deadlettered += len(refused)
-        deadletters.flush()
+        try:
+            deadletters.flush(should_stop)
+        except KafkaIOError as exc:  # asked to stop while the broker was away: read again on restart
+            log.warning("%s", exc)
+            return
         consumer.commit()
         if on_batch is not None:
             on_batch({"messages": len(messages), "values": batch.value_count, "deadletters": len(batch.deadletters)})

@@ -81,7 +81,10 @@ class FrameSink(Protocol):
 
 class DeadLetterSink(Protocol):
     def add(self, letters: Sequence[DeadLetter]) -> None: ...
-    def flush(self) -> None: ...
+
+    def flush(self, should_stop: Callable[[], bool] | None = None) -> None:
+        """Publish what was added; with `should_stop`, wait out a broker that is away."""
+        ...
 
 
 SourceOf = Callable[[int], Source | None]
@@ -167,5 +170,5 @@ class MemoryDeadLetterSink:
     def add(self, letters: Sequence[DeadLetter]) -> None:
         self.letters.extend(letters)
 
-    def flush(self) -> None:
+    def flush(self, should_stop: Callable[[], bool] | None = None) -> None:
         pass

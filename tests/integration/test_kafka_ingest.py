@@ -72,7 +72,7 @@ def test_lines_produced_come_back_as_identical_frames(kafka_settings: KafkaSetti
         def add(self, new: Sequence[DeadLetter]) -> None:
             letters.extend(new)
 
-        def flush(self) -> None:
+        def flush(self, should_stop: object = None) -> None:
             pass
 
     consumer = TelemetryConsumer(kafka_settings)
@@ -155,7 +155,7 @@ def test_consumer_stopped_mid_stream_and_restarted_in_the_same_group_loses_nothi
         def add(self, new: Sequence[DeadLetter]) -> None:
             assert list(new) == []
 
-        def flush(self) -> None:
+        def flush(self, should_stop: object = None) -> None:
             pass
 
     # First member: processes and commits three batches, then is stopped.
