@@ -8,17 +8,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
-import requests
 from kafka import KafkaConsumer, TopicPartition
 
 from ingest.influx_writer import InfluxWriter
 from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.conftest import influxql
+from tests.influx_relay import FaultyRelay
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -26,41 +25,17 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 OUTAGE_S = 12.0
 
 
-class OutageRelay:
-    """Forwards to the database, except for `outage_s` from the first write it sees."""
+class OutageRelay(FaultyRelay):
+    """Forwards to the database, except for `outage_s` from the first write it sees (503)."""
 
     def __init__(self, target: str, outage_s: float) -> None:
-        relay = self
         self.started: float | None = None
-        self.refused = 0
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                relay.started = relay.started or time.monotonic()
-                if time.monotonic() - relay.started < outage_s:
-                    relay.refused += 1
-                    self.send_response(503)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = requests.post(target + self.path, data=body, headers=headers, timeout=30)
-                self.send_response(answer.status_code)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
+        def refuse() -> int | None:
+            self.started = self.started or time.monotonic()
+            return 503 if time.monotonic() - self.started < outage_s else None
 
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(target, refuse)
 
 
 @pytest.fixture

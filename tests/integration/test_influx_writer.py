@@ -4,18 +4,16 @@ answers some requests itself and forwards the rest, so every byte that lands is 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
-import requests
 
 from ingest.frames import Column, Frame, frame_differences
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriter
 from ingest.pipeline import IngestCore, IngestStats
 from tests.conftest import SAMPLE_LP, influxql
+from tests.influx_relay import FaultyRelay
 from vocab.catalog import FieldType
 from vocab.settings import InfluxSettings
 
@@ -83,56 +81,28 @@ def test_every_value_type_and_escaped_names_survive(influx_settings: InfluxSetti
     assert frame_differences({frame.measurement: frame}, _read_back(influx_settings, {frame.measurement: frame})) == []
 
 
-class _FaultyProxy:
+def _faulty_proxy(target: str, fail: int, status: int) -> FaultyRelay:
     """Forwards to the real InfluxDB, except that the first `fail` writes get `status` back."""
+    remaining = [fail]
 
-    def __init__(self, target: str, fail: int, status: int) -> None:
-        self.remaining = fail
-        self.status = status
-        self.forwarded = 0
-        proxy = self
+    def refuse() -> int | None:
+        if remaining[0] > 0:
+            remaining[0] -= 1
+            return status
+        return None
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if proxy.remaining > 0:
-                    proxy.remaining -= 1
-                    payload = b'{"error":"injected fault"}'
-                    self.send_response(proxy.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = requests.post(target + self.path, data=body, headers=headers, timeout=30)
-                proxy.forwarded += 1
-                self.send_response(answer.status_code)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    return FaultyRelay(target, refuse)
 
 
-ProxyFactory = Callable[[int, int], _FaultyProxy]
+ProxyFactory = Callable[[int, int], FaultyRelay]
 
 
 @pytest.fixture
 def proxy_factory(influx_settings: InfluxSettings) -> Iterator[ProxyFactory]:
-    proxies: list[_FaultyProxy] = []
+    proxies: list[FaultyRelay] = []
 
-    def make(fail: int, status: int) -> _FaultyProxy:
-        proxies.append(_FaultyProxy(influx_settings.url, fail, status))
+    def make(fail: int, status: int) -> FaultyRelay:
+        proxies.append(_faulty_proxy(influx_settings.url, fail, status))
         return proxies[-1]
 
     yield make
