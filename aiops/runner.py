@@ -45,6 +45,8 @@ class RunStats:
     seconds: float = 0.0
     interval_s: float | None = None
     predictions_from: float | None = None  # first tick plus the predictor's warm-up
+    first_tick: float | None = None  # the event-time range analysed (grid points, s since the epoch)
+    last_tick: float | None = None
 
 
 class Pipeline:
@@ -125,6 +127,7 @@ class Pipeline:
         stats.ticks, stats.values, stats.deadletters = detect.ticks, detect.values, detect.deadletters
         stats.late_rows, stats.job_tag_mismatches = detect.late_rows, detect.job_tag_mismatches
         stats.interval_s = self.detect.stack.interval
+        stats.first_tick, stats.last_tick = self.first_tick, self.last_tick
         if self.detect.predictor is not None and self.first_tick is not None:
             stats.predictions_from = self.first_tick + self.detect.predictor.warmup_s
         stats.seconds = seconds
@@ -213,7 +216,8 @@ def run_kafka(
     notice_sink: NoticeSink | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
-    Commits after a poll's outputs are flushed: at-least-once."""
+    Commits after a poll's outputs are flushed, and only up to the first message whose tick is
+    still held (waiting for the slowest partition or for late rows): at-least-once."""
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
         KafkaIOError,
@@ -233,7 +237,7 @@ def run_kafka(
     ]
     ensure_topics(settings.bootstrap, topics)
     pipeline = Pipeline(TopologyGraph.load(topology), interval_s, events, predictor, lateness_s, detector_settings)
-    consumer = TelemetryConsumer(settings, group=settings.run_group)
+    consumer = TelemetryConsumer(settings, group=settings.run_group, on_revoked=pipeline.detect.held.forget)
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()
@@ -265,8 +269,12 @@ def run_kafka(
             dead.add(letters)
             publish(anomalies)
             dead.flush(should_stop)
-            consumer.commit()
-        publish(pipeline.finish())
+            consumer.commit(held=pipeline.detect.held.first_held())
+        if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
+            publish(pipeline.finish())
+            consumer.commit(held=pipeline.detect.held.first_held())
+        # asked to stop: ticks still open are not analysed half-full; their messages were not
+        # committed, so the next member reads them again
     except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
         log.warning("%s", exc)
     finally:

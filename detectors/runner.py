@@ -20,7 +20,7 @@ from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import CoverageWatch, Notice
 from detectors.predict.online import OnlinePredictor
 from detectors.stack import DetectorStack, DriftFactory, default_drift
-from detectors.ticks import PartitionClock, TickAssembler
+from detectors.ticks import HeldMessages, PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
@@ -137,6 +137,7 @@ class DetectLoop:
         self._recent: dict[str, float] = {}
         self.assembler = TickAssembler(interval, lateness_s)
         self.partitions = PartitionClock()  # from Kafka: the slowest partition holds the ticks back
+        self.held = HeldMessages()  # from Kafka: messages whose tick is not analysed yet (not committed)
         self.stats = DetectStats()
         # called once per analysed tick with its anomalies and predictions (the RCA engine)
         self.tick_listener: Callable[[float, list[Anomaly], list[Prediction]], None] | None = None
@@ -159,15 +160,30 @@ class DetectLoop:
         from ingest.kafka_io import event_time_ms, join_messages
 
         data, _, _ = join_messages(messages)
-        self.assembler.cap_ns = self.partitions.observe(
-            [((src.topic, src.partition), event_time_ms(value, ms)) for src, ms, value in messages]
-        )
-        return self.feed(data)
+        stamps = [((src.topic, src.partition), event_time_ms(value, ms)) for src, ms, value in messages]
+        self.assembler.cap_ns = self.partitions.observe(stamps)
+        out = self.feed(data)
+        self._hold(messages, [ms for _, ms in stamps])
+        return out
+
+    def _hold(self, messages: Sequence[tuple[Source, int, bytes]], event_ms: list[int]) -> None:
+        """Remember the messages whose tick is still open; forget those whose tick was analysed."""
+        released = self.assembler.released_through_ns
+        clock = self.core.validator.clock
+        # further ahead than this, the ingest core dead-lettered the line: nothing waits for it
+        ahead_ns = None if clock.watermark_ns is None else clock.watermark_ns + clock.bound_ns
+        ticks = self.assembler.grid(np.asarray(event_ms, dtype=np.int64) * 1_000_000).tolist()
+        for (src, _, _), tick in zip(messages, ticks, strict=True):
+            if (released is None or tick > released) and (ahead_ns is None or tick <= ahead_ns):
+                self.held.hold((src.topic, src.partition), src.offset, tick)
+        self.held.release(released)
 
     def finish(self) -> list[Anomaly]:
+        """End of input: every tick still held is analysed, complete or not."""
         out: list[Anomaly] = []
         for tick in self.assembler.flush():
             out += self.analyse(tick.t, tick.frames)
+        self.held.release(self.assembler.released_through_ns)
         return out
 
     def _with_jobs(self, t: float, frames: dict[str, Frame]) -> dict[str, Frame]:
@@ -300,8 +316,9 @@ class KafkaAnomalySink:
         for p in predictions:
             self._producer.send_raw(self._topic, p.to_json(), key=p.entity.encode())
 
-    def flush(self) -> None:
-        self._producer.flush()
+    def flush(self, should_stop: Callable[[], bool] | None = None) -> None:
+        """Wait for the broker (KafkaIOError if asked to stop first: the caller must not commit)."""
+        self._producer.flush(should_stop=should_stop)
 
     def close(self) -> None:
         self._producer.close()
@@ -323,6 +340,7 @@ def detect_kafka(
     Commits after the anomalies of a poll are flushed: at-least-once."""
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
+        KafkaIOError,
         TelemetryConsumer,
         TelemetryProducer,
         ensure_topics,
@@ -333,11 +351,11 @@ def detect_kafka(
         settings.bootstrap,
         [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic],
     )
-    consumer = TelemetryConsumer(settings, group=settings.detect_group)
+    loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
+    consumer = TelemetryConsumer(settings, group=settings.detect_group, on_revoked=loop.held.forget)
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
     dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
-    loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
     predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
     apply_events(loop, events or [])
     started = time.monotonic()
@@ -348,14 +366,20 @@ def detect_kafka(
             dead.add(letters)
             predictions.add_predictions(loop.predictions)
             loop.predictions.clear()
-            sink.flush()
-            dead.flush()
-            predictions.flush()
-            consumer.commit()
-        sink.add(loop.finish())
-        predictions.add_predictions(loop.predictions)
-        sink.flush()
-        predictions.flush()
+            sink.flush(should_stop)
+            dead.flush(should_stop)
+            predictions.flush(should_stop)
+            consumer.commit(held=loop.held.first_held())
+        if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
+            sink.add(loop.finish())
+            predictions.add_predictions(loop.predictions)
+            sink.flush(should_stop)
+            predictions.flush(should_stop)
+            consumer.commit(held=loop.held.first_held())
+        # asked to stop: ticks still open are not analysed half-full; their messages were not
+        # committed, so the next member reads them again
+    except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
+        log.warning("%s", exc)
     finally:
         consumer.close()
         sink.close()

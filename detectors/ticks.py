@@ -19,8 +19,8 @@ with per-partition watermarks; lateness then only has to cover disorder within a
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import defaultdict, deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +68,11 @@ class TickAssembler:
     @property
     def _interval_ns(self) -> int:
         return round(self.interval_s * 1e9)
+
+    @property
+    def released_through_ns(self) -> int | None:
+        """Every tick at or before this grid point was analysed (None: none yet)."""
+        return self._watermark_ns
 
     def grid(self, time_ns: NDArray[np.int64]) -> NDArray[np.int64]:
         """The nearest grid point of each time (half-way rounds up: windows are [t-I/2, t+I/2))."""
@@ -157,7 +162,7 @@ class PartitionClock:
     stall_s: float = 1800.0
     newest_ns: dict[object, int] = field(default_factory=dict)
 
-    def observe(self, stamps: list[tuple[object, int]]) -> int | None:
+    def observe(self, stamps: Sequence[tuple[object, int]]) -> int | None:
         """(source, event time in ms) per message; returns the cap in ns."""
         for source, ms in stamps:
             ns = int(ms) * 1_000_000
@@ -167,3 +172,45 @@ class PartitionClock:
             return None
         floor = max(self.newest_ns.values()) - int(self.stall_s * 1e9)
         return min(ns for ns in self.newest_ns.values() if ns >= floor)
+
+
+Source = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(slots=True)
+class HeldMessages:
+    """Kafka messages whose rows still wait in the assembler for their tick to close. Their
+    offsets are not done: committing past them and then crashing would lose those ticks, so a
+    partition commits up to its first held message (DESIGN.md: commit only what is done).
+
+    A message is judged by its event time (the timestamp of its last line; a producer groups one
+    entity's lines of one scrape per message, as ours and Telegraf's do): it is done once the tick
+    that time lands on was released, or when the ingest core dead-lettered it as too far ahead."""
+
+    _held: dict[Source, deque[tuple[int, int]]] = field(default_factory=dict)  # (offset, tick ns)
+
+    def hold(self, source: Source, offset: int, tick_ns: int) -> None:
+        self._held.setdefault(source, deque()).append((offset, tick_ns))
+
+    def release(self, through_ns: int | None) -> None:
+        """Forget messages whose tick was released, in offset order per partition: a partition
+        commits only up to its first message still held, whatever follows it."""
+        if through_ns is None:
+            return
+        for source, held in list(self._held.items()):
+            while held and held[0][1] <= through_ns:
+                held.popleft()
+            if not held:
+                del self._held[source]
+
+    def first_held(self) -> dict[Source, int]:
+        """Per partition, the offset of the first message still held: commit up to it, not past."""
+        return {source: held[0][0] for source, held in self._held.items()}
+
+    def forget(self, sources: set[Source]) -> None:
+        """Partitions this member no longer owns (a rebalance): their new owner reads them again."""
+        for source in sources:
+            self._held.pop(source, None)
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self._held.values())

@@ -10,14 +10,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
 from numpy.typing import NDArray
 
 from ingest.deadletter import DeadLetter, Source
@@ -207,20 +209,48 @@ class KafkaDeadLetterSink:
 # ---------------------------------------------------------------- consuming
 
 
-class TelemetryConsumer:
-    """A consumer-group member that commits only after a batch was fully processed."""
+Partition = tuple[str, int]  # (topic, partition)
 
-    def __init__(self, settings: KafkaSettings, topic: str | None = None, group: str | None = None) -> None:
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: TelemetryConsumer) -> None:
+        self._owner = owner
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._owner._revoked({(tp.topic, tp.partition) for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        pass
+
+
+class TelemetryConsumer:
+    """A consumer-group member that commits only what was fully processed."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topic: str | None = None,
+        group: str | None = None,
+        on_revoked: Callable[[set[Partition]], None] | None = None,
+    ) -> None:
         self._topic = topic or settings.telemetry_topic
         self._group = group or settings.ingest_group
         self._settings = settings
         self._timeout_ms = settings.poll_timeout_ms
+        self._on_revoked = on_revoked
+        self._next: dict[Partition, int] = {}  # per partition, the offset after the last one consumed
         self._consumer = self._connect()
+
+    def _revoked(self, partitions: set[Partition]) -> None:
+        """A rebalance took partitions away: their offsets are the new owner's to commit."""
+        for p in partitions:
+            self._next.pop(p, None)
+        if self._on_revoked is not None:
+            self._on_revoked(partitions)
 
     def _connect(self) -> KafkaConsumer:
         try:
-            return KafkaConsumer(
-                self._topic,
+            consumer = KafkaConsumer(
                 bootstrap_servers=self._settings.bootstrap,
                 group_id=self._group,
                 client_id="aiops-ingest",
@@ -230,6 +260,8 @@ class TelemetryConsumer:
                 fetch_max_bytes=64 << 20,
                 max_partition_fetch_bytes=16 << 20,
             )
+            consumer.subscribe([self._topic], listener=_Rebalance(self))
+            return consumer
         except KafkaError as exc:
             raise KafkaIOError(f"cannot reach Kafka at {self._settings.bootstrap}: {exc}") from exc
 
@@ -238,6 +270,7 @@ class TelemetryConsumer:
         completes a first join against a 4.x broker; a fresh member gets through."""
         log.warning("consumer of group %s got no partitions; joining again", self._group)
         self._consumer.close(autocommit=False)
+        self._revoked(set(self._next))
         self._consumer = self._connect()
 
     def poll(self) -> list[tuple[Source, int, bytes]]:
@@ -248,6 +281,8 @@ class TelemetryConsumer:
             for m in messages:
                 if m.value is not None:
                     out.append((Source(tp.topic, tp.partition, m.offset), m.timestamp, m.value))
+            if messages:
+                self._next[(tp.topic, tp.partition)] = messages[-1].offset + 1
         return out
 
     @property
@@ -255,12 +290,20 @@ class TelemetryConsumer:
         """Whether the group gave this member any partitions yet (joining takes a while)."""
         return bool(self._consumer.assignment())
 
-    def commit(self) -> bool:
-        """Commit what was consumed. False if the broker could not take it (it is away, or the
+    def commit(self, held: Mapping[Partition, int] | None = None) -> bool:
+        """Commit what was consumed, except, per partition in `held`, from that offset on (its
+        messages are not done yet). False if the broker could not take it (it is away, or the
         group moved on): those offsets are read again, by this member or another (at-least-once),
         and the next commit that succeeds covers them."""
+        held = held or {}
+        offsets = {
+            TopicPartition(*p): OffsetAndMetadata(min(after, held.get(p, after)), "", -1)
+            for p, after in self._next.items()
+        }
+        if not offsets:
+            return True
         try:
-            self._consumer.commit()
+            self._consumer.commit(offsets)
             return True
         except KafkaError as exc:
             log.warning("offset commit failed (%s); the batch will be read again", exc)

@@ -45,10 +45,13 @@ def relay(influx_settings: InfluxSettings) -> Iterator[OutageRelay]:
     r.close()
 
 
-def _telemetry(nodes: int = 16, ticks: int = 30) -> bytes:
-    """A small cluster's GPU lines, with a few lines the ingest core must dead-letter."""
+T0_NS = 1_767_225_600_000_000_000
+
+
+def _telemetry(nodes: int = 16, ticks: int = 30, t0: int = T0_NS) -> bytes:
+    """A small cluster's GPU lines at 30 s from `t0`, with a few lines the ingest core must
+    dead-letter."""
     lines = []
-    t0 = 1_767_225_600_000_000_000
     rng = np.random.default_rng(3)
     for k in range(ticks):
         for n in range(nodes):

@@ -4,12 +4,15 @@ as a time-series database merges points of one series; late samples are counted,
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from detectors.anomaly import Anomaly
 from detectors.runner import DetectLoop, IntervalUnknownError, scrape_interval
 from detectors.ticks import TickAssembler
+from ingest.deadletter import Source
 from ingest.frames import Frame, merge_rows
 from ingest.lineprotocol import decode
 from vocab.schedule import NodeJobs, Schedule
@@ -155,3 +158,42 @@ def test_event_time_of_a_message_comes_from_its_lines() -> None:
     assert event_time_ms(b"gpu,node=n f=1\n", 5) == 5
     assert event_time_ms(b'gpu,node=n s="a 123"\n', 5) == 5
     assert event_time_ms(b"", 5) == 5
+
+
+def _message(partition: int, offset: int, host: str, t_s: int) -> tuple[Source, int, bytes]:
+    line = f"gpu,gpu={host}-gpu0,node={host} DCGM_FI_DEV_GPU_TEMP=50 {t_s * S}"
+    return Source("t", partition, offset), t_s * 1000, line.encode()
+
+
+def test_messages_whose_tick_is_still_open_are_held_back_from_the_commit() -> None:
+    loop = DetectLoop(30.0, lateness_s=0.0)
+    # partition 0 is two ticks ahead of partition 1: the slowest partition holds ticks back
+    loop.feed_polled([_message(0, k, "h1", T0 + 30 * k) for k in range(3)] + [_message(1, 0, "h2", T0)])
+    assert loop.stats.ticks == 0  # nothing analysed: partition 1 has not passed the first window
+    assert loop.held.first_held() == {("t", 0): 0, ("t", 1): 0}
+    loop.feed_polled([_message(1, 1, "h2", T0 + 30), _message(1, 2, "h2", T0 + 60)])
+    # the stream is at T0+60 on both: ticks T0 and T0+30 are analysed, T0+60 is still open
+    assert loop.stats.ticks == 2
+    assert loop.held.first_held() == {("t", 0): 2, ("t", 1): 2}
+    loop.finish()
+    assert loop.held.first_held() == {}
+
+
+def test_a_late_or_dead_lettered_message_holds_nothing_back() -> None:
+    loop = DetectLoop(30.0, lateness_s=0.0)
+    loop.feed_polled([_message(0, k, "h1", T0 + 30 * k) for k in range(4)])
+    assert loop.held.first_held() == {("t", 0): 3}
+    late = _message(1, 0, "h2", T0)  # its tick was analysed: counted late, done
+    future = _message(1, 1, "h2", int(time.time()) + 30 * 86_400)  # a month ahead of the wall: dead-lettered
+    _, letters = loop.feed_polled([late])
+    assert not letters and loop.stats.late_rows == 1
+    _, letters = loop.feed_polled([future])
+    assert len(letters) == 1
+    assert loop.held.first_held() == {("t", 0): 3}
+
+
+def test_a_revoked_partition_is_forgotten_its_new_owner_commits_it() -> None:
+    loop = DetectLoop(30.0, lateness_s=0.0)
+    loop.feed_polled([_message(0, 7, "h1", T0), _message(1, 9, "h2", T0)])
+    loop.held.forget({("t", 1)})
+    assert loop.held.first_held() == {("t", 0): 7}
