@@ -173,3 +173,37 @@ def test_the_services_script_creates_the_database_the_defaults_expect(services: 
     body = influxql(services.influx, "SHOW DATABASES")
     names = {row[0] for row in body["results"][0]["series"][0]["values"]}  # type: ignore[index]
     assert InfluxSettings().database in names
+
+
+def test_ingest_into_a_database_that_does_not_exist_waits_for_it_and_then_stores_everything(
+    kafka_settings: KafkaSettings, influx_settings: InfluxSettings
+) -> None:
+    data = _telemetry(nodes=4, ticks=5)
+    ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=1)
+    producer = TelemetryProducer(kafka_settings.bootstrap)
+    produced = producer.send(kafka_settings.telemetry_topic, messages_from_lines(data))
+    producer.flush()
+    producer.close()
+    expected_values = IngestCore().process(data).value_count
+    influxql(influx_settings, f'DROP DATABASE "{influx_settings.database}"')  # as a fresh site's may be
+    core = IngestCore()
+    writer = InfluxWriter(influx_settings.model_copy(update={"max_retries": 0}), core.stats)
+    consumer = TelemetryConsumer(kafka_settings)
+    committed_while_missing: list[int] = []
+
+    def operator() -> None:  # notices the error in the log and creates the database
+        time.sleep(6)
+        committed_while_missing.append(_committed(kafka_settings))
+        influxql(influx_settings, f'CREATE DATABASE "{influx_settings.database}"')
+
+    fixing = threading.Thread(target=operator)
+    fixing.start()
+    try:
+        consume(consumer, core, writer, MemoryDeadLetterSink(), should_stop=lambda: False, idle_stop_s=8)
+    finally:
+        consumer.close()
+        writer.close()
+        fixing.join()
+    assert committed_while_missing == [0]
+    assert _stored_values(influx_settings) == expected_values
+    assert _committed(kafka_settings) == produced and core.stats.dropped == 0
