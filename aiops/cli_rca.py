@@ -25,6 +25,11 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
     p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="with --kafka: where checkpoints go (default AIOPS_STATE_DIR, else ~/.local/state/aiops)",
+    )
+    p.add_argument(
         "--lateness",
         type=float,
         metavar="SECONDS",
@@ -83,6 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 incident_sink=sink,
                 detector_settings=thresholds,
                 notice_sink=notice_sink,
+                state_dir=Path(args.state_dir) if args.state_dir else configured.state_dir,
+                checkpoint_every_s=configured.checkpoint_every_s,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "

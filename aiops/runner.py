@@ -13,10 +13,12 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, PublishedSince, topic_ends
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
@@ -68,7 +70,8 @@ class Pipeline:
         self.detect = DetectLoop(interval_s, predictor=predictor, settings=detector_settings, lateness_s=lateness_s)
         self.schedule = Schedule.from_events(events or [])
         self.engine = IncidentEngine(graph, self.schedule)
-        apply_events(self.detect, events or [])
+        self._events = events or []
+        apply_events(self.detect, self._events)
         # (incident id, its state as JSON) per change since the caller last took them: taken as
         # they happen, since the incident itself moves on in later ticks of the same batch
         self.incidents: list[tuple[str, bytes]] = []
@@ -76,6 +79,32 @@ class Pipeline:
         self.first_tick: float | None = None
         self.last_tick: float | None = None
         self.engine_errors = 0
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: everything learned (not the topology, not the model)."""
+        return {
+            "detect": self.detect,
+            "engine": self.engine,
+            "ticks": (self.first_tick, self.last_tick),
+            "interval_s": self.detect.stack.interval,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Carry on from a checkpoint, under this start's topology, events and predictor."""
+        if state.get("interval_s") != self.detect.stack.interval:
+            raise ValueError(f"the checkpoint was taken at a scrape interval of {state.get('interval_s')} s")
+        detect: DetectLoop = state["detect"]
+        engine: IncidentEngine = state["engine"]
+        engine.attach(self.engine.graph, self.schedule)
+        apply_events(detect, self._events)
+        given = self.detect.predictor
+        if given is None or detect.predictor is None:
+            detect.predictor = given  # prediction switched off, or on for the first time
+        else:
+            detect.predictor.model = given.model
+        detect.tick_listener = self._on_tick
+        self.detect, self.engine = detect, engine
+        self.first_tick, self.last_tick = state["ticks"]
 
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
         self.first_tick = t if self.first_tick is None else self.first_tick
@@ -91,8 +120,10 @@ class Pipeline:
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         return self.detect.feed(data)
 
-    def feed_polled(self, messages: Sequence[tuple[Source, int, bytes]]) -> tuple[list[Anomaly], list[DeadLetter]]:
-        return self.detect.feed_polled(messages)
+    def feed_polled(
+        self, messages: Sequence[tuple[Source, int, bytes]], backlogged: AbstractSet[tuple[str, int]] = frozenset()
+    ) -> tuple[list[Anomaly], list[DeadLetter]]:
+        return self.detect.feed_polled(messages, backlogged)
 
     def finish(self) -> list[Anomaly]:
         return self.detect.finish()
@@ -214,8 +245,12 @@ def run_kafka(
     incident_sink: IncidentSink | None = None,
     detector_settings: DetectorSettings | None = None,
     notice_sink: NoticeSink | None = None,
+    state_dir: Path | None = None,
+    checkpoint_every_s: float = 30.0,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
+    With `state_dir`, it checkpoints its state with the offsets it belongs to every
+    `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.checkpoint).
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
     still held (waiting for the slowest partition or for late rows): at-least-once."""
     from ingest.kafka_io import (
@@ -237,11 +272,31 @@ def run_kafka(
     ]
     ensure_topics(settings.bootstrap, topics)
     pipeline = Pipeline(TopologyGraph.load(topology), interval_s, events, predictor, lateness_s, detector_settings)
-    consumer = TelemetryConsumer(settings, group=settings.run_group, on_revoked=pipeline.detect.held.forget)
+    outputs = topics[1:]
+    store = CheckpointStore(state_dir, f"run-{settings.run_group}") if state_dir is not None else None
+    resume, published = _restore(pipeline, store, settings.bootstrap)
+    consumer = TelemetryConsumer(
+        settings, group=settings.run_group, on_revoked=pipeline.detect.forget_partitions, start_at=resume
+    )
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
+    producer.already_published = published.already
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()
-    started = time.monotonic()
+    started = last_checkpoint = time.monotonic()
+
+    def checkpoint() -> None:
+        """State and the offsets it belongs to, then the same offsets to Kafka."""
+        nonlocal last_checkpoint
+        done = consumer.done(pipeline.detect.held.first_held())
+        if store is not None:
+            offsets: Offsets = {}
+            for (topic, partition), offset in done.items():
+                offsets.setdefault(topic, {})[partition] = offset
+            t0 = time.monotonic()
+            size = store.save(Checkpoint(pipeline.state(), offsets, topic_ends(settings.bootstrap, outputs)))
+            log.info("checkpoint: %.1f MB in %.2f s", size / 1e6, time.monotonic() - t0)
+        consumer.commit(held=pipeline.detect.held.first_held())
+        last_checkpoint = time.monotonic()
 
     def publish(anomalies: list[Anomaly]) -> None:
         notices = pipeline.take_notices()
@@ -265,22 +320,53 @@ def run_kafka(
 
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):
-            anomalies, letters = pipeline.feed_polled(messages)
+            anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
             dead.add(letters)
             publish(anomalies)
             dead.flush(should_stop)
-            consumer.commit(held=pipeline.detect.held.first_held())
+            if store is not None and time.monotonic() - last_checkpoint >= checkpoint_every_s:
+                checkpoint()
+            else:
+                consumer.commit(held=pipeline.detect.held.first_held())
         if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
             publish(pipeline.finish())
-            consumer.commit(held=pipeline.detect.held.first_held())
-        # asked to stop: ticks still open are not analysed half-full; their messages were not
-        # committed, so the next member reads them again
+        # asked to stop: ticks still open are not analysed half-full; their messages are not
+        # committed, so the next start reads them again
+        checkpoint()
     except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
         log.warning("%s", exc)
     finally:
         consumer.close()
         producer.close()
     return pipeline.finish_stats(stats, time.monotonic() - started)
+
+
+def _restore(
+    pipeline: Pipeline, store: CheckpointStore | None, bootstrap: str
+) -> tuple[dict[tuple[str, int], int], PublishedSince]:
+    """Load the last checkpoint into the pipeline: where to resume each partition, and what was
+    published since (to skip on the replay). A checkpoint that cannot be used is logged and the
+    daemon starts from nothing, from the group's committed offsets."""
+    checkpoint = None
+    if store is not None:
+        try:
+            checkpoint = store.load()
+            if checkpoint is not None:
+                pipeline.restore(checkpoint.state)
+        except (CheckpointError, ValueError) as exc:
+            log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
+            checkpoint = None
+    if checkpoint is None:
+        return {}, PublishedSince()
+    resume = {(t, p): o for t, parts in checkpoint.offsets.items() for p, o in parts.items()}
+    published = PublishedSince.read(bootstrap, checkpoint.outputs)
+    log.warning(
+        "resuming from the checkpoint of %s (%s; last tick %s)",
+        time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(checkpoint.written_at)),
+        ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(resume.items())),
+        pipeline.last_tick,
+    )
+    return resume, published
 
 
 __all__ = ["IncidentSink", "NoticeSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]

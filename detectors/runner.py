@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,20 @@ class DetectLoop:
         # called once per analysed tick with its anomalies and predictions (the RCA engine)
         self.tick_listener: Callable[[float, list[Anomaly], list[Prediction]], None] | None = None
 
+    def forget_partitions(self, partitions: AbstractSet[tuple[str, int]]) -> None:
+        """A rebalance took partitions away: their held messages and clocks are the new owner's."""
+        self.held.forget(set(partitions))
+        self.partitions.forget(partitions)
+
+    def __getstate__(self) -> dict[str, object]:
+        """A checkpoint keeps what the loop learned; the listener is the caller's to reattach."""
+        state = self.__dict__.copy()
+        state["tick_listener"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         batch = self.core.process(data)
         letters = list(batch.deadletters)
@@ -155,13 +170,16 @@ class DetectLoop:
         self.stats.deadletters += len(letters)
         return anomalies, letters
 
-    def feed_polled(self, messages: Sequence[tuple[Source, int, bytes]]) -> tuple[list[Anomaly], list[DeadLetter]]:
-        """One Kafka poll: (source, record timestamp in ms, value) per message."""
+    def feed_polled(
+        self, messages: Sequence[tuple[Source, int, bytes]], backlogged: AbstractSet[tuple[str, int]] = frozenset()
+    ) -> tuple[list[Anomaly], list[DeadLetter]]:
+        """One Kafka poll: (source, record timestamp in ms, value) per message; `backlogged`: the
+        partitions with records still waiting on the broker (never taken for quiet ones)."""
         from ingest.kafka_io import event_time_ms, join_messages
 
         data, _, _ = join_messages(messages)
         stamps = [((src.topic, src.partition), event_time_ms(value, ms)) for src, ms, value in messages]
-        self.assembler.cap_ns = self.partitions.observe(stamps)
+        self.assembler.cap_ns = self.partitions.observe(stamps, backlogged)
         out = self.feed(data)
         self._hold(messages, [ms for _, ms in stamps])
         return out
@@ -352,7 +370,7 @@ def detect_kafka(
         [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic],
     )
     loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
-    consumer = TelemetryConsumer(settings, group=settings.detect_group, on_revoked=loop.held.forget)
+    consumer = TelemetryConsumer(settings, group=settings.detect_group, on_revoked=loop.forget_partitions)
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
     dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
@@ -361,7 +379,7 @@ def detect_kafka(
     started = time.monotonic()
     try:
         for messages in polls(consumer, should_stop, idle_stop_s):
-            anomalies, letters = loop.feed_polled(messages)
+            anomalies, letters = loop.feed_polled(messages, consumer.backlogged())
             sink.add(anomalies)
             dead.add(letters)
             predictions.add_predictions(loop.predictions)

@@ -20,7 +20,7 @@ with per-partition watermarks; lateness then only has to cover disorder within a
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -156,13 +156,15 @@ class TickAssembler:
 class PartitionClock:
     """The newest event time each source (topic partition) has delivered; `cap` is the slowest.
     Sources that never delivered do not hold the stream back (an empty partition stays empty), nor
-    do sources more than `stall_s` behind the fastest: a partition whose producers all went quiet
-    must not stop the analysis of everything else."""
+    do sources more than `stall_s` behind the fastest while the broker holds nothing more for
+    them: a partition whose producers all went quiet must not stop the analysis of everything
+    else. A source with records still waiting (`backlogged`: replaying after a broker outage,
+    say) is behind, not quiet, and is always waited for."""
 
     stall_s: float = 1800.0
     newest_ns: dict[object, int] = field(default_factory=dict)
 
-    def observe(self, stamps: Sequence[tuple[object, int]]) -> int | None:
+    def observe(self, stamps: Sequence[tuple[object, int]], backlogged: Set[object] = frozenset()) -> int | None:
         """(source, event time in ms) per message; returns the cap in ns."""
         for source, ms in stamps:
             ns = int(ms) * 1_000_000
@@ -171,7 +173,12 @@ class PartitionClock:
         if not self.newest_ns:
             return None
         floor = max(self.newest_ns.values()) - int(self.stall_s * 1e9)
-        return min(ns for ns in self.newest_ns.values() if ns >= floor)
+        return min(ns for source, ns in self.newest_ns.items() if ns >= floor or source in backlogged)
+
+    def forget(self, sources: Set[object]) -> None:
+        """Partitions this member no longer owns: their clocks are the new owner's."""
+        for source in sources:
+            self.newest_ns.pop(source, None)
 
 
 Source = tuple[str, int]  # (topic, partition)

@@ -137,11 +137,17 @@ def _runs_per_key(keys: NDArray[np.object_], stamps: NDArray[np.int64]) -> NDArr
 # of minutes (a broker restart, a rolling upgrade) must lose nothing; past an hour something
 # else is wrong, and a record that failed stops the daemon before it commits (see flush).
 OUTAGE_TOLERANCE_MS = 3_600_000
+# Reconnect attempts back off exponentially, by default up to 30 s: a broker back after a restart
+# would go unnoticed for up to half a minute. One attempt every 2 s at most costs nothing.
+RECONNECT_BACKOFF_MAX_MS = 2_000
 
 
 class TelemetryProducer:
     def __init__(self, bootstrap: str, client_id: str = "aiops-producer") -> None:
         self.failed = 0  # records the broker never took (after OUTAGE_TOLERANCE_MS)
+        # (topic, key, value) -> True for a record already on its topic: a daemon replaying from
+        # its checkpoint skips what it published before a crash (aiops.checkpoint.PublishedSince)
+        self.already_published: Callable[[str, bytes | None, bytes], bool] | None = None
         try:
             self._producer = KafkaProducer(
                 bootstrap_servers=bootstrap,
@@ -151,6 +157,7 @@ class TelemetryProducer:
                 batch_size=1 << 20,
                 max_request_size=MAX_MESSAGE_BYTES,
                 delivery_timeout_ms=OUTAGE_TOLERANCE_MS,
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
                 max_block_ms=OUTAGE_TOLERANCE_MS,  # a full buffer waits for the broker: backpressure
             )
         except KafkaError as exc:
@@ -169,6 +176,8 @@ class TelemetryProducer:
         return count
 
     def send_raw(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        if self.already_published is not None and self.already_published(topic, key, value):
+            return
         self._producer.send(topic, key=key, value=value).add_errback(self._failed)
 
     def flush(self, timeout_s: float = 60.0, should_stop: Callable[[], bool] | None = None) -> None:
@@ -220,7 +229,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owner._revoked({(tp.topic, tp.partition) for tp in revoked})
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        pass
+        self._owner._assigned(assigned)
 
 
 class TelemetryConsumer:
@@ -232,13 +241,17 @@ class TelemetryConsumer:
         topic: str | None = None,
         group: str | None = None,
         on_revoked: Callable[[set[Partition]], None] | None = None,
+        start_at: Mapping[Partition, int] | None = None,
     ) -> None:
+        """`start_at`: where to read from on the first assignment (a checkpoint's offsets), instead
+        of the group's committed offsets."""
         self._topic = topic or settings.telemetry_topic
         self._group = group or settings.ingest_group
         self._settings = settings
         self._timeout_ms = settings.poll_timeout_ms
         self._on_revoked = on_revoked
         self._next: dict[Partition, int] = {}  # per partition, the offset after the last one consumed
+        self._start_at = dict(start_at or {})
         self._consumer = self._connect()
 
     def _revoked(self, partitions: set[Partition]) -> None:
@@ -247,6 +260,13 @@ class TelemetryConsumer:
             self._next.pop(p, None)
         if self._on_revoked is not None:
             self._on_revoked(partitions)
+
+    def _assigned(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            offset = self._start_at.pop((tp.topic, tp.partition), None)
+            if offset is not None:
+                self._consumer.seek(tp, offset)
+                log.info("resuming %s[%d] at the checkpoint's offset %d", tp.topic, tp.partition, offset)
 
     def _connect(self) -> KafkaConsumer:
         try:
@@ -259,6 +279,12 @@ class TelemetryConsumer:
                 max_poll_records=self._settings.max_poll_records,
                 fetch_max_bytes=64 << 20,
                 max_partition_fetch_bytes=16 << 20,
+                # a broker restart must be noticed in seconds: the default backoff grows to 30 s
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                # after a broker restart, kafka-python 3.0 kept fetching with a session id the new
+                # broker did not know, and stalled ~25 s until FetchSessionIdNotFound; full fetch
+                # requests cost little at our partition counts
+                enable_incremental_fetch_sessions=False,
             )
             consumer.subscribe([self._topic], listener=_Rebalance(self))
             return consumer
@@ -285,6 +311,17 @@ class TelemetryConsumer:
                 self._next[(tp.topic, tp.partition)] = messages[-1].offset + 1
         return out
 
+    def backlogged(self) -> set[Partition]:
+        """Partitions with records on the broker that this member has not taken yet (from the
+        high-water marks of the last fetches: no extra request)."""
+        out = set()
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            taken = self._next.get((tp.topic, tp.partition))
+            if high is not None and (taken is None or taken < high):
+                out.add((tp.topic, tp.partition))
+        return out
+
     @property
     def assigned(self) -> bool:
         """Whether the group gave this member any partitions yet (joining takes a while)."""
@@ -295,11 +332,7 @@ class TelemetryConsumer:
         messages are not done yet). False if the broker could not take it (it is away, or the
         group moved on): those offsets are read again, by this member or another (at-least-once),
         and the next commit that succeeds covers them."""
-        held = held or {}
-        offsets = {
-            TopicPartition(*p): OffsetAndMetadata(min(after, held.get(p, after)), "", -1)
-            for p, after in self._next.items()
-        }
+        offsets = {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in self.done(held).items()}
         if not offsets:
             return True
         try:
@@ -308,6 +341,12 @@ class TelemetryConsumer:
         except KafkaError as exc:
             log.warning("offset commit failed (%s); the batch will be read again", exc)
             return False
+
+    def done(self, held: Mapping[Partition, int] | None = None) -> dict[Partition, int]:
+        """Per partition consumed here, where a restart must read from: after everything
+        consumed, or the first offset still `held`."""
+        held = held or {}
+        return {p: min(after, held.get(p, after)) for p, after in self._next.items()}
 
     def pause(self) -> None:
         """Stop fetching (the store is away): the member stays in its group, Kafka keeps the data."""

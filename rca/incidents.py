@@ -11,8 +11,10 @@ when it was first seen coming).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,16 @@ MAX_AFFECTED = 500
 # Actions, severities and early signs per kind are the registry's (vocab/faults.toml).
 EARLY_SIGNS = {family: (sign.kind, sign.action) for family, sign in registry.EARLY_SIGNS.items()}
 WARNING_S = 6 * 3600.0
+
+
+def incident_id(root: str, opened: float) -> str:
+    """An id made of what the incident is (its first root and when it opened, in event time), not
+    of a counter: the same data gives the same ids offline, in a daemon, and in a daemon restarted
+    from a checkpoint or replaying after a crash, and two instances or two restarts can never hand
+    one id to two incidents. URL-safe (it names the incident's page)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(opened))
+    digest = hashlib.blake2b(f"{root}\x00{opened!r}".encode(), digest_size=5).hexdigest()
+    return f"inc-{stamp}-{digest}"
 
 
 @dataclass
@@ -117,12 +129,24 @@ class IncidentEngine:
         self.ranker = Ranker(graph)
         self.open: dict[str, Incident] = {}  # root entity -> open incident (and warnings)
         self.stats = EngineStats()
-        self._seq = 0
         self._families: dict[str, dict[str, float]] = {}  # entity -> family -> last seen
         self._talkers: dict[str, float] = {}  # NIC sending pauses -> last seen
         self._congested: dict[str, float] = {}  # spine waiting on its ports -> last seen
         self._under: dict[str, frozenset[str]] = {}
         self._swept = -float("inf")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A checkpoint keeps what the engine learned, not the topology (reloaded, `attach`)."""
+        state = self.__dict__.copy()
+        del state["graph"], state["ranker"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def attach(self, graph: TopologyGraph, schedule: Schedule) -> None:
+        """The topology and the schedule of the restarted daemon, under a restored engine."""
+        self.graph, self.schedule, self.ranker = graph, schedule, Ranker(graph)
 
     # ------------------------------------------------------------------ the tick
 
@@ -270,8 +294,7 @@ class IncidentEngine:
             incident.status, incident.warned, incident.opened, incident.probability = "open", warning.opened, t, None
             incident.root, incident.candidates = best, rivals
         else:
-            self._seq += 1
-            incident = Incident(f"inc-{self._seq:06d}", t, t, best, rivals)
+            incident = Incident(incident_id(best.entity, t), t, t, best, rivals)
             self.open[best.entity] = incident
         incident.affected.setdefault(best.entity, None)
         incident.last_evidence = t
@@ -378,9 +401,8 @@ class IncidentEngine:
             held.last_evidence = max(held.last_evidence, t + horizon_s)
         if held is not None or self._silenced(entity, t):
             return
-        self._seq += 1
         root = Candidate(entity, kind, probability if probability is not None else 1.0)
-        incident = Incident(f"inc-{self._seq:06d}", t, t, root, [root], status="warning", severity="warning")
+        incident = Incident(incident_id(entity, t), t, t, root, [root], status="warning", severity="warning")
         incident.probability = probability
         incident.action = action
         incident.affected[entity] = None

@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_LP = ROOT / "tests" / "data" / "sample.lp"
 
 
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Daemons checkpoint into the state directory: each test gets its own, never the user's."""
+    monkeypatch.setenv("AIOPS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)

@@ -39,6 +39,13 @@ class EntityIndex:
     def __len__(self) -> int:
         return len(self._index)
 
+    def __getstate__(self) -> dict[str, object]:
+        """Checkpoints hold the ids as a plain array (no pandas objects in a checkpoint)."""
+        return {"ids": self.ids}
+
+    def __setstate__(self, state: dict[str, NDArray[np.object_]]) -> None:
+        self._index = pd.Index(np.asarray(state["ids"], dtype=object), dtype=object)
+
     @property
     def ids(self) -> NDArray[np.object_]:
         return np.asarray(self._index, dtype=object)

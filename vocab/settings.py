@@ -6,6 +6,9 @@ AIOPS_INFLUX__URL=http://influxdb:8086. Printing settings masks every secret.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -51,6 +54,11 @@ class InfluxSettings(BaseModel):
         return f"{self.database}/{self.retention_policy}"
 
 
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "aiops"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AIOPS_", env_nested_delimiter="__", frozen=True)
 
@@ -64,6 +72,12 @@ class Settings(BaseSettings):
     # flush interval plus broker delay); later samples are stored, counted and not analysed.
     tick_lateness_s: float = Field(default=60.0, ge=0)
     http_port: int = 8080
+    # Where the daemons keep their checkpoints (state with the offsets it belongs to), one file per
+    # consumer group. In docker-compose a named volume; it must be writable by the daemon only.
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    # How often (wall seconds) the root-cause daemon checkpoints; also on SIGTERM. A crash replays
+    # at most this much from Kafka, and publishes nothing twice (outputs since are read back).
+    checkpoint_every_s: float = Field(default=30.0, gt=0)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -54,6 +54,15 @@ class OnlinePredictor:
     _episode: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (predicted at, low since)
     _streak: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> entity -> rounds in a row above
 
+    def __getstate__(self) -> dict[str, object]:
+        """A checkpoint keeps the features and the streaks, not the model (a file of its own)."""
+        state = self.__dict__.copy()
+        state["model"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+
     def update(
         self, t: float, frames: dict[str, Frame], failing: set[str] | frozenset[str] = frozenset()
     ) -> list[Prediction]:

@@ -65,6 +65,16 @@ class HardRules:
         self._app_last: np.ndarray = np.zeros(0)  # per GPU row: the application XID still set (NaN: none)
         self.application_xids = 0  # raised under a job, left to the job (counted, not alarmed)
 
+    def __getstate__(self) -> dict[str, object]:
+        """A checkpoint keeps what the rules saw; the tests on values come from the limits."""
+        state = self.__dict__.copy()
+        del state["states"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.states = bad_states(self.limits)
+
     def process(self, m: MeasurementTick) -> list[Anomaly]:
         out: list[Anomaly] = []
         for metric, limit in self.limits.error_counters.get(m.name, {}).items():

@@ -149,6 +149,7 @@ def test_both_daemons_ride_out_a_broker_restart_as_processes(
     for name, p in (("gen", gen), ("ingest", ingest), ("run", run)):
         assert p.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
 
-    assert _stored_telemetry_values(influx_settings) == expected_values
+    ingest_log = outputs["ingest"][1][-4000:]
+    assert _stored_telemetry_values(influx_settings) == expected_values, ingest_log
     streamed = _by_incident(_consume(k, k.incidents_topic))
     assert _differences(streamed, expected_incidents) == []

@@ -197,3 +197,14 @@ def test_a_revoked_partition_is_forgotten_its_new_owner_commits_it() -> None:
     loop.feed_polled([_message(0, 7, "h1", T0), _message(1, 9, "h2", T0)])
     loop.held.forget({("t", 1)})
     assert loop.held.first_held() == {("t", 0): 7}
+
+
+def test_a_partition_far_behind_is_waited_for_while_the_broker_still_holds_records_for_it() -> None:
+    from detectors.ticks import PartitionClock
+
+    clock = PartitionClock(stall_s=1800)
+    stamps = [("a", (T0 + 7200) * 1000), ("b", T0 * 1000)]
+    # quiet for two hours of event time with nothing waiting: its producers stopped; not waited for
+    assert clock.observe(stamps) == (T0 + 7200) * S
+    # the same lag while its records are still on the broker (a backlog after an outage): waited for
+    assert clock.observe([], backlogged={"b"}) == T0 * S
