@@ -406,6 +406,11 @@ def run_bench(args: argparse.Namespace) -> int:
         return 0
     if args.bench == "nab":
         return bench_nab(args, console)
+    if args.bench == "soak":
+        from aiops.bench_soak import bench_soak
+
+        report = bench_soak(args, console)
+        return 0 if not report.differences else 1
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

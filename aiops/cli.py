@@ -165,15 +165,16 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
         settings = _settings(args)
         ensure_topics(settings.kafka.bootstrap, [settings.kafka.telemetry_topic])
-        stats = to_kafka(gen, settings.kafka.bootstrap, settings.kafka.telemetry_topic, speed=args.speed)
-        where = f"{settings.kafka.telemetry_topic} at {settings.kafka.bootstrap}"
-        if args.truth_dir:  # topology, events and truth still go to files: Kafka carries telemetry
-            folder = Path(args.truth_dir)
+        folder = Path(args.truth_dir) if args.truth_dir else None
+        if folder is not None:  # topology and events first: a daemon can start on them meanwhile
             folder.mkdir(parents=True, exist_ok=True)
             gen.topology.write(folder / "topology.json")
             write_jsonl(folder / "events.jsonl", gen.events())
-            write_jsonl(folder / "truth.jsonl", gen.truth())
             write_meta(folder / "meta.json", gen)
+        stats = to_kafka(gen, settings.kafka.bootstrap, settings.kafka.telemetry_topic, speed=args.speed)
+        where = f"{settings.kafka.telemetry_topic} at {settings.kafka.bootstrap}"
+        if folder is not None:  # the truth last: Kafka carries the telemetry, files the rest
+            write_jsonl(folder / "truth.jsonl", gen.truth())
     rate = stats.values / max(stats.seconds, 1e-9)
     print(
         f"generated {config.gpus:,} GPUs ({config.topology}), {stats.ticks} ticks, {stats.values:,} values, "
@@ -525,6 +526,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=3, help="runs per size, fresh engine each (first: cold caches)")
     b.add_argument("--background-ticks", type=int, default=20, help="ticks of unrelated anomalies before a burst")
     b.add_argument("--seed", type=int, default=1)
+    b = bench.add_parser(
+        "soak", help="the daemons under a 10,000-GPU stream for 30 min, with kills and a broker restart (services)"
+    )
+    b.add_argument("--minutes", type=float, default=30.0)
+    b.add_argument("--gpus", type=int, default=10_000)
+    b.add_argument("--interval", type=float, default=10.0)
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--faults", default="all=1", help="the cluster's faults (a generator spec)")
+    b.add_argument("--no-predict", action="store_true", help="run the root-cause daemon without the predictor")
+    b.add_argument("--broker-down-s", type=float, default=10.0)
+    b.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS and lag samples")
+    b.add_argument("--drain-timeout-s", type=float, default=600.0)
+    b.add_argument("--work", default="/tmp", help="where logs, state and the offline reference go")
+    b.add_argument("--out", default="docs/bench", help="where soak.json and soak.svg go")
     p.set_defaults(handler=cmd_bench)
     return parser
 

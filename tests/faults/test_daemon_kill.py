@@ -18,6 +18,7 @@ import pytest
 
 from aiops.cli import main
 from ingest.kafka_io import ensure_topics
+from tests.faults.test_broker_restart import topic_env
 from tests.integration.test_run_kafka import _by_incident, _consume, _differences
 from vocab.settings import KafkaSettings
 
@@ -45,7 +46,7 @@ def test_a_stopped_daemon_restarts_from_its_checkpoint_and_publishes_what_offlin
     ensure_topics(k.bootstrap, [k.telemetry_topic], partitions=3)
     env = {
         **os.environ,
-        **{f"AIOPS_KAFKA__{key.upper()}": getattr(k, key) for key in k.model_fields if key.endswith("_topic")},
+        **topic_env(k),
         "AIOPS_CHECKPOINT_EVERY_S": "2",
     }
 

@@ -37,7 +37,7 @@ def test_ingest_members_joining_and_leaving_lose_nothing(
         producer.close()
 
     leave = {name: threading.Event() for name in ("a", "b", "c")}
-    polled: dict[str, int] = {name: 0 for name in leave}
+    polled: dict[str, int] = dict.fromkeys(leave, 0)
 
     def member(name: str) -> None:
         core = IngestCore()

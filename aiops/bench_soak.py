@@ -1,0 +1,320 @@
+"""`aiops bench soak`: the daemons left running under a 10,000-GPU cluster's stream, with faults.
+
+A benchmark, not a test (it takes as long as it is told to, 30 minutes by default): on loopback,
+against the services `scripts/services` runs, `aiops gen --kafka` paces a cluster in real time
+(10,000 GPUs at 10 s is about 64k values/s) while `aiops ingest` writes to InfluxDB and
+`aiops run --kafka` analyses it. Early on, each daemon is killed (SIGKILL) and started again and
+the broker is restarted, so the last two thirds run undisturbed: RSS over that stretch says
+whether memory creeps. Every few seconds it samples each daemon's RSS and its group's lag (end
+offsets minus committed offsets). At the end it runs the same cluster offline and compares the
+incidents published on the topic with the offline run's, id for id.
+
+Prints a table and writes `soak.json` and `soak.svg` (RSS and lag over time) to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the start
+    rss_mb: dict[str, float | None]  # daemon -> resident set size
+    lag: dict[str, int | None]  # daemon -> its group's lag in messages (None: broker away)
+
+
+@dataclass
+class Fault:
+    at: float
+    what: str
+    lag_zero_after_s: float | None = None  # from the fault until both groups had no lag
+
+
+@dataclass
+class SoakReport:
+    minutes: float
+    gpus: int
+    interval_s: float
+    values: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    incidents_streamed: int = 0
+    incidents_offline: int = 0
+    differences: list[str] = field(default_factory=list)
+    exits: dict[str, int | None] = field(default_factory=dict)
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _lag(bootstrap: str, topic: str, groups: dict[str, str]) -> dict[str, int | None]:
+    """Per daemon, messages on the topic its group has not committed."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    out: dict[str, int | None] = dict.fromkeys(groups)
+    try:
+        reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, request_timeout_ms=5000)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    except Exception:  # the broker is away
+        return out
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(reader.partitions_for_topic(topic) or ())]
+        ends = reader.end_offsets(parts)
+        for name, group in groups.items():
+            committed = admin.list_consumer_group_offsets(group)
+            out[name] = sum(int(end) - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items())
+    except Exception:
+        pass
+    finally:
+        reader.close()
+        admin.close()
+    return out
+
+
+def _restart_broker(down_s: float) -> None:
+    cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
+    pid = int((Path(os.environ.get("AIOPS_STATE", cache / "run")) / "kafka.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    time.sleep(down_s)
+    subprocess.run([str(ROOT / "scripts" / "services"), "up"], check=True, capture_output=True, timeout=300)
+
+
+def _by_incident(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(r["incident_id"], []).append(r)
+    return out
+
+
+def _differences(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> list[str]:
+    out = [f"{i}: only {'streamed' if i in a else 'offline'}" for i in sorted(set(a) ^ set(b))]
+    for i in sorted(set(a) & set(b)):
+        if a[i] != b[i]:
+            out.append(f"{i}: {len(a[i])} states streamed vs {len(b[i])} offline, or they differ")
+    return out
+
+
+def _read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8000)
+    records = [json.loads(m.value) for m in consumer]
+    consumer.close()
+    return records
+
+
+def soak(args: argparse.Namespace, console: Console) -> SoakReport:
+    from aiops.cli import _settings
+    from ingest.kafka_io import ensure_topics
+
+    settings = _settings(argparse.Namespace())
+    bootstrap = settings.kafka.bootstrap
+    run_id = f"soak-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    work = Path(args.work) / run_id
+    work.mkdir(parents=True)
+    names = [key for key in type(settings.kafka).model_fields if key.endswith("_topic")]
+    topics = {key: f"{run_id}.{key.removesuffix('_topic')}" for key in names}
+    groups = {"ingest": f"{run_id}-ingest", "run": f"{run_id}-run"}
+    database = run_id.replace("-", "_")
+    env = {
+        **os.environ,
+        **{f"AIOPS_KAFKA__{k.upper()}": v for k, v in topics.items()},
+        "AIOPS_INFLUX__DATABASE": database,
+        "AIOPS_STATE_DIR": str(work / "state"),
+        "AIOPS_SCRAPE_INTERVAL_S": str(args.interval),
+    }
+    requests.post(f"{settings.influx.url}/query", params={"q": f'CREATE DATABASE "{database}"'}, timeout=30)
+    ensure_topics(bootstrap, [topics["telemetry_topic"]])
+    gen_args = ["--gpus", str(args.gpus), "--interval", str(args.interval), "--seed", str(args.seed)]
+    gen_args += ["--hours", str(args.minutes / 60), "--faults", args.faults]
+    predict = ["--no-predict"] if args.no_predict else []
+    side = work / "side"
+
+    def aiops(*argv: str, log: str) -> subprocess.Popen[bytes]:
+        out = (work / f"{log}.log").open("ab")
+        return subprocess.Popen([sys.executable, "-m", "aiops.cli", *argv], env=env, stdout=out, stderr=out)
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        if name == "ingest":
+            return aiops("ingest", "--group", groups["ingest"], log="ingest")
+        daemon = ["run", "--kafka", bootstrap, "--topology", str(side / "topology.json"), "--events"]
+        daemon += [str(side / "events.jsonl"), "--group", groups["run"], *predict]
+        return aiops(*daemon, log="run")
+
+    # the generator writes the topology and events before it streams: the root-cause daemon
+    # starts on them once they are there
+    gen = aiops("gen", *gen_args, "--kafka", bootstrap, "--speed", "1", "--truth-dir", str(side), log="gen")
+    while not (side / "meta.json").is_file():
+        if gen.poll() is not None:
+            raise RuntimeError(f"the generator stopped: see {work / 'gen.log'}")
+        time.sleep(0.5)
+    time.sleep(1)
+    daemons = {"ingest": start("ingest"), "run": start("run")}
+    report = SoakReport(args.minutes, args.gpus, args.interval)
+    began = time.monotonic()
+    duration = args.minutes * 60
+    # faults early, so the last two thirds show the steady state
+    plan = [(0.13 * duration, "SIGKILL ingest"), (0.20 * duration, "SIGKILL run"), (0.27 * duration, "broker restart")]
+    console.print(
+        f"[bold]soak[/] {run_id}: {args.gpus:,} GPUs at {args.interval:g} s for {args.minutes:g} min; logs in {work}"
+    )
+    next_sample = 0.0
+    drained_since: float | None = None
+    while True:
+        now = time.monotonic() - began
+        if plan and now >= plan[0][0]:
+            _, what = plan.pop(0)
+            console.print(f"{now:7.0f} s  {what}")
+            report.faults.append(Fault(now, what))
+            if what.startswith("SIGKILL"):
+                name = what.split()[1]
+                daemons[name].kill()
+                daemons[name].wait()
+                time.sleep(5)
+                daemons[name] = start(name)
+            else:
+                _restart_broker(args.broker_down_s)
+        if now >= next_sample:
+            next_sample = now + args.sample_s
+            rss = {name: _rss_mb(p.pid) for name, p in daemons.items()}
+            lag = _lag(bootstrap, topics["telemetry_topic"], groups)
+            report.samples.append(Sample(now, rss, lag))
+            for fault in report.faults:
+                if fault.lag_zero_after_s is None and all(v == 0 for v in lag.values()) and now > fault.at + 5:
+                    fault.lag_zero_after_s = now - fault.at
+            drained = gen.poll() is not None and all(v == 0 for v in lag.values())
+            drained_since = (drained_since or now) if drained else None
+            if drained_since is not None and now - drained_since >= 30:
+                break
+            if now > duration + args.drain_timeout_s:
+                console.print("[red]the daemons did not drain the stream in time[/]")
+                break
+        for name, p in daemons.items():
+            if p.poll() is not None:
+                console.print(f"[red]{name} exited ({p.returncode}) on its own[/]; see {work / name}.log")
+        time.sleep(1)
+    for p in daemons.values():
+        p.send_signal(signal.SIGTERM)
+    report.exits = {name: p.wait(timeout=120) for name, p in daemons.items()}
+    streamed = _by_incident(_read_topic(bootstrap, topics["incidents_topic"]))
+
+    # the same cluster offline: the reference the daemons must equal
+    recorded = work / "recorded"
+    subprocess.run([sys.executable, "-m", "aiops.cli", "gen", *gen_args, "--out", str(recorded)], env=env, check=True)
+    offline = work / "offline"
+    subprocess.run(
+        [sys.executable, "-m", "aiops.cli", "run", "--input", str(recorded), "--out", str(offline), *predict],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    shutil.rmtree(recorded)  # gigabytes at this size
+    lines = (offline / "incidents.jsonl").read_text().splitlines()
+    expected = _by_incident([json.loads(line) for line in lines if line.strip()])
+    report.incidents_streamed, report.incidents_offline = len(streamed), len(expected)
+    report.differences = _differences(streamed, expected)
+    return report
+
+
+def _svg(report: SoakReport, width: int = 900, height: int = 420) -> str:
+    """RSS (MB) of each daemon and its group's lag (messages) over time, faults marked."""
+    pad, half = 60, (height - 60) // 2
+    t_max = max((s.t for s in report.samples), default=1.0) or 1.0
+    colours = {"ingest": "#1f77b4", "run": "#d62728"}
+
+    def x(t: float) -> float:
+        return pad + (width - 2 * pad) * t / t_max
+
+    def panel(top: int, title: str, series: dict[str, list[tuple[float, float]]]) -> list[str]:
+        peak = max((v for points in series.values() for _, v in points), default=1.0) or 1.0
+        out = [f'<text x="{pad}" y="{top - 8}" font-size="13">{title} (max {peak:,.0f})</text>']
+        out.append(
+            f'<rect x="{pad}" y="{top}" width="{width - 2 * pad}" height="{half - 30}" fill="none" stroke="#999"/>'
+        )
+        for name, points in series.items():
+            path = " ".join(f"{x(t):.1f},{top + (half - 30) * (1 - v / peak):.1f}" for t, v in points)
+            out.append(f'<polyline fill="none" stroke="{colours[name]}" stroke-width="1.5" points="{path}"/>')
+        return out
+
+    rss = {n: [(s.t, v) for s in report.samples if (v := s.rss_mb.get(n)) is not None] for n in colours}
+    lag = {n: [(s.t, float(v)) for s in report.samples if (v := s.lag.get(n)) is not None] for n in colours}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif">']
+    parts += panel(30, "RSS, MB", rss)
+    parts += panel(30 + half, "lag, messages", lag)
+    for fault in report.faults:
+        parts.append(
+            f'<line x1="{x(fault.at):.1f}" y1="30" x2="{x(fault.at):.1f}" y2="{height - 30}" '
+            'stroke="#888" stroke-dasharray="4"/>'
+        )
+        parts.append(f'<text x="{x(fault.at) + 3:.1f}" y="{height - 16}" font-size="11">{fault.what}</text>')
+    for i, (name, colour) in enumerate(colours.items()):
+        parts.append(f'<text x="{width - pad - 120 + 60 * i}" y="18" font-size="12" fill="{colour}">{name}</text>')
+    parts.append(f'<text x="{width / 2:.0f}" y="{height - 2}" font-size="11">seconds</text></svg>')
+    return "\n".join(parts)
+
+
+def _growth(report: SoakReport, name: str, last_s: float) -> float | None:
+    """RSS growth of a daemon over the last `last_s` seconds, as a fraction of where it began."""
+    t_end = report.samples[-1].t if report.samples else 0.0
+    window = [(s.t, s.rss_mb.get(name)) for s in report.samples if s.t >= t_end - last_s]
+    values = [v for _, v in window if v is not None]
+    if len(values) < 2:
+        return None
+    return (values[-1] - values[0]) / values[0]
+
+
+def bench_soak(args: argparse.Namespace, console: Console) -> SoakReport:
+    report = soak(args, console)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
+    (out / "soak.svg").write_text(_svg(report))
+    table = Table(title=f"aiops bench soak: {report.gpus:,} GPUs at {report.interval_s:g} s, {report.minutes:g} min")
+    table.add_column("what")
+    table.add_column("result", justify="right")
+    for fault in report.faults:
+        after = "never" if fault.lag_zero_after_s is None else f"{fault.lag_zero_after_s:.0f} s"
+        table.add_row(f"{fault.what} at {fault.at:.0f} s: lag back to 0 after", after)
+    last = min(20 * 60, report.minutes * 60 * 2 / 3)
+    for name in ("ingest", "run"):
+        g = _growth(report, name, last)
+        table.add_row(f"{name}: RSS growth over the last {last / 60:.0f} min", "n/a" if g is None else f"{g:+.1%}")
+    table.add_row("incidents streamed / offline", f"{report.incidents_streamed} / {report.incidents_offline}")
+    table.add_row("incidents that differ from offline", str(len(report.differences)))
+    table.add_row("daemon exit codes on SIGTERM", ", ".join(f"{n} {c}" for n, c in report.exits.items()))
+    console.print(table)
+    for line in report.differences[:20]:
+        console.print(f"  {line}")
+    console.print(f"written {out / 'soak.json'} and {out / 'soak.svg'}")
+    return report
