@@ -26,7 +26,15 @@ from tests.faults.test_store_outage import T0_NS, _stored_values, _telemetry
 from tests.integration.test_run_kafka import _by_incident, _consume, _differences
 from vocab.settings import InfluxSettings, KafkaSettings
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.slow,
+    # kafka-python 3.0 leaves the socket of each connection a stopped broker refused to the garbage
+    # collector, whose ResourceWarning then lands in whichever test the collection runs in (see
+    # _collect_refused_sockets); the leak is the client's, bounded by the outage's reconnects
+    pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Exception ignored in. <socket:pytest.PytestUnraisableExceptionWarning"),
+]
 
 DOWN_S = 10.0
 
