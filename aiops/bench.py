@@ -410,7 +410,7 @@ def run_bench(args: argparse.Namespace) -> int:
         from aiops.bench_soak import bench_soak
 
         report = bench_soak(args, console)
-        return 0 if not report.differences else 1
+        return 0 if not (report.differences or report.died) else 1
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

@@ -60,6 +60,7 @@ class SoakReport:
     incidents_offline: int = 0
     differences: list[str] = field(default_factory=list)
     exits: dict[str, int | None] = field(default_factory=dict)
+    died: list[str] = field(default_factory=list)  # daemons that exited on their own
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -220,10 +221,14 @@ def soak(args: argparse.Namespace, console: Console) -> SoakReport:
             if now > duration + args.drain_timeout_s:
                 console.print("[red]the daemons did not drain the stream in time[/]")
                 break
-        for name, p in daemons.items():
-            if p.poll() is not None:
-                console.print(f"[red]{name} exited ({p.returncode}) on its own[/]; see {work / name}.log")
+        died = [name for name, p in daemons.items() if p.poll() is not None]
+        if died:
+            for name in died:
+                console.print(f"[red]{name} exited ({daemons[name].returncode}) on its own[/]; see {work / name}.log")
+                report.died.append(name)
+            break
         time.sleep(1)
+    gen.terminate()
     for p in daemons.values():
         p.send_signal(signal.SIGTERM)
     report.exits = {name: p.wait(timeout=120) for name, p in daemons.items()}
@@ -313,6 +318,7 @@ def bench_soak(args: argparse.Namespace, console: Console) -> SoakReport:
     table.add_row("incidents streamed / offline", f"{report.incidents_streamed} / {report.incidents_offline}")
     table.add_row("incidents that differ from offline", str(len(report.differences)))
     table.add_row("daemon exit codes on SIGTERM", ", ".join(f"{n} {c}" for n, c in report.exits.items()))
+    table.add_row("daemons that exited on their own", ", ".join(report.died) or "none")
     console.print(table)
     for line in report.differences[:20]:
         console.print(f"  {line}")

@@ -252,6 +252,7 @@ class TelemetryConsumer:
         self._on_revoked = on_revoked
         self._next: dict[Partition, int] = {}  # per partition, the offset after the last one consumed
         self._start_at = dict(start_at or {})
+        self._last_poll_error = -float("inf")
         self._consumer = self._connect()
 
     def _revoked(self, partitions: set[Partition]) -> None:
@@ -301,7 +302,15 @@ class TelemetryConsumer:
 
     def poll(self) -> list[tuple[Source, int, bytes]]:
         """Messages of one poll as (where, timestamp ms, value), in partition order."""
-        records = self._consumer.poll(timeout_ms=self._timeout_ms)
+        try:
+            records = self._consumer.poll(timeout_ms=self._timeout_ms)
+        except KafkaError as exc:  # the broker away while joining or finding the coordinator
+            now = time.monotonic()
+            if now - self._last_poll_error > 30:
+                log.warning("poll failed (%s); waiting for the broker", exc)
+                self._last_poll_error = now
+            time.sleep(min(1.0, self._timeout_ms / 1000))
+            return []
         out: list[tuple[Source, int, bytes]] = []
         for tp, messages in records.items():
             for m in messages:

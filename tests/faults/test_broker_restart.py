@@ -167,11 +167,18 @@ def test_both_daemons_ride_out_a_broker_restart_as_processes(
     )
     # one simulated hour in about 25 s of wall time; the broker restarts in the middle of it
     gen = aiops("gen", *GEN, *FAULTS, "--kafka", k.bootstrap, "--speed", "150")
-    time.sleep(8)
-    assert gen.poll() is None, "the stream ended before the broker restarted"
-    restart_broker(DOWN_S)
-    assert ingest.poll() is None and run.poll() is None, "a daemon exited while the broker was away"
-    outputs = {name: p.communicate(timeout=600) for name, p in (("gen", gen), ("ingest", ingest), ("run", run))}
+    processes = {"gen": gen, "ingest": ingest, "run": run}
+    try:
+        time.sleep(8)
+        assert gen.poll() is None, "the stream ended before the broker restarted"
+        restart_broker(DOWN_S)
+        assert ingest.poll() is None and run.poll() is None, "a daemon exited while the broker was away"
+        outputs = {name: p.communicate(timeout=600) for name, p in processes.items()}
+    finally:  # a failed assertion must not leave a daemon running
+        for p in processes.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     for name, p in (("gen", gen), ("ingest", ingest), ("run", run)):
         assert p.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
 

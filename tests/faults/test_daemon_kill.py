@@ -58,23 +58,30 @@ def test_a_stopped_daemon_restarts_from_its_checkpoint_and_publishes_what_offlin
     daemon += ["--events", str(recorded / "events.jsonl"), "--group", k.ingest_group + "-run", "--no-predict"]
     gen = aiops("gen", *GEN, *FAULTS, "--kafka", k.bootstrap, "--speed", "50")  # an hour in ~72 s
     first = aiops(*daemon)
-    deadline = time.monotonic() + 120
-    while not _consume(k, k.incidents_topic) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert gen.poll() is None, "the stream ended before the kill: nothing to show"
-    time.sleep(3)  # a checkpoint or two after the first incident (SIGTERM: one more on the way out)
-    os.kill(first.pid, stop)
-    _, err = first.communicate(timeout=60)
-    if stop == signal.SIGTERM:
-        assert first.returncode == 0, err[-3000:]
-    assert (Path(env["AIOPS_STATE_DIR"]) / f"run-{k.ingest_group}-run.ckpt").is_file()
+    started = [gen, first]
+    try:
+        deadline = time.monotonic() + 120
+        while not _consume(k, k.incidents_topic) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert gen.poll() is None, "the stream ended before the kill: nothing to show"
+        time.sleep(3)  # a checkpoint or two after the first incident (SIGTERM: one more on the way out)
+        os.kill(first.pid, stop)
+        _, err = first.communicate(timeout=60)
+        if stop == signal.SIGTERM:
+            assert first.returncode == 0, err[-3000:]
+        assert (Path(env["AIOPS_STATE_DIR"]) / f"run-{k.ingest_group}-run.ckpt").is_file()
 
-    second = aiops(*daemon, "--stop-when-idle", "15")
-    _, err = second.communicate(timeout=600)
-    gen.communicate(timeout=60)
-    assert second.returncode == 0, err[-3000:]
-    assert "resuming from the checkpoint" in err
-
+        second = aiops(*daemon, "--stop-when-idle", "15")
+        started.append(second)
+        _, err = second.communicate(timeout=600)
+        gen.communicate(timeout=60)
+        assert second.returncode == 0, err[-3000:]
+        assert "resuming from the checkpoint" in err
+    finally:  # a failed assertion must not leave a daemon running
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     assert _differences(_by_incident(_consume(k, k.incidents_topic)), expected) == []
     streamed = Counter(json.dumps(a, sort_keys=True) for a in _consume(k, k.anomalies_topic))
     assert streamed == Counter(json.dumps(a, sort_keys=True) for a in _jsonl(offline / "anomalies.jsonl"))
