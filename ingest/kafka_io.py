@@ -292,13 +292,24 @@ class TelemetryConsumer:
         except KafkaError as exc:
             raise KafkaIOError(f"cannot reach Kafka at {self._settings.bootstrap}: {exc}") from exc
 
-    def rejoin(self) -> None:
+    def rejoin(self, should_stop: Callable[[], bool]) -> bool:
         """Leave and join the group again as a new member. kafka-python 3.0 now and then never
-        completes a first join against a 4.x broker; a fresh member gets through."""
+        completes a first join against a 4.x broker; a fresh member gets through. A broker that
+        is away meanwhile is waited for; False if asked to stop first."""
         log.warning("consumer of group %s got no partitions; joining again", self._group)
         self._consumer.close(autocommit=False)
         self._revoked(set(self._next))
-        self._consumer = self._connect()
+        delay = 1.0
+        while True:
+            try:
+                self._consumer = self._connect()
+                return True
+            except KafkaIOError as exc:
+                if should_stop():
+                    return False
+                log.warning("%s; trying again in %.0f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     def poll(self) -> list[tuple[Source, int, bytes]]:
         """Messages of one poll as (where, timestamp ms, value), in partition order."""
@@ -427,7 +438,8 @@ def polls(
                 rejoins += 1
                 if idle_stop_s is not None and rejoins > MAX_REJOINS:
                     raise KafkaIOError(f"no partitions assigned after {rejoins} attempts to join the group")
-                consumer.rejoin()
+                if not consumer.rejoin(should_stop):
+                    return
                 joining_since = time.monotonic()
         elif idle_stop_s is not None and now - idle_since > idle_stop_s:
             return
