@@ -173,14 +173,16 @@ def soak(args: argparse.Namespace, console: Console) -> SoakReport:
         daemon += [str(side / "events.jsonl"), "--group", groups["run"], *predict]
         return aiops(*daemon, log="run")
 
-    # the generator writes the topology and events before it streams: the root-cause daemon
-    # starts on them once they are there
-    gen = aiops("gen", *gen_args, "--kafka", bootstrap, "--speed", "1", "--truth-dir", str(side), log="gen")
-    while not (side / "meta.json").is_file():
-        if gen.poll() is not None:
-            raise RuntimeError(f"the generator stopped: see {work / 'gen.log'}")
-        time.sleep(0.5)
-    time.sleep(1)
+    # the schedule (jobs, maintenance) is only complete once the whole cluster was generated:
+    # generate it once to a folder for the root-cause daemon, keep topology and events
+    subprocess.run(
+        [sys.executable, "-m", "aiops.cli", "gen", *gen_args, "--out", str(side)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    (side / "telemetry.lp").unlink()
+    gen = aiops("gen", *gen_args, "--kafka", bootstrap, "--speed", "1", log="gen")
     daemons = {"ingest": start("ingest"), "run": start("run")}
     report = SoakReport(args.minutes, args.gpus, args.interval)
     began = time.monotonic()

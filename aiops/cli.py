@@ -166,14 +166,14 @@ def cmd_gen(args: argparse.Namespace) -> int:
         settings = _settings(args)
         ensure_topics(settings.kafka.bootstrap, [settings.kafka.telemetry_topic])
         folder = Path(args.truth_dir) if args.truth_dir else None
-        if folder is not None:  # topology and events first: a daemon can start on them meanwhile
+        if folder is not None:  # the topology first: a daemon can start on it meanwhile
             folder.mkdir(parents=True, exist_ok=True)
             gen.topology.write(folder / "topology.json")
-            write_jsonl(folder / "events.jsonl", gen.events())
             write_meta(folder / "meta.json", gen)
         stats = to_kafka(gen, settings.kafka.bootstrap, settings.kafka.telemetry_topic, speed=args.speed)
         where = f"{settings.kafka.telemetry_topic} at {settings.kafka.bootstrap}"
-        if folder is not None:  # the truth last: Kafka carries the telemetry, files the rest
+        if folder is not None:  # events and truth last: the stream adds events as it goes
+            write_jsonl(folder / "events.jsonl", gen.events())
             write_jsonl(folder / "truth.jsonl", gen.truth())
     rate = stats.values / max(stats.seconds, 1e-9)
     print(
