@@ -97,7 +97,9 @@ def _lag(bootstrap: str, topic: str, groups: dict[str, str]) -> dict[str, int | 
     return out
 
 
-def _restart_broker(down_s: float) -> None:
+def restart_broker(down_s: float) -> None:
+    """Stop the broker `scripts/services` runs as an operator's restart does (SIGTERM), keep it
+    down for `down_s`, start it again."""
     cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
     pid = int((Path(os.environ.get("AIOPS_STATE", cache / "run")) / "kafka.pid").read_text())
     os.kill(pid, signal.SIGTERM)
@@ -111,18 +113,24 @@ def _restart_broker(down_s: float) -> None:
     subprocess.run([str(ROOT / "scripts" / "services"), "up"], check=True, capture_output=True, timeout=300)
 
 
-def _by_incident(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_incident(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each incident's successive states (Kafka keeps order per key, not across keys)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         out.setdefault(r["incident_id"], []).append(r)
     return out
 
 
-def _differences(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> list[str]:
-    out = [f"{i}: only {'streamed' if i in a else 'offline'}" for i in sorted(set(a) ^ set(b))]
+def incident_differences(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Where two runs' incidents differ: ids in one only, state counts, and field by field."""
+    out = [f"{i}: only in one" for i in sorted(set(a) ^ set(b))]
     for i in sorted(set(a) & set(b)):
-        if a[i] != b[i]:
-            out.append(f"{i}: {len(a[i])} states streamed vs {len(b[i])} offline, or they differ")
+        if len(a[i]) != len(b[i]):
+            out.append(f"{i}: {len(a[i])} states vs {len(b[i])}")
+        for n, (x, y) in enumerate(zip(a[i], b[i], strict=False)):
+            out += [
+                f"{i}[{n}].{k}: {x.get(k)!r} != {y.get(k)!r}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)
+            ]
     return out
 
 
@@ -207,7 +215,7 @@ def soak(args: argparse.Namespace, console: Console) -> SoakReport:
                 time.sleep(5)
                 daemons[name] = start(name)
             else:
-                _restart_broker(args.broker_down_s)
+                restart_broker(args.broker_down_s)
         if now >= next_sample:
             next_sample = now + args.sample_s
             rss = {name: _rss_mb(p.pid) for name, p in daemons.items()}
@@ -234,7 +242,7 @@ def soak(args: argparse.Namespace, console: Console) -> SoakReport:
     for p in daemons.values():
         p.send_signal(signal.SIGTERM)
     report.exits = {name: p.wait(timeout=120) for name, p in daemons.items()}
-    streamed = _by_incident(_read_topic(bootstrap, topics["incidents_topic"]))
+    streamed = by_incident(_read_topic(bootstrap, topics["incidents_topic"]))
 
     # the same cluster offline: the reference the daemons must equal
     recorded = work / "recorded"
@@ -248,9 +256,9 @@ def soak(args: argparse.Namespace, console: Console) -> SoakReport:
     )
     shutil.rmtree(recorded)  # gigabytes at this size
     lines = (offline / "incidents.jsonl").read_text().splitlines()
-    expected = _by_incident([json.loads(line) for line in lines if line.strip()])
+    expected = by_incident([json.loads(line) for line in lines if line.strip()])
     report.incidents_streamed, report.incidents_offline = len(streamed), len(expected)
-    report.differences = _differences(streamed, expected)
+    report.differences = incident_differences(streamed, expected)
     return report
 
 

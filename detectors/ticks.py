@@ -218,6 +218,3 @@ class HeldMessages:
         """Partitions this member no longer owns (a rebalance): their new owner reads them again."""
         for source in sources:
             self._held.pop(source, None)
-
-    def __len__(self) -> int:
-        return sum(len(h) for h in self._held.values())

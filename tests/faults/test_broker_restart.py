@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -17,13 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from aiops.bench_soak import by_incident as _by_incident
+from aiops.bench_soak import incident_differences as _differences
+from aiops.bench_soak import restart_broker
 from aiops.cli import main
 from ingest.influx_writer import InfluxWriter
 from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
-from tests.conftest import ROOT, influxql
+from tests.conftest import influxql
 from tests.faults.test_store_outage import T0_NS, _stored_values, _telemetry
-from tests.integration.test_run_kafka import _by_incident, _consume, _differences
+from tests.integration.test_run_kafka import _consume
 from vocab.settings import InfluxSettings, KafkaSettings
 
 pytestmark = [
@@ -37,27 +39,6 @@ pytestmark = [
 ]
 
 DOWN_S = 10.0
-
-
-def _broker_pid() -> int:
-    cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
-    state = Path(os.environ.get("AIOPS_STATE", cache / "run"))
-    return int((state / "kafka.pid").read_text())
-
-
-def restart_broker(down_s: float) -> None:
-    """Stop the broker as an operator's restart does (SIGTERM), keep it down, start it again."""
-    pid = _broker_pid()
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    time.sleep(down_s)
-    subprocess.run([str(ROOT / "scripts" / "services"), "up"], check=True, capture_output=True, timeout=300)
 
 
 def topic_env(k: KafkaSettings) -> dict[str, str]:

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from aiops.bench_soak import by_incident as _by_incident
+from aiops.bench_soak import incident_differences as _differences
 from aiops.cli import main
 from ingest.kafka_io import ensure_topics
 from tests.faults.test_broker_restart import topic_env
-from tests.integration.test_run_kafka import _by_incident, _consume, _differences
+from tests.integration.test_run_kafka import _consume
 from vocab.settings import KafkaSettings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from aiops.bench_soak import by_incident as _by_incident
+from aiops.bench_soak import incident_differences as _differences
 from aiops.cli import main
 from aiops.runner import run_kafka
 from detectors.runner import read_events
@@ -17,7 +19,7 @@ from ingest.influx_writer import InfluxWriter
 from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.faults.test_broker_restart import _stored_telemetry_values
-from tests.integration.test_run_kafka import _by_incident, _consume, _differences
+from tests.integration.test_run_kafka import _consume
 from vocab.settings import InfluxSettings, KafkaSettings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
+from aiops.bench_soak import by_incident as _by_incident
+from aiops.bench_soak import incident_differences as _differences
 from aiops.cli import main
 from vocab.settings import KafkaSettings
 
@@ -26,26 +28,6 @@ def _consume(settings: KafkaSettings, topic: str) -> list[dict[str, Any]]:
     records = [json.loads(m.value) for m in consumer]
     consumer.close()
     return records
-
-
-def _by_incident(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each incident's successive states (Kafka keeps order per key, not across keys)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        out.setdefault(r["incident_id"], []).append(r)
-    return out
-
-
-def _differences(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> list[str]:
-    out = [f"{i}: only in one" for i in sorted(set(a) ^ set(b))]
-    for i in sorted(set(a) & set(b)):
-        if len(a[i]) != len(b[i]):
-            out.append(f"{i}: {len(a[i])} states vs {len(b[i])}")
-        for n, (x, y) in enumerate(zip(a[i], b[i], strict=False)):
-            out += [
-                f"{i}[{n}].{k}: {x.get(k)!r} != {y.get(k)!r}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)
-            ]
-    return out
 
 
 def test_daemon_incidents_equal_the_offline_runs(
