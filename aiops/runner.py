@@ -271,15 +271,56 @@ def run_kafka(
         settings.deadletter_topic,
     ]
     ensure_topics(settings.bootstrap, topics)
-    pipeline = Pipeline(TopologyGraph.load(topology), interval_s, events, predictor, lateness_s, detector_settings)
+    graph = TopologyGraph.load(topology)
+
+    def fresh() -> Pipeline:
+        return Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
+
+    pipeline = fresh()
     outputs = topics[1:]
     store = CheckpointStore(state_dir, f"run-{settings.run_group}") if state_dir is not None else None
-    resume, published = _restore(pipeline, store, settings.bootstrap)
-    consumer = TelemetryConsumer(
-        settings, group=settings.run_group, on_revoked=pipeline.detect.forget_partitions, start_at=resume
-    )
     producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
-    producer.already_published = published.already
+    holding: set[tuple[str, int]] = set()  # the partitions whose state the pipeline holds
+    unread_outputs: Offsets | None = None  # a checkpoint's output ends, read back before publishing
+
+    def assigned(partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """One member of the group holds every partition (the engine sees the whole fleet);
+        the group hands them back to the same member after each rebalance, and then its state is
+        still its own. Partitions it did not hold come with the checkpoint (a start, or a standby
+        taking over): state moves with them. Runs inside a poll: no Kafka calls here."""
+        nonlocal pipeline, holding, unread_outputs
+        if partitions <= holding:
+            holding = partitions
+            return {}
+        holding = partitions
+        pipeline = fresh()
+        if not partitions:
+            log.info("standing by: another member of group %s holds the partitions", settings.run_group)
+            return {}
+        checkpoint = _load(pipeline, store)
+        if checkpoint is None:
+            pipeline = fresh()  # a failed restore may have left part of the state
+            return {}
+        unread_outputs = checkpoint.outputs
+        resume = {(t, p): o for t, parts in checkpoint.offsets.items() for p, o in parts.items()}
+        log.warning(
+            "resuming from the checkpoint of %s (%s; last tick %s)",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(checkpoint.written_at)),
+            ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(resume.items())),
+            pipeline.last_tick,
+        )
+        return resume
+
+    def revoked(partitions: set[tuple[str, int]]) -> None:  # the pipeline of the moment (assigned() renews it)
+        pipeline.detect.forget_partitions(partitions)
+
+    consumer = TelemetryConsumer(
+        settings,
+        group=settings.run_group,
+        on_revoked=revoked,
+        on_assigned=assigned,
+        one_active=True,
+    )
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()
     started = last_checkpoint = time.monotonic()
@@ -288,7 +329,7 @@ def run_kafka(
         """State and the offsets it belongs to, then the same offsets to Kafka."""
         nonlocal last_checkpoint
         done = consumer.done(pipeline.detect.held.first_held())
-        if store is not None:
+        if store is not None and holding:
             offsets: Offsets = {}
             for (topic, partition), offset in done.items():
                 offsets.setdefault(topic, {})[partition] = offset
@@ -299,6 +340,10 @@ def run_kafka(
         last_checkpoint = time.monotonic()
 
     def publish(anomalies: list[Anomaly]) -> None:
+        nonlocal unread_outputs
+        if unread_outputs is not None:  # resumed from a checkpoint: what was published since is skipped
+            producer.already_published = PublishedSince.read(settings.bootstrap, unread_outputs).already
+            unread_outputs = None
         notices = pipeline.take_notices()
         for n in notices:
             producer.send_raw(settings.notices_topic, n.to_json(), key=n.subject.encode())
@@ -341,32 +386,19 @@ def run_kafka(
     return pipeline.finish_stats(stats, time.monotonic() - started)
 
 
-def _restore(
-    pipeline: Pipeline, store: CheckpointStore | None, bootstrap: str
-) -> tuple[dict[tuple[str, int], int], PublishedSince]:
-    """Load the last checkpoint into the pipeline: where to resume each partition, and what was
-    published since (to skip on the replay). A checkpoint that cannot be used is logged and the
-    daemon starts from nothing, from the group's committed offsets."""
-    checkpoint = None
-    if store is not None:
-        try:
-            checkpoint = store.load()
-            if checkpoint is not None:
-                pipeline.restore(checkpoint.state)
-        except (CheckpointError, ValueError) as exc:
-            log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
-            checkpoint = None
-    if checkpoint is None:
-        return {}, PublishedSince()
-    resume = {(t, p): o for t, parts in checkpoint.offsets.items() for p, o in parts.items()}
-    published = PublishedSince.read(bootstrap, checkpoint.outputs)
-    log.warning(
-        "resuming from the checkpoint of %s (%s; last tick %s)",
-        time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(checkpoint.written_at)),
-        ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(resume.items())),
-        pipeline.last_tick,
-    )
-    return resume, published
+def _load(pipeline: Pipeline, store: CheckpointStore | None) -> Checkpoint | None:
+    """The last checkpoint, loaded into the pipeline; None if there is none, or it cannot be used
+    (logged: the daemon then starts from nothing, at the group's committed offsets)."""
+    if store is None:
+        return None
+    try:
+        checkpoint = store.load()
+        if checkpoint is not None:
+            pipeline.restore(checkpoint.state)
+        return checkpoint
+    except (CheckpointError, ValueError) as exc:
+        log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
+        return None
 
 
 __all__ = ["IncidentSink", "NoticeSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]

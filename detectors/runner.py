@@ -370,7 +370,11 @@ def detect_kafka(
         [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic],
     )
     loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
-    consumer = TelemetryConsumer(settings, group=settings.detect_group, on_revoked=loop.forget_partitions)
+    # one member holds every partition: peer and cohort comparisons span nodes, and members
+    # splitting the partitions would each compare part of a job's GPUs
+    consumer = TelemetryConsumer(
+        settings, group=settings.detect_group, on_revoked=loop.forget_partitions, one_active=True
+    )
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
     dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)

@@ -12,12 +12,18 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.coordinator.assignors.abstract import (
+    AbstractPartitionAssignor,
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 from numpy.typing import NDArray
@@ -232,6 +238,43 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owner._assigned(assigned)
 
 
+class OneActiveAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Every partition to one member of the group, the others stand by: for a stage whose state
+    spans partitions (the root-cause engine compares and walks the whole fleet, peer cohorts
+    cross nodes), two members splitting the partitions would be two half-blind engines. The
+    member that holds the partitions keeps them when others join; when it leaves or dies, the
+    longest-waiting standby takes them all (and restores the checkpoint: state moves with them).
+    Each member says in its join metadata whether it is active and when it started."""
+
+    name = "aiops-one-active"
+    version = 0
+
+    def __init__(self) -> None:
+        self.started_ns = time.time_ns()
+        self.active = False  # holds the partitions
+        self.generation = -1  # of the last assignment received; -1 before the first
+
+    def metadata(self, topics: set[str]) -> ConsumerProtocolSubscription:
+        return ConsumerProtocolSubscription(self.version, sorted(topics), str(self.started_ns).encode())
+
+    def assign(self, cluster: Any, members: list[Any]) -> dict[str, ConsumerProtocolAssignment]:
+        def seniority(member: Any) -> tuple[int, str]:
+            started = bytes(member.metadata.user_data or b"").decode()
+            return (int(started) if started.isdigit() else 0, str(member.member_id))
+
+        chosen = min(members, key=seniority)
+        topics = sorted({t for m in members for t in m.metadata.topics})
+        everything = [(t, sorted(cluster.partitions_for_topic(t) or ())) for t in topics]
+        return {
+            m.member_id: ConsumerProtocolAssignment(self.version, everything if m is chosen else [], b"")
+            for m in members
+        }
+
+    def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
+        self.active = bool(assignment.partitions())
+        self.generation = generation
+
+
 class TelemetryConsumer:
     """A consumer-group member that commits only what was fully processed."""
 
@@ -242,9 +285,13 @@ class TelemetryConsumer:
         group: str | None = None,
         on_revoked: Callable[[set[Partition]], None] | None = None,
         start_at: Mapping[Partition, int] | None = None,
+        on_assigned: Callable[[set[Partition]], Mapping[Partition, int]] | None = None,
+        one_active: bool = False,
     ) -> None:
         """`start_at`: where to read from on the first assignment (a checkpoint's offsets), instead
-        of the group's committed offsets."""
+        of the group's committed offsets. `on_assigned`: called with partitions this member gets,
+        returns where to read them from (a checkpoint loaded then). `one_active`: all partitions
+        to one member of the group, the others stand by (OneActiveAssignor)."""
         self._topic = topic or settings.telemetry_topic
         self._group = group or settings.ingest_group
         self._settings = settings
@@ -252,6 +299,8 @@ class TelemetryConsumer:
         self._on_revoked = on_revoked
         self._next: dict[Partition, int] = {}  # per partition, the offset after the last one consumed
         self._start_at = dict(start_at or {})
+        self._on_assigned = on_assigned
+        self._assignor = OneActiveAssignor() if one_active else None
         self._last_poll_error = -float("inf")
         self._consumer = self._connect()
 
@@ -263,6 +312,8 @@ class TelemetryConsumer:
             self._on_revoked(partitions)
 
     def _assigned(self, partitions: set[TopicPartition]) -> None:
+        if self._on_assigned is not None:  # also with nothing: a one-active member now stands by
+            self._start_at.update(self._on_assigned({(tp.topic, tp.partition) for tp in partitions}))
         for tp in partitions:
             offset = self._start_at.pop((tp.topic, tp.partition), None)
             if offset is not None:
@@ -286,6 +337,7 @@ class TelemetryConsumer:
                 # broker did not know, and stalled ~25 s until FetchSessionIdNotFound; full fetch
                 # requests cost little at our partition counts
                 enable_incremental_fetch_sessions=False,
+                **({"partition_assignment_strategy": [self._assignor]} if self._assignor else {}),
             )
             consumer.subscribe([self._topic], listener=_Rebalance(self))
             return consumer
@@ -299,6 +351,8 @@ class TelemetryConsumer:
         log.warning("consumer of group %s got no partitions; joining again", self._group)
         self._consumer.close(autocommit=False)
         self._revoked(set(self._next))
+        if self._assignor is not None:  # a new member: nothing held, no assignment yet
+            self._assignor.active, self._assignor.generation = False, -1
         delay = 1.0
         while True:
             try:
@@ -346,6 +400,12 @@ class TelemetryConsumer:
     def assigned(self) -> bool:
         """Whether the group gave this member any partitions yet (joining takes a while)."""
         return bool(self._consumer.assignment())
+
+    @property
+    def standing_by(self) -> bool:
+        """A member of a one-active group that joined and was given nothing: it waits, polling
+        to stay in the group, until the active member leaves."""
+        return self._assignor is not None and self._assignor.generation >= 0 and not self._assignor.active
 
     def commit(self, held: Mapping[Partition, int] | None = None) -> bool:
         """Commit what was consumed, except, per partition in `held`, from that offset on (its
@@ -434,7 +494,9 @@ def polls(
             yield messages
         elif not consumer.assigned:
             idle_since = now
-            if now - joining_since > JOIN_TIMEOUT_S:
+            if consumer.standing_by:
+                joining_since = now
+            elif now - joining_since > JOIN_TIMEOUT_S:
                 rejoins += 1
                 if idle_stop_s is not None and rejoins > MAX_REJOINS:
                     raise KafkaIOError(f"no partitions assigned after {rejoins} attempts to join the group")

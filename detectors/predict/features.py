@@ -23,6 +23,13 @@ from ingest.frames import Frame
 from vocab.entities import EntityIndex
 
 MINUTE, HOUR = 60.0, 3600.0
+# What the features mean, beyond their names: a model trained on other semantics is refused.
+# 2: averages normalised by the weight seen (was: started from the first value).
+FEATURE_VERSION = 2
+# History the features need before a model may learn from them or speak on them: the fast
+# averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
+# of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
+WARMUP_S = 1 * HOUR
 
 # Which entity kinds have models, and the features of each (names are part of the model card).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -46,25 +53,36 @@ FEATURES: dict[str, tuple[str, ...]] = {
 
 
 class Ewma:
-    """Per-entity exponentially weighted averages with time constant `tau` (seconds), exact for
-    irregular sampling: weight of the new value is 1 - exp(-dt / tau); the first value is taken
-    as is. NaN values leave the average untouched."""
+    """Per-entity exponentially weighted means with time constant `tau` (seconds), exact for
+    irregular sampling: a value seen `a` seconds ago weighs exp(-a / tau), and the mean is divided
+    by the weights seen so far. Why the division: a plain EWMA that starts from its first value
+    keeps exp(-3 / 12) = 78 % of that one value in a 12-hour average three hours in, so a GPU that
+    was idle at the first scrape looked "risen" against its own past for hours; normalised, the
+    average is the (recency-weighted) mean of what has been seen, meaningful from the start and
+    the plain EWMA once history is long. NaN values leave the mean untouched."""
 
     def __init__(self, tau: float) -> None:
         self.tau = tau
-        self.value = np.zeros(0)
+        self.total = np.zeros(0)  # sum of weighted values
+        self.weight = np.zeros(0)  # sum of weights
         self.time = np.zeros(0)
+
+    @property
+    def value(self) -> FloatArray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.weight > 0, self.total / np.where(self.weight > 0, self.weight, 1.0), np.nan)
 
     def update(self, t: float, rows: NDArray[np.int64], x: FloatArray) -> None:
         size = int(rows.max()) + 1 if len(rows) else 0
-        self.value = grow(self.value, size, np.nan)
+        self.total = grow(self.total, size, 0.0)
+        self.weight = grow(self.weight, size, 0.0)
         self.time = grow(self.time, size, np.nan)
         ok = ~np.isnan(x)
         rows, x = rows[ok], x[ok]
-        old, last = self.value[rows], self.time[rows]
-        fresh = np.isnan(old)
-        weight = 1.0 - np.exp(-np.maximum(t - np.where(fresh, t, last), 0.0) / self.tau)
-        self.value[rows] = np.where(fresh, x, old + weight * (x - old))
+        last = self.time[rows]
+        decay = np.exp(-np.maximum(t - np.where(np.isnan(last), t, last), 0.0) / self.tau)
+        self.total[rows] = decay * self.total[rows] + x
+        self.weight[rows] = decay * self.weight[rows] + 1.0
         self.time[rows] = t
 
 
@@ -194,15 +212,17 @@ def _col(frame: Frame, name: str) -> FloatArray:
 
 
 def reference_ewma(times: list[float], values: list[float], tau: float) -> list[float]:
-    """The same average, one value at a time: what the vectorised version is checked against."""
+    """The same mean, one value at a time and from its definition (every past value weighted by
+    its age): what the vectorised version is checked against."""
     out: list[float] = []
-    avg: float | None = None
-    last = 0.0
+    seen: list[tuple[float, float]] = []
     for t, x in zip(times, values, strict=True):
-        if math.isnan(x):
-            out.append(math.nan if avg is None else avg)
+        if not math.isnan(x):
+            seen.append((t, x))
+        if not seen:
+            out.append(math.nan)
             continue
-        avg = x if avg is None else avg + (1 - math.exp(-(t - last) / tau)) * (x - avg)
-        last = t
-        out.append(avg)
+        now = seen[-1][0]
+        weights = [math.exp(-(now - ts) / tau) for ts, _ in seen]
+        out.append(sum(w * v for w, (_, v) in zip(weights, seen, strict=True)) / sum(weights))
     return out

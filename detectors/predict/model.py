@@ -25,7 +25,7 @@ from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
 from detectors.base import FloatArray
-from detectors.predict.features import FEATURES, HOUR, PrecursorFeatures
+from detectors.predict.features import FEATURE_VERSION, FEATURES, HOUR, WARMUP_S, PrecursorFeatures
 from ingest.frames import Frame
 from vocab import registry
 
@@ -89,7 +89,7 @@ def collect(
     for t, frames in ticks:
         features.update(t, frames)
         if next_sample is None:
-            next_sample = t + 3 * HOUR  # let the slow averages settle before learning from them
+            next_sample = t + WARMUP_S  # learn from what the online predictor will see once it speaks
         if t < next_sample:
             continue
         next_sample = t + every_s
@@ -160,6 +160,8 @@ def train(dataset: Dataset, horizon: float = HORIZON_S, seed: int = 0, sources: 
         "format": FORMAT_VERSION,
         "horizon_s": horizon,
         "features": {k: list(v) for k, v in FEATURES.items()},
+        "feature_version": FEATURE_VERSION,
+        "warmup_s": WARMUP_S,
         "kinds": {k: m.classes for k, m in models.items()},
         "training_data": {"histories": dataset.histories, "sources": sources or [], "samples": metrics},
         "model": "HistGradientBoostingClassifier (200 iterations, 15 leaves) calibrated with isotonic 3-fold CV; "
@@ -257,14 +259,24 @@ def load(path: Path) -> Predictor:
         predictor = Predictor(models, float(stored["horizon_s"]), card)
     except Exception as exc:
         raise ModelError(f"model {path} is unreadable ({type(exc).__name__}); {hint}") from None
-    if predictor.card.get("features") != {k: list(v) for k, v in FEATURES.items()}:
+    if (
+        predictor.card.get("features") != {k: list(v) for k, v in FEATURES.items()}
+        or predictor.card.get("feature_version", 1) != FEATURE_VERSION
+    ):
         raise ModelError(f"model {path} was trained on other features; {hint}")
     return predictor
 
 
 def fingerprint(**config: object) -> str:
     raw = json.dumps(
-        {"format": FORMAT_VERSION, "sklearn": sklearn.__version__, "features": FEATURES, **config},
+        {
+            "format": FORMAT_VERSION,
+            "sklearn": sklearn.__version__,
+            "features": FEATURES,
+            "feature_version": FEATURE_VERSION,
+            "warmup_s": WARMUP_S,
+            **config,
+        },
         sort_keys=True,
         default=str,
     )

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from detectors.anomaly import Prediction
-from detectors.predict.features import FEATURES, HOUR, PrecursorFeatures
+from detectors.predict.features import FEATURES, HOUR, WARMUP_S, PrecursorFeatures
 from detectors.predict.model import (
     HORIZON_S,
     PREDICTABLE,
@@ -48,7 +48,7 @@ class OnlinePredictor:
     emit_within_s: float = 3 * HOUR
     every_ticks: int = 10
     features: PrecursorFeatures = field(default_factory=PrecursorFeatures)
-    warmup_s: float = 3 * HOUR  # the slow averages the model reads need this much history
+    warmup_s: float = WARMUP_S  # what the model learnt from: see features.WARMUP_S
     _ticks: int = 0
     _started: float | None = None
     _episode: dict[str, tuple[float, float]] = field(default_factory=dict)  # entity -> (predicted at, low since)
