@@ -39,6 +39,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-predict", action="store_true", help="no failure prediction")
     p.add_argument("--influx", metavar="URL", help="also write incident states to InfluxDB (for Grafana)")
     p.add_argument("--database", help="with --influx: database (default aiops)")
+    p.add_argument(
+        "--notify-config",
+        metavar="FILE",
+        help="receivers and routes for chat notifications, YAML (default AIOPS_NOTIFY_CONFIG; none: send nothing)",
+    )
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (DESIGN.md)")
@@ -46,6 +51,33 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--run", metavar="DIR", required=True, nargs="+", help="the output folder of aiops run")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=cmd_eval)
+
+
+NOTIFY_DRAIN_S = 30.0  # on exit, how long to keep sending what is pending (the rest stays in the outbox)
+
+
+def _notifier(args: argparse.Namespace, configured: Any) -> Any:
+    """The notification stage, when a config is given: its outbox lives beside the run's output
+    (offline) or in the state directory (the daemon, one file per consumer group)."""
+    from aiops.cli import CliError
+    from notify.config import NotifyConfigError, load
+    from notify.service import Notifier
+
+    path = args.notify_config or configured.notify_config
+    if not path:
+        return None
+    try:
+        config = load(Path(path))
+    except NotifyConfigError as exc:
+        raise CliError(str(exc)) from None
+    if args.kafka:
+        state = Path(args.state_dir) if args.state_dir else configured.state_dir
+        outbox = state / f"notify-{args.group or configured.kafka.run_group}.sqlite"
+    else:
+        outbox = Path(args.out or ".") / "notify-outbox.sqlite"
+    notifier = Notifier(config, outbox)
+    notifier.start()
+    return notifier
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -69,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         writer = IncidentWriter(_settings(args).influx)
     sink = writer.add if writer is not None else None
     notice_sink = writer.add_notices if writer is not None else None
+    notifier = _notifier(args, configured)
     try:
         if args.kafka:
             if not args.topology:
@@ -90,6 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 notice_sink=notice_sink,
                 state_dir=Path(args.state_dir) if args.state_dir else configured.state_dir,
                 checkpoint_every_s=configured.checkpoint_every_s,
+                notifier=notifier,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -106,12 +140,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             incident_sink=sink,
             detector_settings=thresholds,
             notice_sink=notice_sink,
+            notifier=notifier,
         )
     except (FileNotFoundError, GraphError) as exc:
         raise CliError(str(exc)) from None
     finally:
         if writer is not None:
             writer.close()
+        if notifier is not None:  # what is still pending stays in the outbox for the next start
+            notifier.stop(drain_s=NOTIFY_DRAIN_S)
+            print(f"notifications: {notifier.summary()}")
     print(
         f"{stats.ticks} ticks, {stats.values:,} values in {stats.seconds:.1f}s "
         f"({stats.values / max(stats.seconds, 1e-9):,.0f} values/s): {stats.anomalies} anomalies, "

@@ -24,6 +24,7 @@ from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, apply_events, read_chunks, read_events
 from ingest.deadletter import DeadLetter, Source
+from notify.service import Notifier, topology_locate
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
 from vocab.schedule import Schedule
@@ -79,6 +80,7 @@ class Pipeline:
         self.first_tick: float | None = None
         self.last_tick: float | None = None
         self.engine_errors = 0
+        self.notifier: Notifier | None = None  # chat and webhooks, when configured
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps: everything learned (not the topology, not the model)."""
@@ -87,6 +89,7 @@ class Pipeline:
             "engine": self.engine,
             "ticks": (self.first_tick, self.last_tick),
             "interval_s": self.detect.stack.interval,
+            "router": self.notifier.state() if self.notifier is not None else None,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -105,6 +108,8 @@ class Pipeline:
         detect.tick_listener = self._on_tick
         self.detect, self.engine = detect, engine
         self.first_tick, self.last_tick = state["ticks"]
+        if self.notifier is not None and state.get("router") is not None:
+            self.notifier.restore(state["router"])
 
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
         self.first_tick = t if self.first_tick is None else self.first_tick
@@ -115,7 +120,10 @@ class Pipeline:
             self.engine_errors += 1
             log.exception("incident engine failed on tick %s (%d anomalies); continuing", t, len(anomalies))
             return
-        self.incidents += [(i.incident_id, i.to_json()) for i in changed]
+        states = [(i.incident_id, i.to_json()) for i in changed]
+        self.incidents += states
+        if self.notifier is not None:  # in event time, tick by tick: group waits and repeats are exact
+            self.notifier.offer([s for _, s in states], t)
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         return self.detect.feed(data)
@@ -178,6 +186,7 @@ def run_folder(
     incident_sink: IncidentSink | None = None,
     detector_settings: DetectorSettings | None = None,
     notice_sink: NoticeSink | None = None,
+    notifier: Notifier | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
@@ -188,6 +197,9 @@ def run_folder(
     graph = TopologyGraph.load(input_dir / "topology.json")
     events, bad_events = read_events(input_dir / "events.jsonl")
     pipeline = Pipeline(graph, interval_s, events, predictor, detector_settings=detector_settings)
+    pipeline.notifier = notifier
+    if notifier is not None and notifier.router.locate is None:
+        notifier.router.locate = topology_locate(graph)
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = RunStats()
     started = time.perf_counter()
@@ -247,6 +259,7 @@ def run_kafka(
     notice_sink: NoticeSink | None = None,
     state_dir: Path | None = None,
     checkpoint_every_s: float = 30.0,
+    notifier: Notifier | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
     With `state_dir`, it checkpoints its state with the offsets it belongs to every
@@ -272,9 +285,13 @@ def run_kafka(
     ]
     ensure_topics(settings.bootstrap, topics)
     graph = TopologyGraph.load(topology)
+    if notifier is not None and notifier.router.locate is None:
+        notifier.router.locate = topology_locate(graph)
 
     def fresh() -> Pipeline:
-        return Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
+        pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
+        pipeline.notifier = notifier
+        return pipeline
 
     pipeline = fresh()
     outputs = topics[1:]

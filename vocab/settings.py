@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     # How often (wall seconds) the root-cause daemon checkpoints; also on SIGTERM. A crash replays
     # at most this much from Kafka, and publishes nothing twice (outputs since are read back).
     checkpoint_every_s: float = Field(default=30.0, gt=0)
+    # Receivers and routes for chat notifications (notify/config.py); none: nothing is sent.
+    notify_config: Path | None = None
 
 
 def load_settings(**overrides: object) -> Settings:

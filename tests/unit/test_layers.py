@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("vocab", "ingest", "detectors", "rca", "telemetry_gen", "aiops")
+PACKAGES = ("vocab", "ingest", "detectors", "rca", "notify", "telemetry_gen", "aiops")
 
 
 def _module_name(path: Path) -> str:
@@ -80,13 +80,13 @@ def _offenders(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]
 STAGES_MUST_NOT_IMPORT = ("telemetry_gen", "aiops")
 
 
-@pytest.mark.parametrize("stage", ["ingest", "detectors", "rca"])
+@pytest.mark.parametrize("stage", ["ingest", "detectors", "rca", "notify"])
 def test_stages_import_neither_the_generator_nor_the_program(stage: str) -> None:
     assert _offenders(stage, STAGES_MUST_NOT_IMPORT) == {}
 
 
 def test_the_vocabulary_imports_no_stage_and_no_program() -> None:
-    assert _offenders("vocab", ("ingest", "detectors", "rca", "telemetry_gen", "aiops")) == {}
+    assert _offenders("vocab", ("ingest", "detectors", "rca", "notify", "telemetry_gen", "aiops")) == {}
 
 
 def test_the_root_cause_engine_does_not_pull_in_the_predictor_or_scikit_learn() -> None:
@@ -97,10 +97,14 @@ def test_ingest_does_not_import_the_stages_after_it() -> None:
     assert _offenders("ingest", ("detectors", "rca")) == {}
 
 
+def test_notifications_read_incident_records_not_the_stages_before_them() -> None:
+    assert _offenders("notify", ("ingest", "detectors", "rca")) == {}
+
+
 def test_the_generator_is_a_telemetry_source_and_nothing_more() -> None:
     # it writes the wire format with ingest's codec and frames, like a collector; it knows
     # nothing of detection, root causes or the program
-    assert _offenders("telemetry_gen", ("detectors", "rca", "aiops")) == {}
+    assert _offenders("telemetry_gen", ("detectors", "rca", "notify", "aiops")) == {}
 
 
 def test_the_walk_sees_imports_inside_functions() -> None:

@@ -1,0 +1,127 @@
+"""What one notification says, independent of where it goes: from an incident record (the JSON
+on aiops.incidents) to a title, facts and links. Every chat format is built from this."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# the order chat services show severities in, and their colours (Feishu templates / Teams styles)
+SEVERITY_RANK = {"critical": 0, "major": 1, "minor": 2, "warning": 3}
+MAX_EVIDENCE_LINES = 3
+
+
+@dataclass(frozen=True)
+class IncidentNote:
+    """One incident as a notification shows it."""
+
+    incident_id: str
+    status: str  # open | resolved | warning
+    severity: str
+    kind: str
+    root: str
+    confidence: float
+    at: float  # event time of this state (opened, resolved or updated)
+    opened: float
+    jobs: tuple[str, ...]
+    gpus_hit: int
+    affected_count: int
+    evidence: tuple[str, ...]
+    action: str
+    links: tuple[tuple[str, str], ...] = ()  # (label, url)
+
+    @classmethod
+    def from_record(
+        cls, record: dict[str, Any], public_url: str | None = None, grafana_url: str | None = None
+    ) -> IncidentNote:
+        root = record.get("root_cause") or {}
+        status = str(record.get("status", "open"))
+        at = record.get("resolved") if status == "resolved" and record.get("resolved") else record.get("updated")
+        links: list[tuple[str, str]] = []
+        if public_url:
+            links.append(("Incident", f"{public_url.rstrip('/')}/incidents/{record['incident_id']}"))
+        if grafana_url:
+            links.append(
+                ("Grafana", f"{grafana_url.rstrip('/')}/d/aiops-incidents?var-incident={record['incident_id']}")
+            )
+        return cls(
+            incident_id=str(record["incident_id"]),
+            status=status,
+            severity=str(record.get("severity", "major")),
+            kind=str(root.get("kind", "unknown")),
+            root=str(root.get("entity", "unknown")),
+            confidence=float(root.get("confidence") or 0.0),
+            at=float(at or record.get("opened") or 0.0),
+            opened=float(record.get("opened") or 0.0),
+            jobs=tuple(str(j) for j in record.get("jobs") or ()),
+            gpus_hit=int(record.get("gpus_hit") or 0),
+            affected_count=int(record.get("affected_count") or 0),
+            evidence=tuple(_evidence_line(e) for e in (record.get("evidence") or [])[:MAX_EVIDENCE_LINES]),
+            action=str(record.get("action") or ""),
+            links=tuple(links),
+        )
+
+    @property
+    def headline(self) -> str:
+        state = {"open": "", "resolved": "RESOLVED ", "warning": "PREDICTED "}.get(self.status, "")
+        return f"{state}[{self.severity.upper()}] {self.kind} at {self.root}"
+
+    def facts(self) -> list[tuple[str, str]]:
+        """(label, value) pairs, in the order an on-call engineer reads them."""
+        jobs = ", ".join(self.jobs[:5]) + (f" (+{len(self.jobs) - 5})" if len(self.jobs) > 5 else "")
+        out = [
+            ("Root cause", f"{self.root} ({self.kind}, confidence {self.confidence:.2f})"),
+            ("Blast radius", f"{self.gpus_hit} GPUs, {len(self.jobs)} jobs{': ' + jobs if jobs else ''}"),
+            ("Action", self.action or "-"),
+            ("Event time", _utc(self.at)),
+            ("Incident", self.incident_id),
+        ]
+        if self.status == "resolved":
+            out.insert(4, ("Open for", f"{max(0.0, self.at - self.opened) / 60:.0f} min"))
+        return out
+
+
+@dataclass(frozen=True)
+class Notification:
+    """What one receiver is sent at once: one or more incidents of one group. `key` is the
+    idempotency key (receiver, incidents and states, repeat number): the outbox sends each key
+    at most once after it was acknowledged, and the key is in every payload so a receiver can
+    drop a repeat."""
+
+    key: str
+    receiver: str
+    incidents: tuple[IncidentNote, ...]
+    repeat: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def worst(self) -> IncidentNote:
+        return min(self.incidents, key=lambda n: (n.status == "resolved", SEVERITY_RANK.get(n.severity, 9)))
+
+    @property
+    def title(self) -> str:
+        head = self.worst.headline
+        more = len(self.incidents) - 1
+        return head + (f" (+{more} more)" if more else "") + (" (reminder)" if self.repeat else "")
+
+    def markdown(self, bold: str = "**") -> str:
+        """The body as Markdown (DingTalk, Feishu, WeCom and Slack read close variants of it)."""
+        blocks = []
+        for n in self.incidents:
+            lines = [f"{bold}{n.headline}{bold}"]
+            lines += [f"- {bold}{label}{bold}: {value}" for label, value in n.facts()]
+            lines += [f"- evidence: {e}" for e in n.evidence]
+            lines += [f"- [{label}]({url})" for label, url in n.links]
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks) + f"\n\nkey: {self.key}"
+
+
+def _evidence_line(e: dict[str, Any]) -> str:
+    value = e.get("value")
+    shown = f"{value:g}" if isinstance(value, int | float) else str(value)
+    return f"{e.get('entity')} {e.get('metric')} = {shown} ({e.get('detector')})"
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))

@@ -1,0 +1,162 @@
+"""From incident states to notifications, Alertmanager's way, in event time: routes pick
+receivers by labels, a group (per route, by `group_by` labels; by default one incident) waits
+`group_wait` before its first notification, then sends changes at most every `group_interval`,
+and reminds every `repeat_interval` while something in it is still open. A notification is sent
+when an incident opens (or is predicted, or a prediction comes true) and when it resolves; the
+updates in between change what a reminder says, not whether one is sent. Silences and
+maintenance windows hold back what they match.
+
+Event time makes an offline replay and the daemon notify alike, and the router's state is part of
+the daemon's checkpoint, so a restart carries on where it left off."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from notify.config import NotifyConfig
+from notify.message import IncidentNote, Notification
+
+log = logging.getLogger(__name__)
+
+Locate = Callable[[str], dict[str, str]]  # entity -> {rack, pod, plane} where known
+
+
+@dataclass
+class _Group:
+    route: int
+    receiver: str
+    created: float
+    pending: dict[str, IncidentNote] = field(default_factory=dict)  # changes not yet sent
+    live: dict[str, IncidentNote] = field(default_factory=dict)  # open or predicted, latest state
+    last_sent: float | None = None
+    repeats: int = 0
+    told: set[str] = field(default_factory=set)  # incidents whose opening this group announced
+
+
+@dataclass
+class RouterStats:
+    offered: int = 0
+    changes: int = 0
+    notifications: int = 0
+    silenced: int = 0
+    unrouted: int = 0
+
+
+class Router:
+    def __init__(
+        self, config: NotifyConfig, emit: Callable[[Notification], None], locate: Locate | None = None
+    ) -> None:
+        self.config = config
+        self.emit = emit
+        self.locate = locate
+        self.stats = RouterStats()
+        self._status: dict[str, str] = {}  # incident -> last status seen
+        self._groups: dict[tuple[int, tuple[str, ...]], _Group] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A checkpoint keeps the groups and what was seen; config, sink and topology are given
+        again at start (`attach`)."""
+        state = self.__dict__.copy()
+        state["config"] = state["emit"] = state["locate"] = None
+        return state
+
+    def attach(self, config: NotifyConfig, emit: Callable[[Notification], None], locate: Locate | None) -> None:
+        self.config, self.emit, self.locate = config, emit, locate
+
+    def offer(self, records: list[dict[str, Any]]) -> None:
+        """Incident states as the engine publishes them (aiops.incidents records)."""
+        for record in records:
+            self.stats.offered += 1
+            note = IncidentNote.from_record(record, self.config.public_url, self.config.grafana_url)
+            before = self._status.get(note.incident_id)
+            changed = note.status != before
+            if note.status == "resolved":
+                self._status.pop(note.incident_id, None)
+                if before is None:  # resolved before anything was said about it (merged on arrival)
+                    continue
+            else:
+                self._status[note.incident_id] = note.status
+            labels = self._labels(note)
+            routed = False
+            for i, route in enumerate(self.config.routes):
+                if not route.match.matches(labels):
+                    continue
+                routed = True
+                key = (i, tuple(labels.get(g, "") for g in route.group_by))
+                group = self._groups.get(key)
+                if group is None and changed:
+                    group = self._groups[key] = _Group(i, route.receiver, note.at)
+                if group is None:  # an update of something this route already finished with
+                    pass
+                elif note.status == "resolved":
+                    group.live.pop(note.incident_id, None)
+                else:
+                    group.live[note.incident_id] = note
+                if group is None:
+                    pass
+                elif note.status == "resolved" and note.incident_id not in group.told:
+                    group.pending.pop(note.incident_id, None)  # over before it was announced: nothing to say
+                elif changed or note.incident_id in group.pending:
+                    group.pending[note.incident_id] = note  # a later state of an unsent change replaces it
+                if not route.continue_:
+                    break
+            if changed:
+                self.stats.changes += 1
+            if not routed and changed:
+                self.stats.unrouted += 1
+
+    def advance(self, now: float) -> None:
+        """Send what is due at event time `now`."""
+        for key, group in list(self._groups.items()):
+            route = self.config.routes[group.route]
+            if group.pending:
+                due = (
+                    group.created + route.group_wait
+                    if group.last_sent is None
+                    else group.last_sent + route.group_interval
+                )
+                if now >= due:
+                    self._send(group, list(group.pending.values()), now, repeat=False)
+                    group.pending.clear()
+            elif group.live and group.last_sent is not None and now >= group.last_sent + route.repeat_interval:
+                self._send(group, list(group.live.values()), now, repeat=True)
+            if not group.pending and not group.live:
+                del self._groups[key]
+
+    def _send(self, group: _Group, notes: list[IncidentNote], now: float, repeat: bool) -> None:
+        audible = [n for n in notes if not self._silenced(n, now)]
+        self.stats.silenced += len(notes) - len(audible)
+        group.last_sent = now
+        if not audible:
+            return
+        if repeat:
+            group.repeats += 1
+        group.told.update(n.incident_id for n in audible if n.status != "resolved")
+        group.told.difference_update(n.incident_id for n in audible if n.status == "resolved")
+        states = ",".join(sorted(f"{n.incident_id}:{n.status}" for n in audible))
+        if len(audible) > 1:
+            states = "group-" + hashlib.blake2b(states.encode(), digest_size=8).hexdigest()
+        key = f"{group.receiver}:{states}" + (f":r{group.repeats}" if repeat else "")
+        audible.sort(key=lambda n: n.at)
+        self.stats.notifications += 1
+        self.emit(Notification(key, group.receiver, tuple(audible), group.repeats if repeat else 0))
+
+    def _silenced(self, note: IncidentNote, now: float) -> bool:
+        labels = self._labels(note)
+        return any(s.active(now) and s.match.matches(labels) for s in [*self.config.silences, *self.config.maintenance])
+
+    def _labels(self, note: IncidentNote) -> dict[str, str]:
+        labels = {
+            "incident_id": note.incident_id,
+            "severity": note.severity,
+            "kind": note.kind,
+            "status": note.status,
+            "entity": note.root,
+        }
+        if self.locate is not None:
+            labels.update({k: v for k, v in self.locate(note.root).items() if v})
+        return labels
