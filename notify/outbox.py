@@ -32,6 +32,7 @@ from notify.message import IncidentNote, Notification
 log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 300.0
+LEASE_MARGIN_S = 30.0  # beyond the request timeout, before an unfinished attempt may be retried
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
     key TEXT PRIMARY KEY,
@@ -126,9 +127,12 @@ class Outbox:
             if receiver is None:
                 self._finish(key, "failed", attempts, f"receiver {receiver_name!r} is no longer configured")
                 continue
-            if not self._may_send(receiver_name, receiver.rate, now):
+            if not self._has_room(receiver_name, receiver.rate, now):
                 self.stats.rate_limited += 1
                 continue
+            if not self._claim(key, now, receiver.timeout_s):
+                continue  # another process on the same outbox (a standby, a restart) took it
+            self._sent_at[receiver_name].append(now)
             note = from_json(body)
             secret = receiver.secret.get_secret_value() if receiver.secret else None
             request = build(receiver.kind, receiver.url.get_secret_value(), note, secret, now)
@@ -153,14 +157,22 @@ class Outbox:
                 log.error("receiver %s refused notification %s with HTTP %d; not retried", receiver_name, key, status)
         return acknowledged
 
-    def _may_send(self, receiver: str, per_minute: int | None, now: float) -> bool:
+    def _claim(self, key: str, now: float, timeout_s: float) -> bool:
+        """Lease the row for the length of one attempt: two processes sharing an outbox (the
+        active daemon and a standby, or a restart while the old one winds down) never send the
+        same row at once. A sender that dies mid-attempt leaves a lease that simply runs out."""
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE outbox SET next_at = ? WHERE key = ? AND status = 'pending' AND next_at <= ?",
+                (now + timeout_s + LEASE_MARGIN_S, key, now),
+            )
+        return cur.rowcount == 1
+
+    def _has_room(self, receiver: str, per_minute: int | None, now: float) -> bool:
         sent = self._sent_at.setdefault(receiver, deque())
         while sent and sent[0] <= now - 60.0:
             sent.popleft()
-        if per_minute is not None and len(sent) >= per_minute:
-            return False
-        sent.append(now)
-        return True
+        return per_minute is None or len(sent) < per_minute
 
     def _retry(self, key: str, attempts: int, error: str, retry_after: str | None) -> None:
         delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempts)

@@ -228,3 +228,19 @@ def test_an_offline_run_notifies_once_per_open_and_once_per_resolve(receiver: Re
         n["incidents"][0]["links"]["Incident"].startswith("https://aiops.example/incidents/inc-")
         for n in receiver.received
     )
+
+
+def test_two_processes_sharing_an_outbox_send_each_key_once(receiver: Receiver, tmp_path: Path) -> None:
+    # the active daemon and a standby (or a restart while the old process winds down) on one file
+    config = _config(f"{receiver.url}/robot/send?access_token={TOKEN}")
+    one, two = Outbox(tmp_path / "outbox.sqlite", config), Outbox(tmp_path / "outbox.sqlite", config)
+    for i in range(30):
+        one.put(_note(i))
+    threads = [threading.Thread(target=o.deliver_due) for o in (one, two)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    keys = Counter(n["markdown"]["text"].rsplit("key: ", 1)[1] for n in receiver.received)
+    assert keys == Counter({f"oncall:inc-{i}:open": 1 for i in range(30)})
+    assert one.stats.sent + two.stats.sent == 30
