@@ -306,14 +306,18 @@ def run_kafka(
         still its own. Partitions it did not hold come with the checkpoint (a start, or a standby
         taking over): state moves with them. Runs inside a poll: no Kafka calls here."""
         nonlocal pipeline, holding, unread_outputs
+        if not partitions:
+            if holding:  # it held them until now: what it learnt is the new holder's
+                pipeline = fresh()
+            holding = set()
+            if consumer.standing_by:
+                log.warning("standing by: another member of group %s holds the partitions", settings.run_group)
+            return {}
         if partitions <= holding:
             holding = partitions
             return {}
         holding = partitions
         pipeline = fresh()
-        if not partitions:
-            log.info("standing by: another member of group %s holds the partitions", settings.run_group)
-            return {}
         checkpoint = _load(pipeline, store)
         if checkpoint is None:
             pipeline = fresh()  # a failed restore may have left part of the state

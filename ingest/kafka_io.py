@@ -238,20 +238,25 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owner._assigned(assigned)
 
 
+STANDBY = b"standby"
+
+
 class OneActiveAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """Every partition to one member of the group, the others stand by: for a stage whose state
     spans partitions (the root-cause engine compares and walks the whole fleet, peer cohorts
     cross nodes), two members splitting the partitions would be two half-blind engines. The
-    member that holds the partitions keeps them when others join; when it leaves or dies, the
-    longest-waiting standby takes them all (and restores the checkpoint: state moves with them).
-    Each member says in its join metadata whether it is active and when it started."""
+    oldest member gets them: the one holding them keeps them when others join (a newcomer is
+    always younger), and when it leaves or dies the longest-waiting standby takes them all (and
+    restores the checkpoint: state moves with them). Each member puts its start time in its join
+    metadata; the others are told to stand by in their assignment's user data (an empty
+    assignment alone may also mean the topic's partitions were not known yet)."""
 
     name = "aiops-one-active"
     version = 0
 
     def __init__(self) -> None:
         self.started_ns = time.time_ns()
-        self.active = False  # holds the partitions
+        self.standby = False  # another member holds the partitions
         self.generation = -1  # of the last assignment received; -1 before the first
 
     def metadata(self, topics: set[str]) -> ConsumerProtocolSubscription:
@@ -266,12 +271,15 @@ class OneActiveAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         topics = sorted({t for m in members for t in m.metadata.topics})
         everything = [(t, sorted(cluster.partitions_for_topic(t) or ())) for t in topics]
         return {
-            m.member_id: ConsumerProtocolAssignment(self.version, everything if m is chosen else [], b"")
+            m.member_id: ConsumerProtocolAssignment(self.version, everything, b"")
+            if m is chosen
+            else ConsumerProtocolAssignment(self.version, [], STANDBY)
             for m in members
         }
 
     def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
-        self.active = bool(assignment.partitions())
+        # told to stand by, as opposed to chosen while the topic's partitions were not yet known
+        self.standby = assignment.user_data == STANDBY
         self.generation = generation
 
 
@@ -352,7 +360,7 @@ class TelemetryConsumer:
         self._consumer.close(autocommit=False)
         self._revoked(set(self._next))
         if self._assignor is not None:  # a new member: nothing held, no assignment yet
-            self._assignor.active, self._assignor.generation = False, -1
+            self._assignor.standby, self._assignor.generation = False, -1
         delay = 1.0
         while True:
             try:
@@ -405,7 +413,7 @@ class TelemetryConsumer:
     def standing_by(self) -> bool:
         """A member of a one-active group that joined and was given nothing: it waits, polling
         to stay in the group, until the active member leaves."""
-        return self._assignor is not None and self._assignor.generation >= 0 and not self._assignor.active
+        return self._assignor is not None and self._assignor.generation >= 0 and self._assignor.standby
 
     def commit(self, held: Mapping[Partition, int] | None = None) -> bool:
         """Commit what was consumed, except, per partition in `held`, from that offset on (its

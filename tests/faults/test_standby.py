@@ -20,12 +20,12 @@ import pytest
 
 from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
-from ingest.kafka_io import OneActiveAssignor, ensure_topics
+from ingest.kafka_io import STANDBY, OneActiveAssignor, ensure_topics
 from tests.faults.test_broker_restart import topic_env
 from tests.integration.test_run_kafka import _consume
 from vocab.settings import KafkaSettings
 
-GEN = ["--gpus", "256", "--hours", "1", "--interval", "30", "--seed", "12"]
+GEN = ["--gpus", "256", "--hours", "1", "--interval", "30", "--seed", "8"]
 FAULTS = ["--faults", "leaf_down=1,psu_failure=1,pfc_storm=1,gpu_straggler=1"]
 
 
@@ -40,6 +40,7 @@ def test_the_oldest_member_gets_every_partition_and_the_others_none() -> None:
     got = OneActiveAssignor().assign(cluster, members)
     assert got["old"].partitions() and sorted(tp.partition for tp in got["old"].partitions()) == [0, 1, 2]
     assert got["young"].partitions() == [] and got["middle"].partitions() == []
+    assert got["young"].user_data == got["middle"].user_data == STANDBY and got["old"].user_data == b""
 
 
 def _jsonl(path: Path) -> list[dict[str, object]]:
