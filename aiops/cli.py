@@ -365,6 +365,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from telemetry_gen.faults import FaultSpecError
     from telemetry_gen.topology import TopologyError
 
+    notifier = None
+    if args.notify_config:  # a fresh outbox each demo: the same demo twice gives the same keys
+        import tempfile
+
+        from notify.config import NotifyConfigError
+        from notify.config import load as load_notify
+        from notify.service import Notifier
+
+        try:
+            config = load_notify(Path(args.notify_config))
+        except NotifyConfigError as exc:
+            raise CliError(str(exc)) from None
+        notifier = Notifier(config, Path(tempfile.mkdtemp(prefix="aiops-demo-")) / "notify-outbox.sqlite")
+        notifier.start()
     try:
         return run_cluster_demo(
             gpus=args.gpus,
@@ -373,9 +387,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             faults=args.faults or DEMO_FAULTS,
             predictor=predictor,
             speed=args.speed,
+            notifier=notifier,
         )
     except (TopologyError, FaultSpecError) as exc:
         raise CliError(f"{exc} (a larger --gpus or --hours, or fewer --faults)") from None
+    finally:
+        if notifier is not None:
+            notifier.stop(drain_s=30.0)
+            print(f"notifications: {notifier.summary()}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -490,13 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")
     p.add_argument("--gpus", type=int, default=256)
-    p.add_argument("--hours", type=float, default=4.0, help="simulated hours (the predictor speaks after 3)")
+    p.add_argument("--hours", type=float, default=4.0, help="simulated hours (the predictor speaks after 1)")
     p.add_argument("--speed", type=float, help="simulated seconds per second (default: as fast as it goes)")
     p.add_argument("--no-predict", action="store_true", help="without the failure predictor")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--faults", metavar="SPEC", help="fault schedule (aiops gen syntax)")
     p.add_argument("--sample", action="store_true", help="only the ingest path, on the sample shipped with the tests")
     p.add_argument("--input", help="with the ingest path: a line-protocol file instead of the sample")
+    p.add_argument("--notify-config", metavar="FILE", help="also send the incidents to chat (see aiops run)")
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks that print tables")

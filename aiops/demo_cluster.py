@@ -19,6 +19,7 @@ from rich.text import Text
 from aiops.runner import Pipeline
 from detectors.anomaly import Prediction
 from detectors.predict.online import OnlinePredictor
+from notify.service import Notifier, topology_locate
 from rca.evaluate import detections, evaluate_run, latest_states
 from rca.graph import TopologyGraph
 from rca.incidents import Incident
@@ -41,6 +42,7 @@ def run_cluster_demo(
     predictor: OnlinePredictor | None = None,
     speed: float | None = None,
     console: Console | None = None,
+    notifier: Notifier | None = None,
 ) -> int:
     """`speed`: simulated seconds per wall-clock second (None: as fast as it goes)."""
     console = console or Console()
@@ -52,6 +54,9 @@ def run_cluster_demo(
     )
     graph = TopologyGraph.from_json(gen.topology.to_json())
     pipeline = Pipeline(graph, interval, gen.events(), predictor)
+    if notifier is not None:  # chat messages as the incidents come, in the demo's event time
+        notifier.router.locate = topology_locate(graph)
+        pipeline.notifier = notifier
     inbox: queue.Queue[bytes] = queue.Queue(maxsize=4)
 
     def exporter() -> None:  # the cluster's side: one encoded tick at a time onto the "topic"

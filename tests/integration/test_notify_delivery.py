@@ -244,3 +244,20 @@ def test_two_processes_sharing_an_outbox_send_each_key_once(receiver: Receiver, 
     keys = Counter(n["markdown"]["text"].rsplit("key: ", 1)[1] for n in receiver.received)
     assert keys == Counter({f"oncall:inc-{i}:open": 1 for i in range(30)})
     assert one.stats.sent + two.stats.sent == 30
+
+
+def test_the_demo_notifies_too(receiver: Receiver, tmp_path: Path) -> None:
+    config = tmp_path / "notify.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "receivers": [{"name": "chat", "kind": "slack", "url": f"{receiver.url}/services/T0/B0/x"}],
+                "routes": [{"receiver": "chat", "group_wait": "0s"}],
+            }
+        )
+    )
+    demo = ["demo", "--gpus", "256", "--hours", "1", "--no-predict", "--faults", "leaf_down=1,psu_failure=1"]
+    assert main([*demo, "--notify-config", str(config)]) == 0
+    titles = [n["text"] for n in receiver.received]
+    assert any("leaf_down" in t for t in titles) and any("psu_failure" in t for t in titles)
+    assert len(titles) == len({n["blocks"][-1]["elements"][0]["text"] for n in receiver.received})  # one per key
