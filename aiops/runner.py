@@ -273,6 +273,7 @@ def run_kafka(
         TelemetryProducer,
         ensure_topics,
         polls,
+        until_reachable,
     )
 
     topics = [
@@ -283,7 +284,7 @@ def run_kafka(
         settings.notices_topic,
         settings.deadletter_topic,
     ]
-    ensure_topics(settings.bootstrap, topics)
+    until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)
     graph = TopologyGraph.load(topology)
     if notifier is not None and notifier.router.locate is None:
         notifier.router.locate = topology_locate(graph)
@@ -296,7 +297,7 @@ def run_kafka(
     pipeline = fresh()
     outputs = topics[1:]
     store = CheckpointStore(state_dir, f"run-{settings.run_group}") if state_dir is not None else None
-    producer = TelemetryProducer(settings.bootstrap, client_id="aiops-run")
+    producer = until_reachable(lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-run"), should_stop)
     holding: set[tuple[str, int]] = set()  # the partitions whose state the pipeline holds
     unread_outputs: Offsets | None = None  # a checkpoint's output ends, read back before publishing
 
@@ -335,12 +336,11 @@ def run_kafka(
     def revoked(partitions: set[tuple[str, int]]) -> None:  # the pipeline of the moment (assigned() renews it)
         pipeline.detect.forget_partitions(partitions)
 
-    consumer = TelemetryConsumer(
-        settings,
-        group=settings.run_group,
-        on_revoked=revoked,
-        on_assigned=assigned,
-        one_active=True,
+    consumer = until_reachable(
+        lambda: TelemetryConsumer(
+            settings, group=settings.run_group, on_revoked=revoked, on_assigned=assigned, one_active=True
+        ),
+        should_stop,
     )
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()

@@ -363,17 +363,19 @@ def detect_kafka(
         TelemetryProducer,
         ensure_topics,
         polls,
+        until_reachable,
     )
 
-    ensure_topics(
-        settings.bootstrap,
-        [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic],
-    )
+    topics = [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic]
+    until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)  # started during a broker restart
     loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
     # one member holds every partition: peer and cohort comparisons span nodes, and members
     # splitting the partitions would each compare part of a job's GPUs
-    consumer = TelemetryConsumer(
-        settings, group=settings.detect_group, on_revoked=loop.forget_partitions, one_active=True
+    consumer = until_reachable(
+        lambda: TelemetryConsumer(
+            settings, group=settings.detect_group, on_revoked=loop.forget_partitions, one_active=True
+        ),
+        should_stop,
     )
     sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
     dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")

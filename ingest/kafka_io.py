@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,7 @@ from vocab.catalog import measurement
 from vocab.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 JOIN_TIMEOUT_S = 20.0  # a first group join normally takes a few seconds
@@ -49,6 +50,22 @@ class KafkaIOError(RuntimeError):
 # data by that time would let time-based retention delete it before anyone consumed it. Topics
 # the project creates keep data by the time the broker appended it.
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
+def until_reachable(connect: Callable[[], T], should_stop: Callable[[], bool]) -> T:
+    """`connect()`, again and again while the broker is away (a daemon started during a broker
+    restart waits for it instead of exiting), with backoff up to 30 s. KafkaIOError if asked to
+    stop first."""
+    delay = 1.0
+    while True:
+        try:
+            return connect()
+        except KafkaIOError as exc:
+            if should_stop():
+                raise
+            log.warning("%s; trying again in %.0f s", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 6) -> None:

@@ -9,7 +9,14 @@ import time
 from collections.abc import Callable
 
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
-from ingest.kafka_io import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, consume, ensure_topics
+from ingest.kafka_io import (
+    KafkaDeadLetterSink,
+    TelemetryConsumer,
+    TelemetryProducer,
+    consume,
+    ensure_topics,
+    until_reachable,
+)
 from ingest.pipeline import IngestCore, IngestStats
 from vocab.settings import Settings
 
@@ -30,11 +37,16 @@ def run_ingest_service(
     stats_every_s: float = 10.0,
 ) -> IngestStats:
     kafka = settings.kafka
-    ensure_topics(kafka.bootstrap, [kafka.telemetry_topic, kafka.deadletter_topic])
+    # started while the broker is away (a restart, compose bringing services up): wait for it
+    until_reachable(
+        lambda: ensure_topics(kafka.bootstrap, [kafka.telemetry_topic, kafka.deadletter_topic]), should_stop
+    )
     core = IngestCore()
     writer = InfluxWriter(settings.influx, core.stats)
-    producer = TelemetryProducer(kafka.bootstrap, client_id="aiops-ingest-deadletters")
-    consumer = TelemetryConsumer(kafka)
+    producer = until_reachable(
+        lambda: TelemetryProducer(kafka.bootstrap, client_id="aiops-ingest-deadletters"), should_stop
+    )
+    consumer = until_reachable(lambda: TelemetryConsumer(kafka), should_stop)
     instance = socket.gethostname().replace(" ", "_").replace(",", "_")
     last_stats = time.monotonic()
 
