@@ -505,18 +505,29 @@ Polled = list[tuple[Source, int, bytes]]
 
 
 def polls(
-    consumer: TelemetryConsumer, should_stop: Callable[[], bool], idle_stop_s: float | None = None
+    consumer: TelemetryConsumer,
+    should_stop: Callable[[], bool],
+    idle_stop_s: float | None = None,
+    on_idle: Callable[[], None] | None = None,
+    idle_s: float = 60.0,
 ) -> Iterator[Polled]:
     """Non-empty polls until asked to stop, or until nothing arrived for `idle_stop_s` once the
-    group gave this member partitions (joining a group takes a while and is not idleness)."""
+    group gave this member partitions (joining a group takes a while and is not idleness).
+    `on_idle` is called once when nothing arrived for `idle_s` (the input stopped: a stage that
+    holds data for late arrivals lets it go), and again after the next quiet spell."""
     idle_since = joining_since = time.monotonic()
+    idle_told = False
     rejoins = 0
     while not should_stop():
         messages = consumer.poll()
         now = time.monotonic()
         if messages:
             idle_since = now
+            idle_told = False
             yield messages
+        elif on_idle is not None and not idle_told and consumer.assigned and now - idle_since > idle_s:
+            idle_told = True
+            on_idle()
         elif not consumer.assigned:
             idle_since = now
             if consumer.standing_by:
