@@ -384,14 +384,14 @@ def run_kafka(
         stats.predictions += len(predictions)
         stats.incidents += len(incidents)
 
-    try:
-        def let_go() -> None:
-            """The input went quiet for a tick's lateness: the ticks held for late rows get
-            nothing more (a collector that stopped, the end of a replay); analyse them now, as
-            the offline run does at the end, and commit. Rows that come later are late."""
-            publish(pipeline.finish())
-            consumer.commit(held=pipeline.detect.held.first_held())
+    def let_go() -> None:
+        """The input went quiet for a tick's lateness: the ticks held for late rows get
+        nothing more (a collector that stopped, the end of a replay); analyse them now, as
+        the offline run does at the end, and commit. Rows that come later are late."""
+        publish(pipeline.finish())
+        consumer.commit(held=pipeline.detect.held.first_held())
 
+    try:
         for messages in polls(consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
             anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
             dead.add(letters)
