@@ -37,6 +37,18 @@ class _Group:
     told: set[str] = field(default_factory=set)  # incidents whose opening this group announced
 
 
+def _place(group: _Group, note: IncidentNote, changed: bool) -> None:
+    if note.status == "resolved":
+        group.live.pop(note.incident_id, None)
+        if note.incident_id not in group.told:
+            group.pending.pop(note.incident_id, None)  # over before it was announced: nothing to say
+            return
+    else:
+        group.live[note.incident_id] = note
+    if changed or note.incident_id in group.pending:
+        group.pending[note.incident_id] = note  # a later state of an unsent change replaces it
+
+
 @dataclass
 class RouterStats:
     offered: int = 0
@@ -90,18 +102,8 @@ class Router:
                 group = self._groups.get(key)
                 if group is None and changed:
                     group = self._groups[key] = _Group(i, route.receiver, note.at)
-                if group is None:  # an update of something this route already finished with
-                    pass
-                elif note.status == "resolved":
-                    group.live.pop(note.incident_id, None)
-                else:
-                    group.live[note.incident_id] = note
-                if group is None:
-                    pass
-                elif note.status == "resolved" and note.incident_id not in group.told:
-                    group.pending.pop(note.incident_id, None)  # over before it was announced: nothing to say
-                elif changed or note.incident_id in group.pending:
-                    group.pending[note.incident_id] = note  # a later state of an unsent change replaces it
+                if group is not None:  # (else an update of something this route is done with)
+                    _place(group, note, changed)
                 if not route.continue_:
                     break
             if changed:
