@@ -40,6 +40,7 @@ T = TypeVar("T")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 JOIN_TIMEOUT_S = 20.0  # a first group join normally takes a few seconds
 MAX_REJOINS = 3  # when running until idle (tests, batch jobs); a daemon keeps trying
+QUIET_CHECK_S = 5.0  # how often a quiet input is confirmed with the broker (one small request)
 
 
 class KafkaIOError(RuntimeError):
@@ -421,6 +422,28 @@ class TelemetryConsumer:
                 out.add((tp.topic, tp.partition))
         return out
 
+    def caught_up(self, timeout_s: float = 2.0) -> bool:
+        """Whether the broker confirms, now, that this member has taken everything its
+        partitions hold. False when the broker cannot say (away, or slow to answer): a silent
+        broker is not a quiet input."""
+        assignment = list(self._consumer.assignment())
+        if not assignment:
+            return False
+        try:
+            ends = self._consumer.end_offsets(assignment, timeout_ms=int(timeout_s * 1000))
+        except KafkaError:
+            return False
+        for tp in assignment:
+            taken = self._next.get((tp.topic, tp.partition))
+            if taken is None:  # nothing taken from it here: caught up only if it is empty from our start
+                try:
+                    taken = self._consumer.position(tp, timeout_ms=int(timeout_s * 1000))
+                except KafkaError:
+                    return False
+            if taken is None or taken < ends.get(tp, 0):
+                return False
+        return True
+
     @property
     def assigned(self) -> bool:
         """Whether the group gave this member any partitions yet (joining takes a while)."""
@@ -513,22 +536,30 @@ def polls(
 ) -> Iterator[Polled]:
     """Non-empty polls until asked to stop, or until nothing arrived for `idle_stop_s` once the
     group gave this member partitions (joining a group takes a while and is not idleness).
-    `on_idle` is called once when nothing arrived for `idle_s` (the input stopped: a stage that
-    holds data for late arrivals lets it go), and again after the next quiet spell."""
-    idle_since = joining_since = time.monotonic()
+    `on_idle` is called once when the input has been quiet for `idle_s` (it stopped: a stage
+    that holds data for late arrivals lets it go), and again after the next quiet spell. Quiet
+    means the broker confirms, every `QUIET_CHECK_S` of the spell, that there is nothing more to
+    take: while the broker is away, producers buffer, and what they buffered arrives after it is
+    back, so a spell counts only from the broker's return."""
+    idle_since = joining_since = quiet_checked = time.monotonic()
     idle_told = False
     rejoins = 0
     while not should_stop():
         messages = consumer.poll()
         now = time.monotonic()
         if messages:
-            idle_since = now
+            idle_since = quiet_checked = now
             idle_told = False
             yield messages
-        elif on_idle is not None and not idle_told and consumer.assigned and now - idle_since > idle_s:
-            idle_told = True
-            on_idle()
-        elif not consumer.assigned:
+            continue
+        if on_idle is not None and not idle_told and consumer.assigned and now - quiet_checked >= QUIET_CHECK_S:
+            if not consumer.caught_up():
+                idle_since = now
+            now = quiet_checked = time.monotonic()
+            if now - idle_since > idle_s:
+                idle_told = True
+                on_idle()
+        if not consumer.assigned:
             idle_since = now
             if consumer.standing_by:
                 joining_since = now
