@@ -75,7 +75,7 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
         outbox = state / f"notify-{args.group or configured.kafka.run_group}.sqlite"
     else:
         outbox = Path(args.out or ".") / "notify-outbox.sqlite"
-    notifier = Notifier(config, outbox)
+    notifier = Notifier(config, outbox, live=bool(args.kafka))  # Alertmanager: the live daemon only
     notifier.start()
     return notifier
 

@@ -12,13 +12,15 @@ import gc
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, PublishedSince, topic_ends
+from aiops.incident_index import IncidentIndex
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
@@ -30,6 +32,9 @@ from rca.incidents import EngineStats, IncidentEngine
 from vocab.schedule import Schedule
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
+
+if TYPE_CHECKING:
+    from aiops.api import ApiOptions, DaemonMetrics
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,10 @@ class Pipeline:
         self.last_tick: float | None = None
         self.engine_errors = 0
         self.notifier: Notifier | None = None  # chat and webhooks, when configured
+        # the daemon's API: incidents it serves, what it counts, incidents operators resolved
+        self.index: IncidentIndex | None = None
+        self.metrics: DaemonMetrics | None = None
+        self.to_close: deque[str] = deque()
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps: everything learned (not the topology, not the model)."""
@@ -114,8 +123,14 @@ class Pipeline:
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
         self.first_tick = t if self.first_tick is None else self.first_tick
         self.last_tick = t
+        started = time.perf_counter()
+        closed = []
+        while self.to_close:  # resolved by an operator (the API) since the last tick
+            incident = self.engine.close(self.to_close.popleft(), t)
+            if incident is not None:
+                closed.append(incident)
         try:
-            changed = self.engine.process(t, anomalies, predictions)
+            changed = closed + self.engine.process(t, anomalies, predictions)
         except Exception:  # a bug in the analysis must not stop telemetry, anomalies or the daemon
             self.engine_errors += 1
             log.exception("incident engine failed on tick %s (%d anomalies); continuing", t, len(anomalies))
@@ -124,6 +139,12 @@ class Pipeline:
         self.incidents += states
         if self.notifier is not None:  # in event time, tick by tick: group waits and repeats are exact
             self.notifier.offer([s for _, s in states], t)
+        if self.index is not None:
+            self.index.add([s for _, s in states])
+        if self.metrics is not None:
+            self.metrics.ticks += 1
+            self.metrics.last_tick = t
+            self.metrics.tick_seconds_sum += time.perf_counter() - started
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         return self.detect.feed(data)
@@ -260,8 +281,10 @@ def run_kafka(
     state_dir: Path | None = None,
     checkpoint_every_s: float = 30.0,
     notifier: Notifier | None = None,
+    api: ApiOptions | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
+    With `api`, it serves the HTTP API (aiops.api) while it runs.
     With `state_dir`, it checkpoints its state with the offsets it belongs to every
     `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.checkpoint).
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
@@ -284,6 +307,20 @@ def run_kafka(
         settings.notices_topic,
         settings.deadletter_topic,
     ]
+    metrics: DaemonMetrics | None = None
+    index: IncidentIndex | None = None
+    to_close: deque[str] = deque()
+    server = None  # served from the start: /healthz while it waits for the broker
+    if api is not None:
+        from aiops.api import ApiServer, DaemonMetrics, build_app
+
+        metrics = DaemonMetrics()
+        index = IncidentIndex(state_dir / f"incidents-{settings.run_group}.sqlite" if state_dir else None)
+        to_close.extend(index.resolve_requested())  # asked for before a restart, not done yet
+        token = api.token.get_secret_value() if api.token else None
+        server = ApiServer(build_app(index, metrics, notifier, token, to_close.append), api.host, api.port)
+        server.start()
+
     until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)
     graph = TopologyGraph.load(topology)
     if notifier is not None and notifier.router.locate is None:
@@ -292,6 +329,7 @@ def run_kafka(
     def fresh() -> Pipeline:
         pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
         pipeline.notifier = notifier
+        pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
         return pipeline
 
     pipeline = fresh()
@@ -391,9 +429,20 @@ def run_kafka(
         publish(pipeline.finish())
         consumer.commit(held=pipeline.detect.held.first_held())
 
+    def stopping() -> bool:
+        """Asked every round of the loop: the API's liveness and lag come from here."""
+        if metrics is not None:
+            metrics.beat()
+            metrics.assigned, metrics.standing_by = consumer.assigned, consumer.standing_by
+            metrics.lag = consumer.lag()
+        return should_stop()
+
     try:
-        for messages in polls(consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
+        for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
+            values_before = pipeline.detect.stats.values
             anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
+            if metrics is not None:
+                metrics.took(pipeline.detect.stats.values - values_before)
             dead.add(letters)
             publish(anomalies)
             dead.flush(should_stop)
@@ -411,6 +460,10 @@ def run_kafka(
     finally:
         consumer.close()
         producer.close()
+        if server is not None:
+            server.stop()
+        if index is not None:
+            index.close()
     return pipeline.finish_stats(stats, time.monotonic() - started)
 
 

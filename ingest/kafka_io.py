@@ -422,6 +422,17 @@ class TelemetryConsumer:
                 out.add((tp.topic, tp.partition))
         return out
 
+    def lag(self) -> int:
+        """Messages on the broker this member has not taken yet, from the high-water marks of
+        the last fetches (no request: cheap enough to ask every poll)."""
+        total = 0
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            taken = self._next.get((tp.topic, tp.partition))
+            if high is not None and taken is not None:
+                total += max(0, high - taken)
+        return total
+
     def caught_up(self, timeout_s: float = 2.0) -> bool:
         """Whether the broker confirms, now, that this member has taken everything its
         partitions hold. False when the broker cannot say (away, or slow to answer): a silent
@@ -538,9 +549,9 @@ def polls(
     group gave this member partitions (joining a group takes a while and is not idleness).
     `on_idle` is called once when the input has been quiet for `idle_s` (it stopped: a stage
     that holds data for late arrivals lets it go), and again after the next quiet spell. Quiet
-    means the broker confirms, every `QUIET_CHECK_S` of the spell, that there is nothing more to
-    take: while the broker is away, producers buffer, and what they buffered arrives after it is
-    back, so a spell counts only from the broker's return."""
+    (for either) means the broker confirms, every `QUIET_CHECK_S` of the spell and at its end,
+    that there is nothing more to take: while the broker is away, producers buffer, and what they
+    buffered arrives after it is back, so a spell counts only from the broker's return."""
     idle_since = joining_since = quiet_checked = time.monotonic()
     idle_told = False
     rejoins = 0
@@ -552,13 +563,18 @@ def polls(
             idle_told = False
             yield messages
             continue
-        if on_idle is not None and not idle_told and consumer.assigned and now - quiet_checked >= QUIET_CHECK_S:
+        telling = on_idle is not None and not idle_told
+        spell_over = (telling and now - idle_since > idle_s) or (
+            idle_stop_s is not None and now - idle_since > idle_stop_s
+        )
+        watching = telling or idle_stop_s is not None
+        if watching and consumer.assigned and (spell_over or now - quiet_checked >= QUIET_CHECK_S):
             if not consumer.caught_up():
                 idle_since = now
             now = quiet_checked = time.monotonic()
-            if now - idle_since > idle_s:
-                idle_told = True
-                on_idle()
+        if on_idle is not None and not idle_told and consumer.assigned and now - idle_since > idle_s:
+            idle_told = True
+            on_idle()
         if not consumer.assigned:
             idle_since = now
             if consumer.standing_by:

@@ -20,7 +20,7 @@ KINDS = ("feishu", "dingtalk", "wecom", "slack", "teams", "webhook", "alertmanag
 # per-minute caps the services document (WeCom and DingTalk: 20 messages a minute per robot;
 # Feishu: 100 a minute, 5 a second); others are unlimited unless set
 DEFAULT_RATE_PER_MINUTE = {"wecom": 20, "dingtalk": 20, "feishu": 100}
-NOT_YET = {"alertmanager", "apprise"}  # named by the schema, not built yet
+NOT_YET = {"apprise"}  # named by the schema, not built yet
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -57,6 +57,10 @@ class Receiver(_Strict):
     secret: SecretStr | None = None
     timeout_s: float = 10.0
     rate_per_minute: int | None = None  # default: what the service documents
+    # alertmanager: how often open alerts are posted again (they expire four of these later)
+    resend_s: float | None = None
+
+    _resend = field_validator("resend_s", mode="before")(lambda cls, v: None if v is None else duration_s(v))
 
     @field_validator("kind")
     @classmethod
@@ -133,6 +137,7 @@ class NotifyConfig(_Strict):
     silences: list[Silence] = Field(default_factory=list)
     maintenance: list[Silence] = Field(default_factory=list)  # the same shape: planned work
     public_url: str | None = None  # where the incident pages are served: {public_url}/incidents/{id}
+    cluster: str | None = None  # the `cluster` label of Alertmanager alerts (sites run several)
     grafana_url: str | None = None
 
     @model_validator(mode="after")

@@ -25,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from notify.alertmanager import AlertPusher
 from notify.config import NotifyConfig
 from notify.formats import build
 from notify.message import IncidentNote, Notification
+from notify.silences import SilenceStore
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ class Outbox:
         self.stats = DeliveryStats()
         self._secrets = config.secrets()
         self._sent_at: dict[str, deque[float]] = {}
+        self.alerts = AlertPusher(self._db, self._lock, clock)  # Alertmanager receivers' state
+        self.silences = SilenceStore(self._db, self._lock, clock)  # made through the API
 
     def put(self, note: Notification) -> None:
         """Record a notification to send (idempotent by key)."""
@@ -122,6 +126,8 @@ class Outbox:
                 )
             )
         acknowledged = 0
+        for am in (r for r in self.config.receivers if r.kind == "alertmanager"):
+            acknowledged += self.alerts.push_due(am, post)
         for key, receiver_name, body, attempts in due:
             receiver = next((r for r in self.config.receivers if r.name == receiver_name), None)
             if receiver is None:

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from notify.config import NotifyConfig
+from notify.config import NotifyConfig, Silence
 from notify.message import IncidentNote, Notification
 
 log = logging.getLogger(__name__)
 
 Locate = Callable[[str], dict[str, str]]  # entity -> {rack, pod, plane} where known
+# receiver, incident state, its labels: Alertmanager receivers get every state, ungrouped
+AlertSink = Callable[[str, IncidentNote, dict[str, str]], None]
 
 
 @dataclass
@@ -56,15 +58,23 @@ class RouterStats:
     notifications: int = 0
     silenced: int = 0
     unrouted: int = 0
+    alert_states: int = 0  # states handed to Alertmanager receivers
+    skipped_offline: int = 0  # states for Alertmanager receivers in an offline run
 
 
 class Router:
     def __init__(
-        self, config: NotifyConfig, emit: Callable[[Notification], None], locate: Locate | None = None
+        self,
+        config: NotifyConfig,
+        emit: Callable[[Notification], None],
+        locate: Locate | None = None,
+        alert: AlertSink | None = None,
     ) -> None:
         self.config = config
         self.emit = emit
         self.locate = locate
+        self.alert = alert  # None: an offline run, where Alertmanager receivers are skipped
+        self.runtime_silences: Callable[[], list[Silence]] | None = None  # made through the API
         self.stats = RouterStats()
         self._status: dict[str, str] = {}  # incident -> last status seen
         self._groups: dict[tuple[int, tuple[str, ...]], _Group] = {}
@@ -73,11 +83,19 @@ class Router:
         """A checkpoint keeps the groups and what was seen; config, sink and topology are given
         again at start (`attach`)."""
         state = self.__dict__.copy()
-        state["config"] = state["emit"] = state["locate"] = None
+        state["config"] = state["emit"] = state["locate"] = state["alert"] = None
+        state["runtime_silences"] = None
         return state
 
-    def attach(self, config: NotifyConfig, emit: Callable[[Notification], None], locate: Locate | None) -> None:
-        self.config, self.emit, self.locate = config, emit, locate
+    def attach(
+        self,
+        config: NotifyConfig,
+        emit: Callable[[Notification], None],
+        locate: Locate | None,
+        alert: AlertSink | None = None,
+    ) -> None:
+        self.config, self.emit, self.locate, self.alert = config, emit, locate, alert
+        self.runtime_silences = None
 
     def offer(self, records: list[dict[str, Any]]) -> None:
         """Incident states as the engine publishes them (aiops.incidents records)."""
@@ -98,6 +116,11 @@ class Router:
                 if not route.match.matches(labels):
                     continue
                 routed = True
+                if self.config.receiver(route.receiver).kind == "alertmanager":
+                    self._to_alertmanager(route.receiver, note, labels)
+                    if not route.continue_:
+                        break
+                    continue
                 key = (i, tuple(labels.get(g, "") for g in route.group_by))
                 group = self._groups.get(key)
                 if group is None and changed:
@@ -110,6 +133,24 @@ class Router:
                 self.stats.changes += 1
             if not routed and changed:
                 self.stats.unrouted += 1
+
+    def _to_alertmanager(self, receiver: str, note: IncidentNote, labels: dict[str, str]) -> None:
+        """Every state goes to Alertmanager, which groups, waits and repeats by itself. Our
+        silences apply as they do to chat (a resolve always goes: it ends what was posted)."""
+        if note.status != "resolved" and self._silenced(note, note.at):
+            self.stats.silenced += 1
+            return
+        if self.alert is None:
+            if not self.stats.skipped_offline:
+                log.warning(
+                    "alertmanager receiver %s skipped: Alertmanager keeps wall-clock time, so it is for "
+                    "the live daemon (aiops run --kafka), not an offline run",
+                    receiver,
+                )
+            self.stats.skipped_offline += 1
+            return
+        self.stats.alert_states += 1
+        self.alert(receiver, note, labels)
 
     def advance(self, now: float) -> None:
         """Send what is due at event time `now`."""
@@ -149,7 +190,9 @@ class Router:
 
     def _silenced(self, note: IncidentNote, now: float) -> bool:
         labels = self._labels(note)
-        return any(s.active(now) and s.match.matches(labels) for s in [*self.config.silences, *self.config.maintenance])
+        made = self.runtime_silences() if self.runtime_silences is not None else []
+        silences = [*self.config.silences, *self.config.maintenance, *made]
+        return any(s.active(now) and s.match.matches(labels) for s in silences)
 
     def _labels(self, note: IncidentNote) -> dict[str, str]:
         labels = {

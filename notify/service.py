@@ -8,7 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from notify.alertmanager import alert_of
 from notify.config import NotifyConfig
+from notify.message import IncidentNote
 from notify.outbox import DeliveryWorker, Outbox
 from notify.router import Locate, Router
 
@@ -16,11 +18,21 @@ log = logging.getLogger(__name__)
 
 
 class Notifier:
-    def __init__(self, config: NotifyConfig, outbox_path: Path, locate: Locate | None = None) -> None:
+    """`live`: the daemon, where event time is about now; Alertmanager receivers (wall-clock
+    time) are served only then."""
+
+    def __init__(
+        self, config: NotifyConfig, outbox_path: Path, locate: Locate | None = None, live: bool = False
+    ) -> None:
         self.config = config
         self.outbox = Outbox(outbox_path, config)
-        self.router = Router(config, self.outbox.put, locate)
+        self.live = live
+        self.router = Router(config, self.outbox.put, locate, self._alert if live else None)
+        self.router.runtime_silences = self.outbox.silences.as_config
         self._worker: DeliveryWorker | None = None
+
+    def _alert(self, receiver: str, note: IncidentNote, labels: dict[str, str]) -> None:
+        self.outbox.alerts.upsert(receiver, note, alert_of(note, labels, self.config.cluster))
 
     def offer(self, states: list[bytes], now: float) -> None:
         """Incident states as published (JSON), then whatever is due at event time `now`."""
@@ -32,7 +44,8 @@ class Notifier:
         return self.router
 
     def restore(self, router: Router) -> None:
-        router.attach(self.config, self.outbox.put, self.router.locate)
+        router.attach(self.config, self.outbox.put, self.router.locate, self._alert if self.live else None)
+        router.runtime_silences = self.outbox.silences.as_config
         self.router = router
 
     def start(self) -> None:
@@ -69,6 +82,9 @@ class Notifier:
             "sent": s.sent,
             "retries": s.retries,
             "refused": s.failed,
+            "alert_states": r.alert_states,
+            "alert_posts": self.outbox.alerts.stats.posts,
+            "alerts_skipped_offline": r.skipped_offline,
         }
 
 

@@ -432,6 +432,19 @@ class IncidentEngine:
             if not families:
                 del self._families[entity]
 
+    def close(self, incident_id: str, t: float) -> Incident | None:
+        """Resolve an open incident (or dismiss a warning) now, because an operator says it is
+        over; None if it is not open. Symptoms that go on afterwards open a new incident."""
+        for entity, incident in list(self.open.items()):
+            if incident.incident_id == incident_id:
+                if incident.status == "open":
+                    incident.status = "resolved"
+                incident.resolved, incident.updated = t, t
+                self.stats.resolved += 1
+                del self.open[entity]
+                return incident
+        return None
+
     def _silenced(self, entity: str, t: float) -> bool:
         g = self.graph
         if not self.schedule.maintenance or entity not in g:

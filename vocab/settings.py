@@ -71,7 +71,12 @@ class Settings(BaseSettings):
     # How long the Kafka daemons hold a tick open for samples still on their way (a collector's
     # flush interval plus broker delay); later samples are stored, counted and not analysed.
     tick_lateness_s: float = Field(default=60.0, ge=0)
-    http_port: int = 8080
+    # The root-cause daemon's HTTP API (health, /metrics, incidents, silences: aiops/api.py).
+    # None: no API. Mutations need `Authorization: Bearer <api_token>`; without a token they are
+    # refused. Bind to loopback unless a proxy with TLS is in front (compose: inside the container).
+    http_port: int | None = Field(default=None, ge=0, le=65535)
+    http_host: str = "127.0.0.1"
+    api_token: SecretStr | None = None
     # Where the daemons keep their checkpoints (state with the offsets it belongs to), one file per
     # consumer group. In docker-compose a named volume; it must be writable by the daemon only.
     state_dir: Path = Field(default_factory=_default_state_dir)

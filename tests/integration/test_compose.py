@@ -269,8 +269,11 @@ def test_aiops_environment_parses_into_settings(compose: dict[str, Any], clean_e
     assert influx_url.port in influx_container_ports, (influx_url.port, influx_container_ports)
     assert settings.influx.database == _environment(_service(compose, "influxdb"))["INFLUXDB_DB"]
 
-    aiops_container_ports = {target for _, target in _ports(_service(compose, "aiops"))}
-    assert settings.http_port in aiops_container_ports
+    run_env = _environment(_service(compose, "aiops-run"))
+    api = Settings(http_port=run_env["AIOPS_HTTP_PORT"], http_host=run_env["AIOPS_HTTP_HOST"])  # type: ignore[arg-type]
+    run_ports = {target for _, target in _ports(_service(compose, "aiops-run"))}
+    assert api.http_port in run_ports, "the API listens on the port compose publishes"
+    assert api.http_host == "0.0.0.0", "inside its container the API must listen beyond loopback"
 
 
 def test_host_ports_are_the_settings_defaults(compose: dict[str, Any], clean_env: pytest.MonkeyPatch) -> None:

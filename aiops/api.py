@@ -1,0 +1,271 @@
+"""The root-cause daemon's HTTP API (FastAPI, served by uvicorn in a thread of the daemon):
+
+- `/healthz` (the loop is alive), `/readyz` (it holds its partitions, or stands by),
+- `/metrics` in the Prometheus text format (lag, samples/s, tick delay and duration, open
+  incidents, notifications sent, refused and pending, outbox depth),
+- `/api/incidents` (filter by status, severity, kind, entity pattern, time), `/api/incidents/{id}`,
+  `POST /api/incidents/{id}/ack` and `/resolve`,
+- `/api/silences` (create, list) and `DELETE /api/silences/{id}` (expire),
+- OpenAPI at `/openapi.json`, its pages at `/docs`.
+
+Reads are open to whoever reaches the port (compose binds it to loopback); every mutation needs
+`Authorization: Bearer <AIOPS_API_TOKEN>`, and with no token configured mutations are refused."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, Field, SecretStr
+
+from aiops.incident_index import IncidentIndex
+from aiops.incident_index import Query as IncidentQuery
+from notify.config import Match
+from notify.service import Notifier
+from notify.silences import SilenceStore
+
+log = logging.getLogger(__name__)
+
+LIVE_WITHIN_S = 120.0  # /healthz fails when the loop has not come round for this long
+
+
+@dataclass(frozen=True)
+class ApiOptions:
+    host: str
+    port: int  # 0: any free port (tests)
+    token: SecretStr | None
+
+
+@dataclass
+class DaemonMetrics:
+    """What the daemon loop reports as it goes; read by /metrics and the probes."""
+
+    values: int = 0
+    ticks: int = 0
+    tick_seconds_sum: float = 0.0  # wall time spent analysing ticks
+    last_tick: float | None = None  # event time of the newest analysed tick
+    lag: int = 0  # telemetry messages on the broker not taken yet
+    assigned: bool = False
+    standing_by: bool = False
+    heartbeat: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.time)
+    _rate: list[tuple[float, int]] = field(default_factory=list)
+
+    def beat(self) -> None:
+        self.heartbeat = time.monotonic()
+
+    def took(self, values: int) -> None:
+        self.values += values
+        now = time.monotonic()
+        self._rate.append((now, self.values))
+        while len(self._rate) > 2 and now - self._rate[0][0] > 60.0:
+            self._rate.pop(0)
+
+    def samples_per_s(self) -> float:
+        """Over the last minute."""
+        if len(self._rate) < 2:
+            return 0.0
+        (t0, v0), (t1, v1) = self._rate[0], self._rate[-1]
+        return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: DaemonMetrics, index: IncidentIndex, notifier: Notifier | None) -> None:
+        self.m, self.index, self.notifier = metrics, index, notifier
+
+    def collect(self) -> Any:
+        m = self.m
+        yield CounterMetricFamily("aiops_values", "Telemetry values taken from Kafka", value=m.values)
+        yield GaugeMetricFamily("aiops_samples_per_second", "Values taken per second, last minute", m.samples_per_s())
+        yield GaugeMetricFamily("aiops_consumer_lag_messages", "Telemetry messages not taken yet", m.lag)
+        yield CounterMetricFamily("aiops_ticks", "Ticks analysed", value=m.ticks)
+        yield CounterMetricFamily(
+            "aiops_tick_duration_seconds", "Wall time spent analysing ticks", value=m.tick_seconds_sum
+        )
+        delay = GaugeMetricFamily(
+            "aiops_tick_delay_seconds", "Wall time now minus the event time of the newest analysed tick"
+        )
+        if m.last_tick is not None:
+            delay.add_metric([], time.time() - m.last_tick)
+        yield delay
+        yield GaugeMetricFamily("aiops_assigned", "1 when this member holds the telemetry partitions", m.assigned)
+        incidents = GaugeMetricFamily(
+            "aiops_open_incidents", "Incidents (and warnings) not resolved", labels=["status", "severity"]
+        )
+        for (status, severity), n in sorted(self.index.counts().items()):
+            incidents.add_metric([status, severity], n)
+        yield incidents
+        if self.notifier is None:
+            return
+        s, a = self.notifier.outbox.stats, self.notifier.outbox.alerts.stats
+        sent = CounterMetricFamily("aiops_notifications_sent", "Notifications acknowledged by their receiver")
+        sent.add_metric([], s.sent + a.alerts_posted)
+        yield sent
+        failures = CounterMetricFamily(
+            "aiops_notification_failures", "Delivery attempts that failed", labels=["reason"]
+        )
+        failures.add_metric(["refused_4xx"], s.failed + a.refused)
+        failures.add_metric(["retried"], s.retries + a.failures - a.refused)
+        yield failures
+        yield GaugeMetricFamily(
+            "aiops_outbox_depth", "Notifications waiting to be sent", value=self.notifier.outbox.depth()
+        )
+
+
+class Acknowledge(BaseModel):
+    by: str = Field(min_length=1, max_length=100)
+    comment: str = Field("", max_length=2000)
+
+
+class NewSilence(BaseModel):
+    match: Match
+    starts: float | None = None  # epoch seconds; default now
+    ends: float | None = None  # default: starts + duration_s
+    duration_s: float = Field(3600.0, gt=0)
+    comment: str = Field(..., min_length=1, max_length=2000)
+    created_by: str = Field(..., min_length=1, max_length=100)
+
+
+def build_app(
+    index: IncidentIndex,
+    metrics: DaemonMetrics,
+    notifier: Notifier | None,
+    token: str | None,
+    request_resolve: Callable[[str], None],
+) -> FastAPI:
+    app = FastAPI(title="aiops", summary="Incidents, silences and health of the GPU-cluster AIOps daemon")
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Collector(metrics, index, notifier))
+    bearer = HTTPBearer(auto_error=False)
+
+    def operator(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        if token is None:
+            raise HTTPException(403, "mutations are disabled: no API token is configured (AIOPS_API_TOKEN)")
+        if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
+            raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+
+    def silences() -> SilenceStore:
+        if notifier is None:
+            raise HTTPException(404, "notifications are not configured (--notify-config): nothing to silence")
+        return notifier.outbox.silences
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        idle = time.monotonic() - metrics.heartbeat
+        if idle > LIVE_WITHIN_S:
+            raise HTTPException(503, f"the daemon loop has not come round for {idle:.0f} s")
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> dict[str, Any]:
+        if not (metrics.assigned or metrics.standing_by):
+            raise HTTPException(503, "not yet a member of its consumer group")
+        return {"status": "standby" if metrics.standing_by else "active"}
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/api/incidents")
+    def incidents(
+        status: str | None = None,
+        severity: str | None = None,
+        kind: str | None = None,
+        entity: Annotated[str | None, Query(description="a shell pattern, e.g. leaf-p0-*")] = None,
+        since: Annotated[float | None, Query(description="updated at or after (epoch seconds)")] = None,
+        until: Annotated[float | None, Query(description="updated before (epoch seconds)")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[dict[str, Any]]:
+        return index.find(IncidentQuery(status, severity, kind, entity, since, until, limit))
+
+    @app.get("/api/incidents/{incident_id}")
+    def incident(incident_id: str) -> dict[str, Any]:
+        found = index.get(incident_id)
+        if found is None:
+            raise HTTPException(404, f"no incident {incident_id}")
+        return found
+
+    @app.post("/api/incidents/{incident_id}/ack", dependencies=[Depends(operator)])
+    def acknowledge(incident_id: str, body: Acknowledge) -> dict[str, Any]:
+        if not index.acknowledge(incident_id, body.by, body.comment):
+            raise HTTPException(404, f"no incident {incident_id}")
+        return incident(incident_id)
+
+    @app.post("/api/incidents/{incident_id}/resolve", dependencies=[Depends(operator)])
+    def resolve(incident_id: str, body: Acknowledge) -> dict[str, Any]:
+        """Resolved by hand: the engine closes it at its next tick (and says so on
+        aiops.incidents and in chat); symptoms that go on afterwards open a new incident."""
+        found = index.get(incident_id)
+        if found is None:
+            raise HTTPException(404, f"no incident {incident_id}")
+        if found.get("resolved") is not None:
+            raise HTTPException(409, f"{incident_id} is resolved already")
+        index.request_resolve(incident_id, body.by, body.comment)
+        request_resolve(incident_id)
+        return incident(incident_id)
+
+    @app.get("/api/silences")
+    def list_silences() -> list[dict[str, Any]]:
+        now = time.time()
+        return [s.record(now) for s in silences().all()]
+
+    @app.post("/api/silences", status_code=201, dependencies=[Depends(operator)])
+    def create_silence(body: NewSilence) -> dict[str, Any]:
+        if not body.match.model_dump(exclude_none=True):
+            raise HTTPException(422, "a silence needs at least one matcher")
+        starts = time.time() if body.starts is None else body.starts
+        ends = starts + body.duration_s if body.ends is None else body.ends
+        try:
+            made = silences().create(body.match, starts, ends, body.comment, body.created_by)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return made.record(time.time())
+
+    @app.delete("/api/silences/{silence_id}", dependencies=[Depends(operator)])
+    def expire_silence(silence_id: str) -> dict[str, Any]:
+        expired = silences().expire(silence_id)
+        if expired is None:
+            raise HTTPException(404, f"no silence {silence_id}")
+        return expired.record(time.time())
+
+    return app
+
+
+class ApiServer:
+    """uvicorn in a daemon thread; stopped with the daemon."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="aiops-api", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.server.started:
+            raise RuntimeError("the HTTP API did not start (is the port taken?)")
+        log.info("HTTP API on http://%s:%d (OpenAPI at /docs)", self.server.config.host, self.port)
+
+    @property
+    def port(self) -> int:
+        servers = getattr(self.server, "servers", [])
+        if servers and servers[0].sockets:
+            return int(servers[0].sockets[0].getsockname()[1])
+        return int(self.server.config.port)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
