@@ -37,6 +37,8 @@ from notify.silences import SilenceStore
 
 log = logging.getLogger(__name__)
 
+# module level: FastAPI resolves the (string) annotations of dependencies in this module's globals
+_bearer = HTTPBearer(auto_error=False)
 LIVE_WITHIN_S = 120.0  # /healthz fails when the loop has not come round for this long
 
 
@@ -147,9 +149,7 @@ def build_app(
     app = FastAPI(title="aiops", summary="Incidents, silences and health of the GPU-cluster AIOps daemon")
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Collector(metrics, index, notifier))
-    bearer = HTTPBearer(auto_error=False)
-
-    def operator(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    def operator(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
         if token is None:
             raise HTTPException(403, "mutations are disabled: no API token is configured (AIOPS_API_TOKEN)")
         if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):

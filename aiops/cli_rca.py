@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def add_parsers(sub: Any) -> None:
@@ -44,6 +47,13 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="receivers and routes for chat notifications, YAML (default AIOPS_NOTIFY_CONFIG; none: send nothing)",
     )
+    p.add_argument(
+        "--api-port",
+        type=int,
+        metavar="PORT",
+        help="with --kafka: serve the HTTP API here (default AIOPS_HTTP_PORT; none: no API; 0: any free port)",
+    )
+    p.add_argument("--api-host", metavar="HOST", help="with --api-port: address to bind (default AIOPS_HTTP_HOST)")
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (DESIGN.md)")
@@ -78,6 +88,18 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
     notifier = Notifier(config, outbox, live=bool(args.kafka))  # Alertmanager: the live daemon only
     notifier.start()
     return notifier
+
+
+def _api(args: argparse.Namespace, configured: Any) -> Any:
+    """The HTTP API's options, when a port is given (flag or AIOPS_HTTP_PORT)."""
+    from aiops.api import ApiOptions
+
+    port = args.api_port if args.api_port is not None else configured.http_port
+    if port is None:
+        return None
+    if configured.api_token is None:
+        log.warning("HTTP API without AIOPS_API_TOKEN: reads only; ack, resolve and silences are refused")
+    return ApiOptions(args.api_host or configured.http_host, port, configured.api_token)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -124,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 state_dir=Path(args.state_dir) if args.state_dir else configured.state_dir,
                 checkpoint_every_s=configured.checkpoint_every_s,
                 notifier=notifier,
+                api=_api(args, configured),
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
