@@ -149,6 +149,7 @@ def build_app(
     app = FastAPI(title="aiops", summary="Incidents, silences and health of the GPU-cluster AIOps daemon")
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Collector(metrics, index, notifier))
+
     def operator(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
         if token is None:
             raise HTTPException(403, "mutations are disabled: no API token is configured (AIOPS_API_TOKEN)")
