@@ -61,7 +61,7 @@ _ALLOWED_BUILTINS = frozenset(
 _ALLOWED_FUNCTIONS = frozenset(
     {("copyreg", "_reconstructor"), ("time", "time_ns"), ("time", "time"), ("time", "monotonic")}
 )
-_ALLOWED_MODULES = ("aiops.", "detectors.", "rca.", "ingest.", "vocab.", "numpy", "collections", "datetime")
+_ALLOWED_MODULES = ("aiops.", "detectors.", "rca.", "ingest.", "notify.", "vocab.", "numpy", "collections", "datetime")
 
 
 class _StateUnpickler(pickle.Unpickler):

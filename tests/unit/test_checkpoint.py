@@ -11,6 +11,8 @@ import pytest
 
 from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, PublishedSince
 from aiops.runner import Pipeline
+from notify.config import parse
+from notify.service import Notifier
 from rca.graph import TopologyGraph
 from telemetry_gen.emit import write_folder
 from telemetry_gen.generator import GenConfig, Generation
@@ -65,8 +67,14 @@ def test_a_restored_pipeline_carries_on_as_if_it_had_never_stopped(tmp_path: Pat
     events = gen.events()
     assert len(chunks) > 4
 
-    def fresh() -> Pipeline:
-        return Pipeline(TopologyGraph.load(graph_path), 30.0, events)
+    # with notifications: the router's groups and what it said are part of the checkpoint
+    config = parse({"receivers": [{"name": "chat", "kind": "webhook", "url": "http://127.0.0.1:9/"}],
+                    "routes": [{"receiver": "chat"}]})  # fmt: skip
+
+    def fresh(outbox: str = "restarted") -> Pipeline:
+        pipeline = Pipeline(TopologyGraph.load(graph_path), 30.0, events)
+        pipeline.notifier = Notifier(config, tmp_path / f"{outbox}.sqlite", live=True)
+        return pipeline
 
     def run(p: Pipeline, part: list[bytes]) -> list[bytes]:
         out = []
@@ -75,7 +83,7 @@ def test_a_restored_pipeline_carries_on_as_if_it_had_never_stopped(tmp_path: Pat
             out += [state for _, state in p.take()[1]]
         return out
 
-    whole = fresh()
+    whole = fresh("whole")
     expected = run(whole, chunks)
     expected += [s for _, s in (whole.finish(), whole.take())[1][1]]
 
@@ -91,6 +99,9 @@ def test_a_restored_pipeline_carries_on_as_if_it_had_never_stopped(tmp_path: Pat
     got += run(second, chunks[half:])
     got += [s for _, s in (second.finish(), second.take())[1][1]]
     assert expected and got == expected
+    assert whole.notifier is not None and second.notifier is not None
+    notified = [key for key, _, _ in whole.notifier.outbox.rows()]
+    assert notified and [key for key, _, _ in second.notifier.outbox.rows()] == notified
 
 
 def test_what_was_published_since_is_skipped_once() -> None:

@@ -1,0 +1,126 @@
+"""Notifications from the live daemon while things go wrong: the receiver answers 500 for a
+while, the daemon is SIGKILLed twice mid-stream (once soon after its first incident, once while
+notifications are pending) and started again. Every notification the offline run sends of the
+same data arrives, each key at most twice (the documented window: sent, then killed before the
+acknowledgement was recorded), and never more often than the daemon was killed. Meanwhile the
+HTTP API of the first daemon serves the incidents it published."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from aiops.cli import main
+from tests.faults.daemons import reaped, replay
+from vocab.settings import KafkaSettings
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+class KeyReceiver:
+    """A webhook that records the idempotency key of what it took; the first `fail` requests
+    get a 500."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.fail = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    code = 500 if outer.fail > 0 else 200
+                    outer.fail -= code == 500
+                    if code == 200:
+                        outer.keys.append(body["key"])
+                self.send_response(code)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def hook() -> Iterator[KeyReceiver]:
+    r = KeyReceiver()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_killed_twice_with_a_failing_receiver_every_notification_arrives_once_per_key(
+    kafka_settings: KafkaSettings, tmp_path: Path, hook: KeyReceiver
+) -> None:
+    config = tmp_path / "notify.yml"
+    receivers = [{"name": "oncall", "kind": "webhook", "url": hook.url}]
+    config.write_text(yaml.safe_dump({"receivers": receivers, "routes": [{"receiver": "oncall"}]}))
+    r = replay(kafka_settings, tmp_path)
+    reference = tmp_path / "offline-notified"
+    run = ["run", "--input", str(r.recorded), "--out", str(reference), "--no-predict", "--notify-config", str(config)]
+    assert main(run) == 0
+    expected = Counter(hook.keys)
+    assert len(expected) >= 3 and max(expected.values()) == 1
+    hook.keys.clear()
+    hook.fail = 4  # the chat service is down for the first few attempts
+
+    port = _free_port()
+    notifying = [*r.daemon, "--notify-config", str(config)]
+    with reaped() as track:
+        gen = track(r.stream())
+        first = track(r.aiops(*notifying, "--api-port", str(port)))
+        r.wait_for_first_incident()
+        assert gen.poll() is None, "the stream ended before the kill: nothing to show"
+        listed = _get(f"http://127.0.0.1:{port}/api/incidents")
+        assert listed and all(i["incident_id"].startswith("inc-") for i in listed)
+        assert _get(f"http://127.0.0.1:{port}/readyz") == {"status": "active"}
+        time.sleep(3)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate(timeout=60)
+
+        second = track(r.aiops(*notifying))
+        deadline = time.monotonic() + 120
+        while len(hook.keys) < 2 and time.monotonic() < deadline:  # killed with notifications in flight
+            time.sleep(0.5)
+        os.kill(second.pid, signal.SIGKILL)
+        second.communicate(timeout=60)
+
+        third = track(r.aiops(*notifying, "--stop-when-idle", "15"))
+        _, err = third.communicate(timeout=600)
+        gen.communicate(timeout=60)
+        assert third.returncode == 0, err[-3000:]
+
+    got = Counter(hook.keys)
+    assert set(got) == set(expected), "notifications lost or invented"
+    repeated = {k: n for k, n in got.items() if n > 1}
+    assert all(n <= 2 for n in repeated.values()) and len(repeated) <= 2, repeated
+    r.assert_topics_equal_offline()
