@@ -16,11 +16,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from notify import apprise_send
+
 KINDS = ("feishu", "dingtalk", "wecom", "slack", "teams", "webhook", "alertmanager", "apprise")
 # per-minute caps the services document (WeCom and DingTalk: 20 messages a minute per robot;
 # Feishu: 100 a minute, 5 a second); others are unlimited unless set
 DEFAULT_RATE_PER_MINUTE = {"wecom": 20, "dingtalk": 20, "feishu": 100}
-NOT_YET = {"apprise"}  # named by the schema, not built yet
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -65,8 +66,8 @@ class Receiver(_Strict):
     @field_validator("kind")
     @classmethod
     def _available(cls, kind: str) -> str:
-        if kind in NOT_YET:
-            raise ValueError(f"receiver kind {kind!r} is not available in this version (use webhook meanwhile)")
+        if kind == "apprise" and not apprise_send.available():
+            raise ValueError("receiver kind 'apprise' needs the Apprise library: pip install 'aiops-gpu[apprise]'")
         return kind
 
     @property

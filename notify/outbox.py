@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from notify import apprise_send
 from notify.alertmanager import AlertPusher
 from notify.config import NotifyConfig
 from notify.formats import build
@@ -141,11 +142,16 @@ class Outbox:
             self._sent_at[receiver_name].append(now)
             note = from_json(body)
             secret = receiver.secret.get_secret_value() if receiver.secret else None
-            request = build(receiver.kind, receiver.url.get_secret_value(), note, secret, now)
-            http = urllib.request.Request(request.url, data=request.body, headers=request.headers, method="POST")
             try:
-                status = post(http, receiver.timeout_s)
                 retry_after = None
+                if receiver.kind == "apprise":  # delivered or not: a failure is retried
+                    status = 200 if apprise_send.send(receiver.url.get_secret_value(), note) else 503
+                else:
+                    request = build(receiver.kind, receiver.url.get_secret_value(), note, secret, now)
+                    http = urllib.request.Request(
+                        request.url, data=request.body, headers=request.headers, method="POST"
+                    )
+                    status = post(http, receiver.timeout_s)
             except urllib.error.HTTPError as exc:
                 status = exc.code
                 retry_after = exc.headers.get("Retry-After") if exc.headers else None

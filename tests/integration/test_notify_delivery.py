@@ -261,3 +261,24 @@ def test_the_demo_notifies_too(receiver: Receiver, tmp_path: Path) -> None:
     titles = [n["text"] for n in receiver.received]
     assert any("leaf_down" in t for t in titles) and any("psu_failure" in t for t in titles)
     assert len(titles) == len({n["blocks"][-1]["elements"][0]["text"] for n in receiver.received})  # one per key
+
+
+def test_an_apprise_receiver_delivers_through_apprise_and_retries_its_failures(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    # json:// is Apprise's generic JSON-over-HTTP service: it posts to our local receiver
+    host = receiver.url.removeprefix("http://")
+    config = parse({"receivers": [{"name": "tail", "kind": "apprise", "url": f"json://{host}/apprise"}],
+                    "routes": [{"receiver": "tail"}]})  # fmt: skip
+    clock = Clock()
+    outbox = Outbox(tmp_path / "outbox.sqlite", config, clock)
+    note = Notification("tail:inc-7:open", "tail", (IncidentNote.from_record({**RECORD, "incident_id": "inc-7"}),))
+    outbox.put(note)
+    receiver.plan = [500]
+    assert outbox.deliver_due() == 0  # Apprise says "not delivered": retried later
+    clock.t += 5
+    assert outbox.deliver_due() == 1
+    assert receiver.requests == 2 and len(receiver.received) == 1
+    got = receiver.received[0]
+    assert got["title"] == note.title and "key: tail:inc-7:open" in got["message"]
+    assert RECORD["action"] in got["message"]
