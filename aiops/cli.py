@@ -184,13 +184,14 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    from aiops.detect_daemon import detect_kafka
     from detectors.evaluate import evaluate, format_report
     from detectors.predict.online import (
         Prediction,
         evaluate_predictions,
         format_prediction_report,
     )
-    from detectors.runner import detect_folder, detect_kafka, load_events, read_anomalies
+    from detectors.runner import detect_folder, load_events, read_anomalies
 
     settings = _settings(args)
     interval = _scrape_interval(args, settings)
@@ -205,6 +206,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
             idle_stop_s=args.stop_when_idle,
             predictor=predictor,
             detector_settings=settings.detectors,
+            state_dir=Path(args.state_dir) if args.state_dir else settings.state_dir,
+            checkpoint_every_s=settings.checkpoint_every_s,
         )
         print(
             f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "
@@ -475,6 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
     p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (maintenance) as JSON lines")
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS")
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="with --kafka: where checkpoints go (default AIOPS_STATE_DIR, else ~/.local/state/aiops)",
+    )
     p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
     p.add_argument("--no-predict", action="store_true", help="detect only, no failure prediction")
     p.add_argument(

@@ -26,7 +26,6 @@ from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import IngestCore
 from vocab.schedule import NodeJobs, Schedule, event_problem
-from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
 log = logging.getLogger(__name__)
@@ -323,91 +322,20 @@ class KafkaAnomalySink:
     def __init__(self, bootstrap: str, topic: str) -> None:
         from ingest.kafka_io import TelemetryProducer
 
-        self._producer = TelemetryProducer(bootstrap, client_id="aiops-detect")
+        self.producer = TelemetryProducer(bootstrap, client_id="aiops-detect")
         self._topic = topic
 
     def add(self, anomalies: list[Anomaly]) -> None:
         for a in anomalies:
-            self._producer.send_raw(self._topic, a.to_json(), key=a.entity.encode())
+            self.producer.send_raw(self._topic, a.to_json(), key=a.entity.encode())
 
     def add_predictions(self, predictions: list[Prediction]) -> None:
         for p in predictions:
-            self._producer.send_raw(self._topic, p.to_json(), key=p.entity.encode())
+            self.producer.send_raw(self._topic, p.to_json(), key=p.entity.encode())
 
     def flush(self, should_stop: Callable[[], bool] | None = None) -> None:
         """Wait for the broker (KafkaIOError if asked to stop first: the caller must not commit)."""
-        self._producer.flush(should_stop=should_stop)
+        self.producer.flush(should_stop=should_stop)
 
     def close(self) -> None:
-        self._producer.close()
-
-
-def detect_kafka(
-    settings: KafkaSettings,
-    interval_s: float,
-    should_stop: Callable[[], bool],
-    events: list[dict[str, object]] | None = None,
-    idle_stop_s: float | None = None,
-    lateness_s: float = 60.0,
-    drift_factory: DriftFactory | None = default_drift,
-    predictor: OnlinePredictor | None = None,
-    detector_settings: DetectorSettings | None = None,
-) -> DetectStats:
-    """The daemon: telemetry topic in, anomalies and predictions (and bad lines as dead letters)
-    out; rows too late for their tick are counted and left out of detection.
-    Commits after the anomalies of a poll are flushed: at-least-once."""
-    from ingest.kafka_io import (
-        KafkaDeadLetterSink,
-        KafkaIOError,
-        TelemetryConsumer,
-        TelemetryProducer,
-        ensure_topics,
-        polls,
-        until_reachable,
-    )
-
-    topics = [settings.telemetry_topic, settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic]
-    until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)  # started during a broker restart
-    loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
-    # one member holds every partition: peer and cohort comparisons span nodes, and members
-    # splitting the partitions would each compare part of a job's GPUs
-    consumer = until_reachable(
-        lambda: TelemetryConsumer(
-            settings, group=settings.detect_group, on_revoked=loop.forget_partitions, one_active=True
-        ),
-        should_stop,
-    )
-    sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
-    dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
-    dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
-    predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
-    apply_events(loop, events or [])
-    started = time.monotonic()
-    try:
-        for messages in polls(consumer, should_stop, idle_stop_s):
-            anomalies, letters = loop.feed_polled(messages, consumer.backlogged())
-            sink.add(anomalies)
-            dead.add(letters)
-            predictions.add_predictions(loop.predictions)
-            loop.predictions.clear()
-            sink.flush(should_stop)
-            dead.flush(should_stop)
-            predictions.flush(should_stop)
-            consumer.commit(held=loop.held.first_held())
-        if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
-            sink.add(loop.finish())
-            predictions.add_predictions(loop.predictions)
-            sink.flush(should_stop)
-            predictions.flush(should_stop)
-            consumer.commit(held=loop.held.first_held())
-        # asked to stop: ticks still open are not analysed half-full; their messages were not
-        # committed, so the next member reads them again
-    except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
-        log.warning("%s", exc)
-    finally:
-        consumer.close()
-        sink.close()
-        predictions.close()
-        dead_producer.close()
-    loop.stats.seconds = time.monotonic() - started
-    return loop.stats
+        self.producer.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaConsumer
 
+from aiops.detect_daemon import detect_kafka
 from detectors.anomaly import Anomaly
-from detectors.runner import detect_kafka
 from telemetry_gen.emit import to_kafka
 from telemetry_gen.generator import GenConfig, Generation
 from vocab.settings import KafkaSettings
