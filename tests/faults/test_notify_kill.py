@@ -11,12 +11,10 @@ import json
 import os
 import signal
 import socket
-import threading
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,46 +23,17 @@ import yaml
 
 from aiops.cli import main
 from tests.faults.daemons import reaped, replay
+from tests.http_endpoint import Endpoint
 from vocab.settings import KafkaSettings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
-class KeyReceiver:
-    """A webhook that records the idempotency key of what it took; the first `fail` requests
-    get a 500."""
-
-    def __init__(self) -> None:
-        self.keys: list[str] = []
-        self.fail = 0
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    code = 500 if outer.fail > 0 else 200
-                    outer.fail -= code == 500
-                    if code == 200:
-                        outer.keys.append(body["key"])
-                self.send_response(code)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
-def hook() -> Iterator[KeyReceiver]:
-    r = KeyReceiver()
+def hook() -> Iterator[Endpoint]:
+    r = Endpoint()
     yield r
-    r.server.shutdown()
-    r.server.server_close()
+    r.close()
 
 
 def _free_port() -> int:
@@ -79,7 +48,7 @@ def _get(url: str) -> Any:
 
 
 def test_killed_twice_with_a_failing_receiver_every_notification_arrives_once_per_key(
-    kafka_settings: KafkaSettings, tmp_path: Path, hook: KeyReceiver
+    kafka_settings: KafkaSettings, tmp_path: Path, hook: Endpoint
 ) -> None:
     config = tmp_path / "notify.yml"
     receivers = [{"name": "oncall", "kind": "webhook", "url": hook.url}]
@@ -88,10 +57,10 @@ def test_killed_twice_with_a_failing_receiver_every_notification_arrives_once_pe
     reference = tmp_path / "offline-notified"
     run = ["run", "--input", str(r.recorded), "--out", str(reference), "--no-predict", "--notify-config", str(config)]
     assert main(run) == 0
-    expected = Counter(hook.keys)
+    expected = Counter(b["key"] for b in hook.bodies)
     assert len(expected) >= 3 and max(expected.values()) == 1
-    hook.keys.clear()
-    hook.fail = 4  # the chat service is down for the first few attempts
+    hook.bodies.clear()
+    hook.plan = [500] * 4  # the chat service is down for the first few attempts
 
     port = _free_port()
     notifying = [*r.daemon, "--notify-config", str(config)]
@@ -109,7 +78,7 @@ def test_killed_twice_with_a_failing_receiver_every_notification_arrives_once_pe
 
         second = track(r.aiops(*notifying))
         deadline = time.monotonic() + 120
-        while len(hook.keys) < 2 and time.monotonic() < deadline:  # killed with notifications in flight
+        while len(hook.bodies) < 2 and time.monotonic() < deadline:  # killed with notifications in flight
             time.sleep(0.5)
         os.kill(second.pid, signal.SIGKILL)
         second.communicate(timeout=60)
@@ -119,7 +88,7 @@ def test_killed_twice_with_a_failing_receiver_every_notification_arrives_once_pe
         gen.communicate(timeout=60)
         assert third.returncode == 0, err[-3000:]
 
-    got = Counter(hook.keys)
+    got = Counter(b["key"] for b in hook.bodies)
     assert set(got) == set(expected), "notifications lost or invented"
     repeated = {k: n for k, n in got.items() if n > 1}
     assert all(n <= 2 for n in repeated.values()) and len(repeated) <= 2, repeated

@@ -8,11 +8,9 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,32 +19,12 @@ import yaml
 
 from notify.config import parse
 from notify.service import Notifier
+from tests.http_endpoint import Endpoint
 from tests.unit.test_notify import RECORD
 
 pytestmark = pytest.mark.services
 
 ALERTMANAGER = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops")) / "bin" / "alertmanager"
-
-
-class WebhookReceiver:
-    """What Alertmanager's webhook_config posts: one message per group notification."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                receiver.messages.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def _free_port() -> int:
@@ -56,15 +34,15 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def hook() -> Iterator[WebhookReceiver]:
-    r = WebhookReceiver()
+def hook() -> Iterator[Endpoint]:
+    """Alertmanager's webhook receiver: one message per group notification."""
+    r = Endpoint()
     yield r
-    r.server.shutdown()
-    r.server.server_close()
+    r.close()
 
 
 @pytest.fixture
-def alertmanager(tmp_path: Path, hook: WebhookReceiver) -> Iterator[str]:
+def alertmanager(tmp_path: Path, hook: Endpoint) -> Iterator[str]:
     if not os.access(ALERTMANAGER, os.X_OK):
         pytest.fail(f"no Alertmanager at {ALERTMANAGER}: scripts/services up builds it")
     config = {
@@ -155,16 +133,14 @@ def _states(records: list[dict[str, Any]]) -> list[bytes]:
     return [json.dumps(r).encode() for r in records]
 
 
-def test_alertmanager_groups_routes_and_ends_our_alerts(
-    alertmanager: str, hook: WebhookReceiver, tmp_path: Path
-) -> None:
+def test_alertmanager_groups_routes_and_ends_our_alerts(alertmanager: str, hook: Endpoint, tmp_path: Path) -> None:
     notifier = _notifier(alertmanager, tmp_path)
     notifier.offer(_states([_record(1, "leaf_down"), _record(2, "leaf_down"), _record(3, "psu_failure")]), time.time())
     assert notifier.outbox.deliver_due() == 3
 
     # Alertmanager's route groups by kind: one message with both leaves, one with the PSU
-    _wait(lambda: len(hook.messages) >= 2, 30, "two group notifications")
-    by_kind = {m["groupLabels"]["kind"]: m for m in hook.messages}
+    _wait(lambda: len(hook.bodies) >= 2, 30, "two group notifications")
+    by_kind = {m["groupLabels"]["kind"]: m for m in hook.bodies}
     assert sorted(by_kind) == ["leaf_down", "psu_failure"]
     leaves = by_kind["leaf_down"]
     assert leaves["status"] == "firing"
@@ -178,20 +154,18 @@ def test_alertmanager_groups_routes_and_ends_our_alerts(
     assert alert["generatorURL"] == "https://aiops.example/incidents/inc-am-1"
 
     # a resolve ends the alert: Alertmanager says so to the receiver (send_resolved)
-    hook.messages.clear()
+    hook.bodies.clear()
     notifier.offer(_states([_record(3, "psu_failure", "resolved")]), time.time())
     notifier.outbox.deliver_due()
-    _wait(lambda: any(m["status"] == "resolved" for m in hook.messages), 30, "the resolve")
-    resolved = next(m for m in hook.messages if m["status"] == "resolved")
+    _wait(lambda: any(m["status"] == "resolved" for m in hook.bodies), 30, "the resolve")
+    resolved = next(m for m in hook.bodies if m["status"] == "resolved")
     assert [a["labels"]["incident_id"] for a in resolved["alerts"]] == ["inc-am-3"]
     firing = {a["labels"]["incident_id"] for a in _get(f"{alertmanager}/api/v2/alerts?active=true")}
     assert firing == {"inc-am-1", "inc-am-2"}
     notifier.stop()
 
 
-def test_a_silence_made_in_alertmanager_silences_our_alerts(
-    alertmanager: str, hook: WebhookReceiver, tmp_path: Path
-) -> None:
+def test_a_silence_made_in_alertmanager_silences_our_alerts(alertmanager: str, hook: Endpoint, tmp_path: Path) -> None:
     now = time.time()
     _post(
         f"{alertmanager}/api/v2/silences",
@@ -206,13 +180,13 @@ def test_a_silence_made_in_alertmanager_silences_our_alerts(
     notifier = _notifier(alertmanager, tmp_path)
     notifier.offer(_states([_record(1, "leaf_down"), _record(3, "psu_failure")]), time.time())
     notifier.outbox.deliver_due()
-    _wait(lambda: any(m["groupLabels"].get("kind") == "leaf_down" for m in hook.messages), 30, "the leaf")
+    _wait(lambda: any(m["groupLabels"].get("kind") == "leaf_down" for m in hook.bodies), 30, "the leaf")
     alerts = {a["labels"]["incident_id"]: a["status"] for a in _get(f"{alertmanager}/api/v2/alerts")}
     assert alerts["inc-am-3"]["state"] == "suppressed" and alerts["inc-am-3"]["silencedBy"]
     assert alerts["inc-am-1"]["state"] == "active"
     # the leaf's group went out after group_wait; the silenced PSU never does
     time.sleep(3)
-    sent = {a["labels"]["incident_id"] for m in hook.messages for a in m["alerts"]}
+    sent = {a["labels"]["incident_id"] for m in hook.bodies for a in m["alerts"]}
     assert sent == {"inc-am-1"}
     notifier.stop()
 

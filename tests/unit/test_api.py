@@ -5,13 +5,11 @@ notifier could not deliver."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from aiops.api import ApiServer, DaemonMetrics, build_app
 from aiops.incident_index import IncidentIndex
 from notify.config import parse
 from notify.service import Notifier
+from tests.http_endpoint import Endpoint
 from tests.unit.test_notify import RECORD
 
 TOKEN = "s3cret-token-for-tests"
@@ -41,31 +40,9 @@ RECORDS = [
 ]
 
 
-class Refusing:
-    """A chat webhook that answers 400 (a wrong token, as a robot whose token was revoked)."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.requests += 1
-                self.send_response(400)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 class Api:
     def __init__(self, tmp_path: Path, token: str | None = TOKEN) -> None:
-        self.hook = Refusing()
+        self.hook = Endpoint(default=400)  # a robot whose token was revoked
         config = parse(
             {
                 "receivers": [{"name": "chat", "kind": "webhook", "url": self.hook.url}],
@@ -111,8 +88,7 @@ class Api:
         self.server.stop()
         self.notifier.stop()
         self.index.close()
-        self.hook.server.shutdown()
-        self.hook.server.server_close()
+        self.hook.close()
 
 
 @pytest.fixture
