@@ -27,7 +27,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from aiops.incident_index import IncidentIndex
 from aiops.incident_index import Query as IncidentQuery
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 # module level: FastAPI resolves the (string) annotations of dependencies in this module's globals
 _bearer = HTTPBearer(auto_error=False)
 LIVE_WITHIN_S = 120.0  # /healthz fails when the loop has not come round for this long
+MAX_SILENCE_S = 366 * 86400.0
+EVENT_TIME_SLACK_S = 3600.0  # a silence "from now" also covers states this far behind the wall clock
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,16 @@ class Acknowledge(BaseModel):
 
 
 class NewSilence(BaseModel):
+    """Times in epoch seconds. Without `starts` the silence is in force at once, also for states
+    still on their way (the daemon works in event time, which trails the wall clock by the
+    lateness window and more while it catches up)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
     match: Match
-    starts: float | None = None  # epoch seconds; default now
-    ends: float | None = None  # default: starts + duration_s
-    duration_s: float = Field(3600.0, gt=0)
+    starts: float | None = Field(None, ge=0)
+    ends: float | None = Field(None, ge=0)  # default: now + duration_s
+    duration_s: float = Field(3600.0, gt=0, le=MAX_SILENCE_S)
     comment: str = Field(..., min_length=1, max_length=2000)
     created_by: str = Field(..., min_length=1, max_length=100)
 
@@ -225,8 +233,9 @@ def build_app(
     def create_silence(body: NewSilence) -> dict[str, Any]:
         if not body.match.model_dump(exclude_none=True):
             raise HTTPException(422, "a silence needs at least one matcher")
-        starts = time.time() if body.starts is None else body.starts
-        ends = starts + body.duration_s if body.ends is None else body.ends
+        now = time.time()
+        starts = now - EVENT_TIME_SLACK_S if body.starts is None else body.starts
+        ends = now + body.duration_s if body.ends is None else body.ends
         try:
             made = silences().create(body.match, starts, ends, body.comment, body.created_by)
         except ValueError as exc:

@@ -49,8 +49,8 @@ def detect_kafka(
         until_reachable,
     )
 
-    outputs = [settings.anomalies_topic, settings.predictions_topic]
-    topics = [settings.telemetry_topic, *outputs, settings.deadletter_topic]
+    outputs = [settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic]
+    topics = [settings.telemetry_topic, *outputs]
     until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)  # started during a broker restart
     store = CheckpointStore(state_dir, f"detect-{settings.detect_group}") if state_dir is not None else None
 
@@ -110,6 +110,7 @@ def detect_kafka(
         if unread_outputs is not None:  # resumed: what was published since the checkpoint is skipped
             already = PublishedSince.read(settings.bootstrap, unread_outputs).already
             sink.producer.already_published = predictions.producer.already_published = already
+            dead_producer.already_published = already
             unread_outputs = None
         sink.add(anomalies)
         predictions.add_predictions(loop.predictions)

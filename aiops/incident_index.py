@@ -139,11 +139,14 @@ class IncidentIndex:
             )
         return cur.rowcount == 1
 
-    def resolve_requested(self) -> list[str]:
-        """Incidents an operator resolved that the engine has not closed yet (after a restart)."""
+    def operator_resolved(self, within_s: float = 86400.0) -> list[str]:
+        """Incidents operators resolved in the last day: after a restart, or a restore that
+        replays ticks, the engine is asked again (it closes those it still holds open; the rest
+        are no-ops)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id FROM incidents WHERE resolve_by IS NOT NULL AND resolved IS NULL"
+                "SELECT id FROM incidents WHERE resolve_by IS NOT NULL AND resolve_at >= ? ORDER BY resolve_at",
+                (time.time() - within_s,),
             ).fetchall()
         return [r[0] for r in rows]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, PublishedSince, topic_ends
 from aiops.incident_index import IncidentIndex
@@ -35,6 +35,8 @@ from vocab.thresholds import DetectorSettings
 
 if TYPE_CHECKING:
     from aiops.api import ApiOptions, DaemonMetrics
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +136,7 @@ class Pipeline:
         except Exception:  # a bug in the analysis must not stop telemetry, anomalies or the daemon
             self.engine_errors += 1
             log.exception("incident engine failed on tick %s (%d anomalies); continuing", t, len(anomalies))
-            return
+            changed = closed  # what operators closed is closed all the same
         states = [(i.incident_id, i.to_json()) for i in changed]
         self.incidents += states
         if self.notifier is not None:  # in event time, tick by tick: group waits and repeats are exact
@@ -316,13 +318,37 @@ def run_kafka(
 
         metrics = DaemonMetrics()
         index = IncidentIndex(state_dir / f"incidents-{settings.run_group}.sqlite" if state_dir else None)
-        to_close.extend(index.resolve_requested())  # asked for before a restart, not done yet
+        to_close.extend(index.operator_resolved())  # asked for before a restart: closed if still open
         token = api.token.get_secret_value() if api.token else None
         server = ApiServer(build_app(index, metrics, notifier, token, to_close.append), api.host, api.port)
         server.start()
+    live: list[TelemetryConsumer] = []  # the consumer, once there is one
 
-    until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)
-    graph = TopologyGraph.load(topology)
+    def stopping() -> bool:
+        """Asked whenever the daemon waits or loops: the API's liveness and lag come from here."""
+        if metrics is not None:
+            metrics.beat()
+            if live:
+                metrics.assigned, metrics.standing_by = live[0].assigned, live[0].standing_by
+                metrics.lag = live[0].lag()
+        return should_stop()
+
+    def stop_api() -> None:
+        if server is not None:
+            server.stop()
+        if index is not None:
+            index.close()
+
+    def guarded(setup: Callable[[], T]) -> T:
+        """A setup step; if it fails (or the daemon is stopped meanwhile), the API goes too."""
+        try:
+            return setup()
+        except BaseException:
+            stop_api()
+            raise
+
+    guarded(lambda: until_reachable(lambda: ensure_topics(settings.bootstrap, topics), stopping))
+    graph = guarded(lambda: TopologyGraph.load(topology))
     if notifier is not None and notifier.router.locate is None:
         notifier.router.locate = topology_locate(graph)
 
@@ -335,7 +361,9 @@ def run_kafka(
     pipeline = fresh()
     outputs = topics[1:]
     store = CheckpointStore(state_dir, f"run-{settings.run_group}") if state_dir is not None else None
-    producer = until_reachable(lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-run"), should_stop)
+    producer = guarded(
+        lambda: until_reachable(lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-run"), stopping)
+    )
     holding: set[tuple[str, int]] = set()  # the partitions whose state the pipeline holds
     unread_outputs: Offsets | None = None  # a checkpoint's output ends, read back before publishing
 
@@ -362,6 +390,8 @@ def run_kafka(
             pipeline = fresh()  # a failed restore may have left part of the state
             return {}
         unread_outputs = checkpoint.outputs
+        if index is not None:  # the restored engine may hold incidents an operator resolved since
+            to_close.extend(index.operator_resolved())
         resume = {(t, p): o for t, parts in checkpoint.offsets.items() for p, o in parts.items()}
         log.warning(
             "resuming from the checkpoint of %s (%s; last tick %s)",
@@ -374,12 +404,15 @@ def run_kafka(
     def revoked(partitions: set[tuple[str, int]]) -> None:  # the pipeline of the moment (assigned() renews it)
         pipeline.detect.forget_partitions(partitions)
 
-    consumer = until_reachable(
-        lambda: TelemetryConsumer(
-            settings, group=settings.run_group, on_revoked=revoked, on_assigned=assigned, one_active=True
-        ),
-        should_stop,
+    consumer = guarded(
+        lambda: until_reachable(
+            lambda: TelemetryConsumer(
+                settings, group=settings.run_group, on_revoked=revoked, on_assigned=assigned, one_active=True
+            ),
+            stopping,
+        )
     )
+    live.append(consumer)
     dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
     stats = RunStats()
     started = last_checkpoint = time.monotonic()
@@ -415,7 +448,7 @@ def run_kafka(
             producer.send_raw(settings.predictions_topic, p.to_json(), key=p.entity.encode())
         for incident_id, state in incidents:  # keyed by incident: its history stays in order
             producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
-        producer.flush(should_stop=should_stop)
+        producer.flush(should_stop=stopping)
         if incident_sink is not None:
             incident_sink([state for _, state in incidents])
         stats.anomalies += len(anomalies)
@@ -429,14 +462,6 @@ def run_kafka(
         publish(pipeline.finish())
         consumer.commit(held=pipeline.detect.held.first_held())
 
-    def stopping() -> bool:
-        """Asked every round of the loop: the API's liveness and lag come from here."""
-        if metrics is not None:
-            metrics.beat()
-            metrics.assigned, metrics.standing_by = consumer.assigned, consumer.standing_by
-            metrics.lag = consumer.lag()
-        return should_stop()
-
     try:
         for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
             values_before = pipeline.detect.stats.values
@@ -445,7 +470,7 @@ def run_kafka(
                 metrics.took(pipeline.detect.stats.values - values_before)
             dead.add(letters)
             publish(anomalies)
-            dead.flush(should_stop)
+            dead.flush(stopping)
             if store is not None and time.monotonic() - last_checkpoint >= checkpoint_every_s:
                 checkpoint()
             else:
@@ -460,10 +485,7 @@ def run_kafka(
     finally:
         consumer.close()
         producer.close()
-        if server is not None:
-            server.stop()
-        if index is not None:
-            index.close()
+        stop_api()
     return pipeline.finish_stats(stats, time.monotonic() - started)
 
 

@@ -15,6 +15,7 @@ ending what resolved while it was down. URLs never reach a log line or a stored 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -31,17 +32,22 @@ log = logging.getLogger(__name__)
 
 RESEND_S = 60.0  # Prometheus's default resend delay
 VALID_RESENDS = 4  # endsAt of a firing alert: this many resend periods ahead (Prometheus: 4)
-END_POSTS = 2  # an ended alert is posted this often before it is forgotten (one may be lost)
+END_POSTS = 2  # an ended alert is posted this often (one may be lost)
+KEEP_ENDED_S = 3600.0  # ended alerts are remembered this long: a replay must not fire them again
+BACKOFF_MAX_S = 300.0
 ALERTNAME = "AiopsIncident"
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS alerts (
+CREATE TABLE IF NOT EXISTS am_alerts (
     receiver TEXT NOT NULL,
     incident_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,    -- of the label set: Alertmanager's identity of an alert
     alert TEXT NOT NULL,          -- labels, annotations, startsAt, generatorURL
-    ended_at REAL,                -- wall time the incident resolved; NULL while firing
+    at REAL NOT NULL,             -- event time of the incident state it shows
+    ended_at REAL,                -- wall time it ended; NULL while firing
     posted_at REAL NOT NULL DEFAULT 0,
     end_posts INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (receiver, incident_id)
+    version INTEGER NOT NULL DEFAULT 0,  -- bumped by every change: a post marks only what it sent
+    PRIMARY KEY (receiver, incident_id, fingerprint)
 );
 """
 
@@ -51,14 +57,15 @@ def _iso(t: float) -> str:
 
 
 def alert_of(note: IncidentNote, where: dict[str, str], cluster: str | None) -> dict[str, Any]:
-    """The alert for one incident: labels to route and silence on, annotations to read."""
+    """The alert for one incident: labels to route and silence on, annotations to read. A label
+    set that changes (a warning that comes true, a root that moves) is a new alert to
+    Alertmanager; the pusher ends the old one."""
     labels = {
         "alertname": ALERTNAME,
         "incident_id": note.incident_id,
         "kind": note.kind,
         "severity": note.severity,
         "entity": note.root,
-        "status": "predicted" if note.status == "warning" else "firing",
         **{k: v for k, v in where.items() if k in ("rack", "pod", "plane") and v},
     }
     if cluster:
@@ -68,6 +75,7 @@ def alert_of(note: IncidentNote, where: dict[str, str], cluster: str | None) -> 
         "summary": note.headline,
         "description": f"{facts['Root cause']}; blast radius {facts['Blast radius']}",
         "action": note.action or "-",
+        "state": "predicted" if note.status == "warning" else "failing",
         **{f"{label.lower()}_url": url for label, url in note.links},
     }
     if note.evidence:
@@ -79,17 +87,20 @@ def alert_of(note: IncidentNote, where: dict[str, str], cluster: str | None) -> 
     return alert
 
 
+def _fingerprint(labels: dict[str, str]) -> str:
+    return hashlib.blake2b(json.dumps(labels, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+
 @dataclass
 class AlertStats:
     posts: int = 0
     alerts_posted: int = 0
-    failures: int = 0  # posts not acknowledged (retried at the next resend)
+    failures: int = 0  # posts not acknowledged (retried with backoff)
     refused: int = 0  # of those, refused with a 4xx (the request is wrong)
-    skipped_offline: int = 0
 
 
 class AlertPusher:
-    """Keeps one receiver's alerts in Alertmanager: upserts as incidents change, posts what is
+    """Keeps the receivers' alerts in Alertmanager: upserts as incidents change, posts what is
     due (new, changed, a resend, an end)."""
 
     def __init__(self, db: Any, lock: Any, clock: Callable[[], float] = time.time) -> None:
@@ -97,83 +108,108 @@ class AlertPusher:
         with self._lock:
             self._db.executescript(_SCHEMA)
         self.stats = AlertStats()
+        self._retry_at: dict[str, tuple[float, float]] = {}  # receiver -> (next attempt, delay)
 
     def upsert(self, receiver: str, note: IncidentNote, alert: dict[str, Any]) -> None:
-        """The incident's latest state; posted at the next delivery round."""
-        ended = self.clock() if note.status == "resolved" else None
+        """The incident's latest state; posted at the next delivery round. A state older than
+        one already taken (a replay after a restart) changes nothing."""
+        now = self.clock()
+        fingerprint = _fingerprint(alert["labels"])
         with self._lock:
-            if ended is not None:  # keep what was firing; only its end is news
-                cur = self._db.execute(
-                    "UPDATE alerts SET ended_at = ?, posted_at = 0 WHERE receiver = ? AND incident_id = ? "
-                    "AND ended_at IS NULL",
-                    (ended, receiver, note.incident_id),
-                )
-                if cur.rowcount:
-                    return
+            newest = self._db.execute(
+                "SELECT MAX(at) FROM am_alerts WHERE receiver = ? AND incident_id = ?", (receiver, note.incident_id)
+            ).fetchone()[0]
+            if newest is not None and note.at < newest:
+                return
+            # whatever this incident showed under another label set is over
             self._db.execute(
-                "INSERT INTO alerts (receiver, incident_id, alert, ended_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (receiver, incident_id) DO UPDATE SET alert = excluded.alert, "
-                "ended_at = excluded.ended_at, posted_at = 0, end_posts = 0",
-                (receiver, note.incident_id, json.dumps(alert, sort_keys=True), ended),
+                "UPDATE am_alerts SET ended_at = ?, posted_at = 0, version = version + 1 WHERE receiver = ? "
+                "AND incident_id = ? AND ended_at IS NULL AND fingerprint != ?",
+                (now, receiver, note.incident_id, "" if note.status == "resolved" else fingerprint),
+            )
+            if note.status == "resolved":
+                self._db.execute(
+                    "UPDATE am_alerts SET at = ? WHERE receiver = ? AND incident_id = ?",
+                    (note.at, receiver, note.incident_id),
+                )
+                return
+            self._db.execute(
+                "INSERT INTO am_alerts (receiver, incident_id, fingerprint, alert, at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (receiver, incident_id, fingerprint) DO UPDATE SET alert = excluded.alert, "
+                "at = excluded.at, ended_at = NULL, posted_at = 0, end_posts = 0, version = version + 1",
+                (receiver, note.incident_id, fingerprint, json.dumps(alert, sort_keys=True), note.at),
             )
 
     def firing(self, receiver: str) -> int:
         with self._lock:
             row = self._db.execute(
-                "SELECT COUNT(*) FROM alerts WHERE receiver = ? AND ended_at IS NULL", (receiver,)
+                "SELECT COUNT(*) FROM am_alerts WHERE receiver = ? AND ended_at IS NULL", (receiver,)
             ).fetchone()
         return int(row[0])
 
     def push_due(self, receiver: Receiver, post: Callable[[urllib.request.Request, float], int]) -> int:
         """Post every alert of `receiver` that is new, changed, due for a resend or ended; returns
-        how many were acknowledged."""
+        how many were acknowledged. A failed post is tried again with backoff (1 s doubling to
+        5 min), without holding up the other receivers."""
         now = self.clock()
+        retry_at, delay = self._retry_at.get(receiver.name, (0.0, 0.0))
+        if now < retry_at:
+            return 0
         resend = receiver.resend_s or RESEND_S
         with self._lock:
             rows = list(
                 self._db.execute(
-                    "SELECT incident_id, alert, ended_at FROM alerts WHERE receiver = ? AND "
-                    "(posted_at <= ? OR ended_at IS NOT NULL) ORDER BY incident_id",
-                    (receiver.name, now - resend),
+                    "SELECT incident_id, fingerprint, alert, ended_at, version FROM am_alerts WHERE receiver = ? AND "
+                    "((ended_at IS NULL AND posted_at <= ?) OR (ended_at IS NOT NULL AND end_posts < ?)) "
+                    "ORDER BY incident_id, fingerprint",
+                    (receiver.name, now - resend, END_POSTS),
                 )
             )
         if not rows:
             return 0
         batch = []
-        for _, raw, ended_at in rows:
+        for _, _, raw, ended_at, _ in rows:
             alert = json.loads(raw)
             alert["endsAt"] = _iso(ended_at if ended_at is not None else now + VALID_RESENDS * resend)
             batch.append(alert)
         url = receiver.url.get_secret_value().rstrip("/") + "/api/v2/alerts"
-        body = json.dumps(batch).encode()
-        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
         self.stats.posts += 1
+        status, reason = 0, ""
         try:
+            request = urllib.request.Request(
+                url, data=json.dumps(batch).encode(), headers={"Content-Type": "application/json"}, method="POST"
+            )
             status = post(request, receiver.timeout_s)
         except urllib.error.HTTPError as exc:
             status = exc.code
             exc.close()
-        except (OSError, TimeoutError) as exc:
-            status = 0
+        except Exception as exc:  # refused, timed out, a malformed URL: the type only (a URL can hold secrets)
             reason = type(exc).__name__
         if not 200 <= status < 300:
             self.stats.failures += 1
             self.stats.refused += 400 <= status < 500
-            reason = f"HTTP {status}" if status else reason
-            log.warning("alertmanager receiver %s did not take %d alerts (%s)", receiver.name, len(batch), reason)
+            delay = min(BACKOFF_MAX_S, max(1.0, delay * 2))
+            self._retry_at[receiver.name] = (now + delay, delay)
+            log.warning(
+                "alertmanager receiver %s did not take %d alerts (%s); trying again in %.0f s",
+                receiver.name,
+                len(batch),
+                f"HTTP {status}" if status else reason,
+                delay,
+            )
             return 0
+        self._retry_at.pop(receiver.name, None)
         self.stats.alerts_posted += len(batch)
         with self._lock:
-            for incident_id, _, ended_at in rows:
-                if ended_at is None:
-                    self._db.execute(
-                        "UPDATE alerts SET posted_at = ? WHERE receiver = ? AND incident_id = ?",
-                        (now, receiver.name, incident_id),
-                    )
-                else:
-                    self._db.execute(
-                        "UPDATE alerts SET end_posts = end_posts + 1 WHERE receiver = ? AND incident_id = ?",
-                        (receiver.name, incident_id),
-                    )
-            self._db.execute("DELETE FROM alerts WHERE receiver = ? AND end_posts >= ?", (receiver.name, END_POSTS))
+            for incident_id, fingerprint, _, ended_at, version in rows:
+                column = "posted_at = ?" if ended_at is None else "end_posts = end_posts + 1, posted_at = ?"
+                self._db.execute(  # unless it changed while the request was out: then it goes again
+                    f"UPDATE am_alerts SET {column} WHERE receiver = ? AND incident_id = ? AND fingerprint = ? "
+                    "AND version = ?",
+                    (now, receiver.name, incident_id, fingerprint, version),
+                )
+            self._db.execute(
+                "DELETE FROM am_alerts WHERE receiver = ? AND end_posts >= ? AND ended_at < ?",
+                (receiver.name, END_POSTS, now - KEEP_ENDED_S),
+            )
         return len(batch)

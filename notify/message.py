@@ -37,6 +37,8 @@ class IncidentNote:
     ) -> IncidentNote:
         root = record.get("root_cause") or {}
         status = str(record.get("status", "open"))
+        if record.get("resolved") is not None:  # a warning whose horizon passed (or dismissed) is over too
+            status = "resolved"
         at = record.get("resolved") if status == "resolved" and record.get("resolved") else record.get("updated")
         links: list[tuple[str, str]] = []
         if public_url:

@@ -127,8 +127,6 @@ class Outbox:
                 )
             )
         acknowledged = 0
-        for am in (r for r in self.config.receivers if r.kind == "alertmanager"):
-            acknowledged += self.alerts.push_due(am, post)
         for key, receiver_name, body, attempts in due:
             receiver = next((r for r in self.config.receivers if r.name == receiver_name), None)
             if receiver is None:
@@ -159,6 +157,9 @@ class Outbox:
             except (OSError, TimeoutError) as exc:  # refused, reset, timed out, DNS
                 self._retry(key, attempts, f"{type(exc).__name__}: {self._redact(str(exc))}", None)
                 continue
+            except Exception as exc:  # a malformed URL, a broken response: its type only (URLs hold secrets)
+                self._retry(key, attempts, type(exc).__name__, None)
+                continue
             if 200 <= status < 300:
                 self._finish(key, "sent", attempts + 1, None)
                 acknowledged += 1
@@ -167,6 +168,8 @@ class Outbox:
             else:
                 self._finish(key, "failed", attempts + 1, f"HTTP {status} (not retried)")
                 log.error("receiver %s refused notification %s with HTTP %d; not retried", receiver_name, key, status)
+        for am in (r for r in self.config.receivers if r.kind == "alertmanager"):  # after chat: never holds it up
+            acknowledged += self.alerts.push_due(am, post)
         return acknowledged
 
     def _claim(self, key: str, now: float, timeout_s: float) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from vocab.thresholds import DetectorSettings
@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     http_port: int | None = Field(default=None, ge=0, le=65535)
     http_host: str = "127.0.0.1"
     api_token: SecretStr | None = None
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _no_empty_token(cls, v: object) -> object:
+        return None if v == "" else v  # compose passes an unset ${AIOPS_API_TOKEN:-} as ""
     # Where the daemons keep their checkpoints (state with the offsets it belongs to), one file per
     # consumer group. In docker-compose a named volume; it must be writable by the daemon only.
     state_dir: Path = Field(default_factory=_default_state_dir)

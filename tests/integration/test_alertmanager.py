@@ -117,11 +117,14 @@ def _record(n: int, kind: str, status: str = "open") -> dict[str, Any]:
     }
 
 
-def _notifier(url: str, tmp_path: Path, live: bool = True) -> Notifier:
+def _notifier(
+    url: str, tmp_path: Path, live: bool = True, severities: tuple[str, ...] = ("critical", "major")
+) -> Notifier:
+    match = {"severity": list(severities)} if severities else {}
     config = parse(
         {
             "receivers": [{"name": "site-am", "kind": "alertmanager", "url": url}],
-            "routes": [{"receiver": "site-am", "match": {"severity": ["critical", "major"]}}],
+            "routes": [{"receiver": "site-am", "match": match}],
             "public_url": "https://aiops.example",
             "cluster": "c1",
         }
@@ -220,3 +223,63 @@ def test_an_offline_run_skips_alertmanager_and_says_so(tmp_path: Path, caplog: p
     assert notifier.summary()["alerts_skipped_offline"] == 1
     assert "Alertmanager keeps wall-clock time" in caplog.text
     notifier.stop()
+
+
+def test_a_warning_that_comes_true_ends_its_predicted_alert_and_fires_the_incident(
+    alertmanager: str, tmp_path: Path
+) -> None:
+    notifier = _notifier(alertmanager, tmp_path, severities=())
+    warning = {**_record(5, "gpu_thermal"), "status": "warning", "severity": "warning"}
+    notifier.offer(_states([warning]), time.time())
+    notifier.outbox.deliver_due()
+    came_true = {**_record(5, "gpu_thermal"), "updated": warning["updated"] + 30}
+    notifier.offer(_states([came_true]), time.time())
+    notifier.outbox.deliver_due()
+    active = {a["labels"]["severity"] for a in _get(f"{alertmanager}/api/v2/alerts?active=true")}
+    assert active == {"critical"}, "the predicted alert must end when the incident takes its place"
+
+    # the horizon passes for a warning: status stays "warning" in the record, `resolved` is set
+    over = {
+        **came_true,
+        "status": "resolved",
+        "resolved": came_true["updated"] + 60,
+        "updated": came_true["updated"] + 60,
+    }
+    notifier.offer(_states([over]), time.time())
+    notifier.outbox.deliver_due()
+    notifier.outbox.deliver_due()
+    assert _get(f"{alertmanager}/api/v2/alerts?active=true") == []
+    # a replay of an older state (after a restart) does not fire it again
+    notifier.offer(_states([came_true]), time.time())
+    assert notifier.outbox.deliver_due() == 0
+    notifier.stop()
+
+
+def test_an_alertmanager_that_fails_is_retried_with_backoff_without_holding_up_chat(tmp_path: Path) -> None:
+    failing, chat = Endpoint(default=500), Endpoint()
+    try:
+        config = parse(
+            {
+                "receivers": [
+                    {"name": "site-am", "kind": "alertmanager", "url": failing.url},
+                    {"name": "chat", "kind": "webhook", "url": chat.url},
+                ],
+                "routes": [{"receiver": "site-am", "continue": True}, {"receiver": "chat", "group_wait": "0s"}],
+            }
+        )
+        notifier = Notifier(config, tmp_path / "outbox.sqlite", live=True)
+        clock = [1_900_000_000.0]
+        notifier.outbox.clock = notifier.outbox.alerts.clock = lambda: clock[0]
+        notifier.offer(_states([_record(1, "leaf_down")]), time.time())
+        assert notifier.outbox.deliver_due() == 1  # chat took its message; Alertmanager answered 500
+        assert failing.requests == 1 and len(chat.bodies) == 1
+        notifier.outbox.deliver_due()
+        assert failing.requests == 1, "no new attempt inside the backoff"
+        clock[0] += 1.5
+        notifier.outbox.deliver_due()
+        assert failing.requests == 2
+        assert notifier.outbox.alerts.stats.failures == 2
+        notifier.stop()
+    finally:
+        failing.close()
+        chat.close()

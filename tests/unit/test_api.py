@@ -144,7 +144,7 @@ def test_resolve_hands_the_incident_to_the_engine_once(api: Api) -> None:
     status, body = api.call("POST", "/api/incidents/inc-1/resolve", {"by": "bob", "comment": "reseated"}, TOKEN)
     assert status == 200 and body["resolved_by_operator"]["by"] == "bob"
     assert list(api.to_close) == ["inc-1"]
-    assert api.index.resolve_requested() == ["inc-1"]  # a restart before the engine closes it asks again
+    assert api.index.operator_resolved() == ["inc-1"]  # a restart before the engine closes it asks again
     assert api.call("POST", "/api/incidents/inc-3/resolve", {"by": "bob"}, TOKEN)[0] == 409
     assert api.call("POST", "/api/incidents/inc-99/resolve", {"by": "bob"}, TOKEN)[0] == 404
 
