@@ -31,6 +31,7 @@ import os
 import pickle
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,19 @@ class PublishedSince:
         return False
 
 
+def published_since(bootstrap: str, ends: Offsets) -> Callable[[str, bytes | None, bytes], bool]:
+    """What was published after a checkpoint's output ends, as a producer's skip test; the
+    broker away is KafkaIOError (retried by `until_reachable`), not a crash."""
+    from kafka.errors import KafkaError
+
+    from ingest.kafka_io import KafkaIOError
+
+    try:
+        return PublishedSince.read(bootstrap, ends).already
+    except KafkaError as exc:
+        raise KafkaIOError(f"cannot read what was published since the checkpoint: {exc}") from exc
+
+
 def topic_ends(bootstrap: str, topics: list[str], reader: Any = None) -> Offsets:
     """Each partition's end offset, per topic (where the next record will go)."""
     from kafka import KafkaConsumer, TopicPartition
@@ -215,4 +229,4 @@ def topic_ends(bootstrap: str, topics: list[str], reader: Any = None) -> Offsets
             reader.close()
 
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "PublishedSince", "topic_ends"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "PublishedSince", "published_since", "topic_ends"]

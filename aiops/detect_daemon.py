@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, PublishedSince, topic_ends
+from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, published_since, topic_ends
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, DetectStats, KafkaAnomalySink, apply_events
@@ -39,6 +39,8 @@ def detect_kafka(
     """Rows too late for their tick are counted and left out of detection. Commits after the
     outputs of a poll are flushed, and only up to the first message of a tick still held:
     at-least-once; with `state_dir`, checkpoints every `checkpoint_every_s` and on stopping."""
+    from kafka.errors import KafkaError
+
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
         KafkaIOError,
@@ -108,7 +110,8 @@ def detect_kafka(
     def publish(anomalies: list[Anomaly]) -> None:
         nonlocal unread_outputs
         if unread_outputs is not None:  # resumed: what was published since the checkpoint is skipped
-            already = PublishedSince.read(settings.bootstrap, unread_outputs).already
+            since = unread_outputs
+            already = until_reachable(lambda: published_since(settings.bootstrap, since), should_stop)
             sink.producer.already_published = predictions.producer.already_published = already
             dead_producer.already_published = already
             unread_outputs = None
@@ -125,7 +128,12 @@ def detect_kafka(
             for (topic, partition), offset in consumer.done(loop.held.first_held()).items():
                 offsets.setdefault(topic, {})[partition] = offset
             state = {"detect": loop, "interval_s": interval_s}
-            store.save(Checkpoint(state, offsets, topic_ends(settings.bootstrap, outputs)))
+            try:
+                ends = topic_ends(settings.bootstrap, outputs)
+            except KafkaError as exc:  # the broker is away: the next round checkpoints
+                log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
+                return
+            store.save(Checkpoint(state, offsets, ends))
         consumer.commit(held=loop.held.first_held())
         last_checkpoint = time.monotonic()
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, PublishedSince, topic_ends
+from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, published_since, topic_ends
 from aiops.incident_index import IncidentIndex
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
@@ -291,6 +291,8 @@ def run_kafka(
     `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.checkpoint).
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
     still held (waiting for the slowest partition or for late rows): at-least-once."""
+    from kafka.errors import KafkaError
+
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
         KafkaIOError,
@@ -426,7 +428,12 @@ def run_kafka(
             for (topic, partition), offset in done.items():
                 offsets.setdefault(topic, {})[partition] = offset
             t0 = time.monotonic()
-            size = store.save(Checkpoint(pipeline.state(), offsets, topic_ends(settings.bootstrap, outputs)))
+            try:
+                ends = topic_ends(settings.bootstrap, outputs)
+            except KafkaError as exc:  # the broker is away: the next round checkpoints
+                log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
+                return
+            size = store.save(Checkpoint(pipeline.state(), offsets, ends))
             log.info("checkpoint: %.1f MB in %.2f s", size / 1e6, time.monotonic() - t0)
         consumer.commit(held=pipeline.detect.held.first_held())
         last_checkpoint = time.monotonic()
@@ -434,7 +441,8 @@ def run_kafka(
     def publish(anomalies: list[Anomaly]) -> None:
         nonlocal unread_outputs
         if unread_outputs is not None:  # resumed from a checkpoint: what was published since is skipped
-            producer.already_published = PublishedSince.read(settings.bootstrap, unread_outputs).already
+            since = unread_outputs
+            producer.already_published = until_reachable(lambda: published_since(settings.bootstrap, since), stopping)
             unread_outputs = None
         notices = pipeline.take_notices()
         for n in notices:
