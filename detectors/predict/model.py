@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from collections import defaultdict
 from collections.abc import Iterable
@@ -203,7 +204,7 @@ def save(predictor: Predictor, path: Path) -> None:
         "sha256": hashlib.sha256(body).hexdigest(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")  # two processes may train at once
     tmp.write_bytes(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + body)
     tmp.replace(path)
     card_path(path).write_text(json.dumps(predictor.card, indent=2, sort_keys=True) + "\n")

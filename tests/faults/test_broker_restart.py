@@ -31,6 +31,7 @@ from vocab.settings import InfluxSettings, KafkaSettings
 pytestmark = [
     pytest.mark.services,
     pytest.mark.slow,
+    pytest.mark.restarts_services,  # every other service test would see the broker go away
     # kafka-python 3.0 leaves the socket of each connection a stopped broker refused to the garbage
     # collector, whose ResourceWarning then lands in whichever test the collection runs in (see
     # _collect_refused_sockets); the leak is the client's, bounded by the outage's reconnects

@@ -229,7 +229,9 @@ class _Column0Model(Predictor):
 
 def test_a_prediction_needs_two_rounds_above_and_a_failure_expected_within_the_window() -> None:
     features = _ScriptedFeatures()
-    online = OnlinePredictor(_Column0Model(), every_ticks=1, warmup_s=0.0, features=features)
+    online = OnlinePredictor(
+        _Column0Model(), persist_rounds=2, emit_within_s=3 * 3600.0, every_ticks=1, warmup_s=0.0, features=features
+    )
     rounds = [
         [0.9, 0.99, 0.1],  # g0 above once; g1 above but expected 5 h out
         [0.1, 0.99, 0.9],  # g0 fell back: its count starts again; g2 above once
