@@ -258,3 +258,11 @@ def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
     held_out = {(c["gpus"], c["interval_s"], c["topology"]) for c in DEFAULT_EVALUATION["clusters"]}
     assert not held_out & trained_on  # another size, topology or interval than it learnt from
     assert not {c["seed"] for c in DEFAULT_EVALUATION["clusters"]} & set(DEFAULT_TRAINING["seeds"])
+    # and with the emission settings the pipeline uses: changing them means measuring again
+    online = OnlinePredictor(_Column0Model())
+    assert DEFAULT_EVALUATION["emission"] == {
+        "threshold": online.threshold,
+        "persist_rounds": online.persist_rounds,
+        "emit_within_s": online.emit_within_s,
+        "warmup_s": online.warmup_s,
+    }
