@@ -116,6 +116,11 @@ class _Collector(Collector):
         sent = CounterMetricFamily("aiops_notifications_sent", "Notifications acknowledged by their receiver")
         sent.add_metric([], s.sent + a.alerts_posted)
         yield sent
+        unrouted = CounterMetricFamily(
+            "aiops_notifications_unrouted", "Incident changes no route matched (and no default receiver took)"
+        )
+        unrouted.add_metric([], self.notifier.router.stats.unrouted)
+        yield unrouted
         failures = CounterMetricFamily(
             "aiops_notification_failures", "Delivery attempts that failed", labels=["reason"]
         )

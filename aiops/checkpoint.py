@@ -31,7 +31,7 @@ import os
 import pickle
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,51 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"aiops-checkpoint 1\n"
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
+
+
+@dataclass(frozen=True, slots=True)
+class Incarnation:
+    """Which Kafka cluster and which incarnation of each topic offsets belong to: a topic deleted
+    and created again under the same name (or a broker rebuilt with a new cluster id) starts its
+    offsets from 0 again, so an offset only means something together with these ids (Kafka's
+    cluster id, and its topic ids, KIP-516)."""
+
+    cluster_id: str
+    topic_ids: dict[str, str]  # topic name -> topic id
+
+    def differences(self, other: Incarnation) -> list[str]:
+        """What `other` (say, a checkpoint's) says differently, in words; [] if it is this one."""
+        out = []
+        if other.cluster_id != self.cluster_id:
+            out.append(f"cluster {other.cluster_id!r}, not {self.cluster_id!r}")
+        for topic, topic_id in sorted(self.topic_ids.items()):
+            was = other.topic_ids.get(topic)
+            if was is not None and was != topic_id:
+                out.append(f"topic {topic} {was}, now {topic_id} (the topic was created again)")
+        return out
+
+
+def read_incarnation(bootstrap: str, topics: Sequence[str]) -> Incarnation:
+    """The cluster's id and each topic's id, as the broker says now (KafkaIOError if it is
+    away: `until_reachable` waits)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    from ingest.kafka_io import KafkaIOError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
+    except KafkaError as exc:
+        raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    try:
+        cluster = admin.describe_cluster()
+        described = admin.describe_topics(list(topics))
+    except KafkaError as exc:
+        raise KafkaIOError(f"cannot describe the topics at {bootstrap}: {exc}") from exc
+    finally:
+        admin.close()
+    ids = {str(t["name"]): str(t["topic_id"]) for t in described if t.get("topic_id") is not None}
+    return Incarnation(str(cluster.get("cluster_id")), ids)
 
 
 class CheckpointError(ValueError):
@@ -52,6 +97,17 @@ class Checkpoint:
     offsets: Offsets  # input: where to resume, per partition
     outputs: Offsets = field(default_factory=dict)  # output topics' ends when it was written
     written_at: float = 0.0  # wall clock, for the log
+    # the cluster and topic ids the offsets belong to (None: written before they were recorded)
+    incarnation: Incarnation | None = None
+
+    def foreign(self, current: Incarnation) -> str | None:
+        """Why this checkpoint's offsets do not describe the topics as they are now (another
+        cluster, a topic deleted and created again, a state volume restored from elsewhere);
+        None if they do."""
+        if self.incarnation is None:
+            return "it records no cluster or topic ids (written by an earlier version)"
+        differences = current.differences(self.incarnation)
+        return f"it was taken on {'; '.join(differences)}" if differences else None
 
 
 _ALLOWED_BUILTINS = frozenset(
@@ -99,6 +155,9 @@ class CheckpointStore:
             "outputs": {t: {str(p): o for p, o in parts.items()} for t, parts in checkpoint.outputs.items()},
             "written_at": checkpoint.written_at or time.time(),
         }
+        if checkpoint.incarnation is not None:
+            header["cluster_id"] = checkpoint.incarnation.cluster_id
+            header["topic_ids"] = checkpoint.incarnation.topic_ids
         body = pickle.dumps(checkpoint.state, protocol=pickle.HIGHEST_PROTOCOL)
         tmp = self.path.with_suffix(".tmp")
         with tmp.open("wb") as f:
@@ -138,7 +197,9 @@ class CheckpointStore:
         def offsets(raw: dict[str, dict[str, int]]) -> Offsets:
             return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
 
-        return Checkpoint(state, offsets(header["offsets"]), offsets(header["outputs"]), header["written_at"])
+        ids = header.get("topic_ids")
+        born = Incarnation(str(header["cluster_id"]), dict(ids)) if "cluster_id" in header and ids else None
+        return Checkpoint(state, offsets(header["offsets"]), offsets(header["outputs"]), header["written_at"], born)
 
 
 def _digest(topic: str, key: bytes | None, value: bytes) -> bytes:
@@ -229,4 +290,13 @@ def topic_ends(bootstrap: str, topics: list[str], reader: Any = None) -> Offsets
             reader.close()
 
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "PublishedSince", "published_since", "topic_ends"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointStore",
+    "Incarnation",
+    "PublishedSince",
+    "published_since",
+    "read_incarnation",
+    "topic_ends",
+]

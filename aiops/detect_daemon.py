@@ -12,7 +12,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, published_since, topic_ends
+from aiops.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointStore,
+    Incarnation,
+    Offsets,
+    published_since,
+    read_incarnation,
+    topic_ends,
+)
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, DetectStats, KafkaAnomalySink, apply_events
@@ -54,6 +63,7 @@ def detect_kafka(
     outputs = [settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic]
     topics = [settings.telemetry_topic, *outputs]
     until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)  # started during a broker restart
+    born = until_reachable(lambda: read_incarnation(settings.bootstrap, topics), should_stop)
     store = CheckpointStore(state_dir, f"detect-{settings.detect_group}") if state_dir is not None else None
 
     def fresh() -> DetectLoop:
@@ -79,7 +89,7 @@ def detect_kafka(
             return {}
         holding = set(partitions)
         loop = fresh()
-        checkpoint = _load(store, interval_s)
+        checkpoint = _load(store, interval_s, born)
         if checkpoint is None:
             return {}
         restored: DetectLoop = checkpoint.state["detect"]
@@ -133,7 +143,7 @@ def detect_kafka(
             except KafkaError as exc:  # the broker is away: the next round checkpoints
                 log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
                 return
-            store.save(Checkpoint(state, offsets, ends))
+            store.save(Checkpoint(state, offsets, ends, incarnation=born))
         consumer.commit(held=loop.held.first_held())
         last_checkpoint = time.monotonic()
 
@@ -145,6 +155,7 @@ def detect_kafka(
     try:
         for messages in polls(consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
             anomalies, letters = loop.feed_polled(messages, consumer.backlogged())
+            consumer.hold_back(loop.ahead_partitions())
             dead.add(letters)
             publish(anomalies)
             dead.flush(should_stop)
@@ -176,7 +187,9 @@ def _carry_predictor(restored: OnlinePredictor | None, given: OnlinePredictor | 
     return restored
 
 
-def _load(store: CheckpointStore | None, interval_s: float) -> Checkpoint | None:
+def _load(store: CheckpointStore | None, interval_s: float, born: Incarnation) -> Checkpoint | None:
+    """The last checkpoint if it can be used here; None (logged) if not: the member then starts
+    from nothing at the group's committed offsets."""
     if store is None:
         return None
     try:
@@ -184,7 +197,13 @@ def _load(store: CheckpointStore | None, interval_s: float) -> Checkpoint | None
     except CheckpointError as exc:
         log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
         return None
-    if checkpoint is not None and checkpoint.state.get("interval_s") != interval_s:
+    if checkpoint is None:
+        return None
+    foreign = checkpoint.foreign(born)
+    if foreign is not None:
+        log.error("checkpoint not used (%s: %s): starting from nothing at the committed offsets", store.path, foreign)
+        return None
+    if checkpoint.state.get("interval_s") != interval_s:
         log.error("checkpoint not used: taken at a scrape interval of %s s", checkpoint.state.get("interval_s"))
         return None
     return checkpoint

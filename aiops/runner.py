@@ -19,7 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Offsets, published_since, topic_ends
+from aiops.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointStore,
+    Incarnation,
+    Offsets,
+    published_since,
+    read_incarnation,
+    topic_ends,
+)
 from aiops.incident_index import IncidentIndex
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
@@ -350,6 +359,8 @@ def run_kafka(
             raise
 
     guarded(lambda: until_reachable(lambda: ensure_topics(settings.bootstrap, topics), stopping))
+    # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
+    born = guarded(lambda: until_reachable(lambda: read_incarnation(settings.bootstrap, topics), stopping))
     graph = guarded(lambda: TopologyGraph.load(topology))
     if notifier is not None and notifier.router.locate is None:
         notifier.router.locate = topology_locate(graph)
@@ -387,7 +398,7 @@ def run_kafka(
             return {}
         holding = partitions
         pipeline = fresh()
-        checkpoint = _load(pipeline, store)
+        checkpoint = _load(pipeline, store, born)
         if checkpoint is None:
             pipeline = fresh()  # a failed restore may have left part of the state
             return {}
@@ -433,7 +444,7 @@ def run_kafka(
             except KafkaError as exc:  # the broker is away: the next round checkpoints
                 log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
                 return
-            size = store.save(Checkpoint(pipeline.state(), offsets, ends))
+            size = store.save(Checkpoint(pipeline.state(), offsets, ends, incarnation=born))
             log.info("checkpoint: %.1f MB in %.2f s", size / 1e6, time.monotonic() - t0)
         consumer.commit(held=pipeline.detect.held.first_held())
         last_checkpoint = time.monotonic()
@@ -474,6 +485,7 @@ def run_kafka(
         for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
             values_before = pipeline.detect.stats.values
             anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
+            consumer.hold_back(pipeline.detect.ahead_partitions())
             if metrics is not None:
                 metrics.took(pipeline.detect.stats.values - values_before)
             dead.add(letters)
@@ -497,15 +509,21 @@ def run_kafka(
     return pipeline.finish_stats(stats, time.monotonic() - started)
 
 
-def _load(pipeline: Pipeline, store: CheckpointStore | None) -> Checkpoint | None:
+def _load(pipeline: Pipeline, store: CheckpointStore | None, born: Incarnation) -> Checkpoint | None:
     """The last checkpoint, loaded into the pipeline; None if there is none, or it cannot be used
-    (logged: the daemon then starts from nothing, at the group's committed offsets)."""
+    (logged: the daemon then starts from nothing, at the group's committed offsets): damaged, or
+    taken on another cluster or an earlier incarnation of the topics, whose offsets describe
+    other records."""
     if store is None:
         return None
     try:
         checkpoint = store.load()
-        if checkpoint is not None:
-            pipeline.restore(checkpoint.state)
+        if checkpoint is None:
+            return None
+        foreign = checkpoint.foreign(born)
+        if foreign is not None:
+            raise CheckpointError(f"{store.path}: {foreign}")
+        pipeline.restore(checkpoint.state)
         return checkpoint
     except (CheckpointError, ValueError) as exc:
         log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)

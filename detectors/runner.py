@@ -114,6 +114,11 @@ def ticks_from_folder(folder: Path, interval_s: float) -> Iterator[tuple[float, 
 
 
 FAILING_FOR_S = 2 * 3600.0  # an entity with anomalies this recent is failing, not about to
+# how far past the slowest partition another may deliver before it is paused, in ticks beyond the
+# lateness: what waits in memory while catching up is then a few ticks of the cluster, as in
+# steady state, not the hours one partition can run ahead of another; a handful of ticks keeps
+# the pausing rare (a paused partition's fetched records are fetched again when it resumes)
+AHEAD_TICKS = 8
 
 
 class DetectLoop:
@@ -182,6 +187,12 @@ class DetectLoop:
         out = self.feed(data)
         self._hold(messages, [ms for _, ms in stamps])
         return out
+
+    def ahead_partitions(self) -> set[tuple[str, int]]:
+        """Partitions that ran far ahead of the slowest one: the daemon pauses them until it
+        catches up, so memory stays bounded however unevenly the broker hands partitions out."""
+        bound_s = self.assembler.lateness_s + AHEAD_TICKS * self.stack.interval
+        return self.partitions.ahead(bound_s)  # type: ignore[return-value]
 
     def _hold(self, messages: Sequence[tuple[Source, int, bytes]], event_ms: list[int]) -> None:
         """Remember the messages whose tick is still open; forget those whose tick was analysed."""

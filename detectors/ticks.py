@@ -11,10 +11,12 @@ window (event time, never the wall clock), then releases whole ticks in time ord
 arrives after its tick was released is counted as late and handed back to the caller: it is
 stored by ingest, and kept out of detection.
 
-From Kafka, "the stream" is several partitions that a consumer reads unevenly: replaying a
-backlog, one partition can be many ticks ahead of another. So the Kafka runners also cap the
-release at the slowest partition's newest event time (`PartitionClock`), as stream processors do
-with per-partition watermarks; lateness then only has to cover disorder within a partition.
+From Kafka, "the stream" is several partitions that a consumer reads unevenly: catching up on a
+backlog, the broker hands out a few partitions at a time, and one can be hours ahead of another
+that has delivered nothing yet. So the Kafka runners also cap the release at the slowest
+partition's event time (`PartitionClock`), as stream processors do with per-partition watermarks,
+counting a partition the broker still holds records for as behind even before it delivers
+anything; lateness then only has to cover disorder within a partition.
 """
 
 from __future__ import annotations
@@ -152,28 +154,58 @@ class TickAssembler:
             yield AssembledTick(ts / 1e9, by_tick[ts])
 
 
+# a cap no tick is at or before: nothing is released while a partition that holds data has not
+# delivered any of it yet
+NOTHING_YET_NS = 0
+
+
 @dataclass(slots=True)
 class PartitionClock:
-    """The newest event time each source (topic partition) has delivered; `cap` is the slowest.
-    Sources that never delivered do not hold the stream back (an empty partition stays empty), nor
-    do sources more than `stall_s` behind the fastest while the broker holds nothing more for
-    them: a partition whose producers all went quiet must not stop the analysis of everything
-    else. A source with records still waiting (`backlogged`: replaying after a broker outage,
-    say) is behind, not quiet, and is always waited for."""
+    """How far each source (topic partition) has delivered, in event time, and so how far the
+    stream as a whole has: `cap` is the newest time every source that still matters has reached.
+
+    The rule, per source:
+    - *behind* (the broker holds records for it that this member has not taken, or cannot yet say:
+      `backlogged`): it holds the stream at the newest time it delivered, and at nothing if it
+      delivered nothing yet. However unevenly the broker hands out partitions while catching up,
+      no tick is analysed before every such partition has delivered it, so no entity is ever
+      called silent because its partition had not been read yet;
+    - *caught up* (everything on the broker was taken): the newest time it delivered holds the
+      stream too, so that a tick waits for the live edge of every partition, unless it is more
+      than `stall_s` behind the fastest, or it never delivered anything: its producers went quiet
+      (an empty partition stays empty), and it must not stop the analysis of everything else.
+
+    `ahead(bound)` names the sources that ran more than `bound` past the slowest source still
+    behind: pausing them (as ingest pauses during a store outage) bounds what waits in memory
+    while the broker hands out one partition far ahead of another. Only a source that is behind
+    is worth waiting for this way: one that is caught up has nothing more to deliver, and pausing
+    the others for it would stop the stream."""
 
     stall_s: float = 1800.0
     newest_ns: dict[object, int] = field(default_factory=dict)
+    behind_ns: int | None = None  # the slowest source still behind, at the last observation
 
     def observe(self, stamps: Sequence[tuple[object, int]], backlogged: Set[object] = frozenset()) -> int | None:
-        """(source, event time in ms) per message; returns the cap in ns."""
+        """(source, event time in ms) per message, and the sources still behind; returns the cap
+        in ns (None: nothing constrains the stream yet)."""
         for source, ms in stamps:
             ns = int(ms) * 1_000_000
             if ns > self.newest_ns.get(source, -1):
                 self.newest_ns[source] = ns
-        if not self.newest_ns:
-            return None
-        floor = max(self.newest_ns.values()) - int(self.stall_s * 1e9)
-        return min(ns for source, ns in self.newest_ns.items() if ns >= floor or source in backlogged)
+        behind = [self.newest_ns.get(source, NOTHING_YET_NS) for source in backlogged]
+        self.behind_ns = min(behind) if behind else None
+        if self.newest_ns:
+            floor = max(self.newest_ns.values()) - int(self.stall_s * 1e9)
+            behind += [ns for ns in self.newest_ns.values() if ns >= floor]
+        return min(behind) if behind else None
+
+    def ahead(self, bound_s: float) -> set[object]:
+        """Sources that delivered more than `bound_s` past the slowest source still behind
+        (none when every source is caught up)."""
+        if self.behind_ns is None:
+            return set()
+        limit = self.behind_ns + int(bound_s * 1e9)
+        return {source for source, ns in self.newest_ns.items() if ns > limit}
 
     def forget(self, sources: Set[object]) -> None:
         """Partitions this member no longer owns: their clocks are the new owner's."""

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 JOIN_TIMEOUT_S = 20.0  # a first group join normally takes a few seconds
 MAX_REJOINS = 3  # when running until idle (tests, batch jobs); a daemon keeps trying
 QUIET_CHECK_S = 5.0  # how often a quiet input is confirmed with the broker (one small request)
+ENDS_EVERY_S = 2.0  # how often end offsets are asked for partitions no fetch has answered yet
 
 
 class KafkaIOError(RuntimeError):
@@ -324,6 +326,9 @@ class TelemetryConsumer:
         self._timeout_ms = settings.poll_timeout_ms
         self._on_revoked = on_revoked
         self._next: dict[Partition, int] = {}  # per partition, the offset after the last one consumed
+        self._ends: dict[Partition, int] = {}  # end offsets asked for partitions no fetch answered yet
+        self._ends_asked = -float("inf")
+        self._held_back: set[Partition] = set()  # paused by hold_back: far ahead of the others
         self._start_at = dict(start_at or {})
         self._on_assigned = on_assigned
         self._assignor = OneActiveAssignor() if one_active else None
@@ -334,6 +339,8 @@ class TelemetryConsumer:
         """A rebalance took partitions away: their offsets are the new owner's to commit."""
         for p in partitions:
             self._next.pop(p, None)
+            self._ends.pop(p, None)
+        self._held_back -= partitions
         if self._on_revoked is not None:
             self._on_revoked(partitions)
 
@@ -412,15 +419,59 @@ class TelemetryConsumer:
         return out
 
     def backlogged(self) -> set[Partition]:
-        """Partitions with records on the broker that this member has not taken yet (from the
-        high-water marks of the last fetches: no extra request)."""
-        out = set()
+        """Partitions the broker holds records for that this member has not taken yet, and those
+        it cannot yet say about (no fetch answered for them, no end offset known): a partition is
+        only taken for caught up once the broker said so. From the high-water marks of the last
+        fetches (no request); for a partition none has answered yet, from an end-offsets request,
+        at most every `ENDS_EVERY_S`."""
+        out: set[Partition] = set()
+        unknown = []
         for tp in self._consumer.assignment():
+            p = (tp.topic, tp.partition)
             high = self._consumer.highwater(tp)
-            taken = self._next.get((tp.topic, tp.partition))
-            if high is not None and (taken is None or taken < high):
-                out.add((tp.topic, tp.partition))
+            if high is None:
+                high = self._ends.get(p)
+            taken = self._taken(tp)
+            if high is None or taken is None:
+                unknown.append(tp)
+                out.add(p)
+            elif taken < high:
+                out.add(p)
+        now = time.monotonic()
+        if unknown and now - self._ends_asked >= ENDS_EVERY_S:
+            self._ends_asked = now
+            try:
+                ends = self._consumer.end_offsets(unknown, timeout_ms=2000)
+            except KafkaError as exc:  # the broker away: still unknown, still waited for
+                log.debug("end offsets unknown (%s)", exc)
+            else:
+                self._ends.update({(tp.topic, tp.partition): int(end) for tp, end in ends.items()})
         return out
+
+    def _taken(self, tp: TopicPartition) -> int | None:
+        """Where this member reads the partition next: after the last record it took, else its
+        fetch position (the committed offset, a seek, or the reset), None if not known yet."""
+        taken = self._next.get((tp.topic, tp.partition))
+        if taken is not None:
+            return taken
+        try:
+            return self._consumer.position(tp, timeout_ms=1000)  # type: ignore[no-any-return]
+        except KafkaError:
+            return None
+
+    def hold_back(self, partitions: AbstractSet[Partition]) -> None:
+        """Fetch nothing more from these partitions until they are no longer named (they ran far
+        ahead of the others: what they deliver would only wait in memory); the others resume.
+        Records already fetched for a paused partition are fetched again after it resumes."""
+        assignment = {(tp.topic, tp.partition): tp for tp in self._consumer.assignment()}
+        wanted = {p for p in partitions if p in assignment}
+        pause = [assignment[p] for p in wanted - self._held_back]
+        resume = [assignment[p] for p in self._held_back - wanted if p in assignment]
+        if pause:
+            self._consumer.pause(*pause)
+        if resume:
+            self._consumer.resume(*resume)
+        self._held_back = wanted
 
     def lag(self) -> int:
         """Messages on the broker this member has not taken yet, from the high-water marks of

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from notify import apprise_send
+from vocab import registry
 
 KINDS = ("feishu", "dingtalk", "wecom", "slack", "teams", "webhook", "alertmanager", "apprise")
 # per-minute caps the services document (WeCom and DingTalk: 20 messages a minute per robot;
@@ -75,8 +76,20 @@ class Receiver(_Strict):
         return self.rate_per_minute if self.rate_per_minute is not None else DEFAULT_RATE_PER_MINUTE.get(self.kind)
 
 
+# what the service emits, so that a route or silence that names anything else (a severity of
+# `info`, a kind misspelt) is refused on load instead of silently matching nothing
+EMITTED: dict[str, tuple[str, ...]] = {
+    "severity": (*registry.SEVERITIES, "warning"),  # warnings carry their own severity
+    "status": ("open", "warning", "resolved"),
+    "kind": tuple(
+        sorted({*registry.KINDS, *(sign.kind for sign in registry.EARLY_SIGNS.values()), "unknown"})
+    ),
+}
+
+
 class Match(_Strict):
-    """Every given field must match (lists: any of them; entity: shell patterns)."""
+    """Every given field must match (lists: any of them; entity: shell patterns). Severity,
+    status and kind must be values the service emits."""
 
     severity: list[str] | None = None
     kind: list[str] | None = None
@@ -90,6 +103,17 @@ class Match(_Strict):
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [str(x) for x in v] if isinstance(v, list) else None if v is None else [str(v)]
+
+    @model_validator(mode="after")
+    def _emitted(self) -> Match:
+        for name, allowed in EMITTED.items():
+            unknown = [v for v in getattr(self, name) or () if v not in allowed]
+            if unknown:
+                raise ValueError(
+                    f"{name} {', '.join(repr(v) for v in unknown)} is never emitted, so it can match nothing; "
+                    f"the {name} values are {', '.join(allowed)}"
+                )
+        return self
 
     def matches(self, labels: dict[str, str]) -> bool:
         for name, wanted in self.model_dump(exclude_none=True).items():
@@ -137,6 +161,9 @@ class NotifyConfig(_Strict):
     routes: list[Route]
     silences: list[Silence] = Field(default_factory=list)
     maintenance: list[Silence] = Field(default_factory=list)  # the same shape: planned work
+    # where an incident no route matches goes (Alertmanager's root route); without one it is
+    # logged and counted (aiops_notifications_unrouted_total)
+    default_receiver: str | None = None
     public_url: str | None = None  # where the incident pages are served: {public_url}/incidents/{id}
     cluster: str | None = None  # the `cluster` label of Alertmanager alerts (sites run several)
     grafana_url: str | None = None
@@ -150,7 +177,16 @@ class NotifyConfig(_Strict):
         for i, route in enumerate(self.routes):
             if route.receiver not in names:
                 raise ValueError(f"routes[{i}] names receiver {route.receiver!r}, which is not defined")
+        if self.default_receiver is not None and self.default_receiver not in names:
+            raise ValueError(f"default_receiver {self.default_receiver!r} is not defined")
         return self
+
+    @property
+    def all_routes(self) -> list[Route]:
+        """The routes in order, then the default receiver's catch-all route if there is one."""
+        if self.default_receiver is None:
+            return list(self.routes)
+        return [*self.routes, Route(receiver=self.default_receiver)]
 
     def receiver(self, name: str) -> Receiver:
         return next(r for r in self.receivers if r.name == name)

@@ -78,6 +78,7 @@ class Router:
         self.stats = RouterStats()
         self._status: dict[str, str] = {}  # incident -> last status seen
         self._groups: dict[tuple[int, tuple[str, ...]], _Group] = {}
+        self._routes = config.all_routes
 
     def __getstate__(self) -> dict[str, Any]:
         """A checkpoint keeps the groups and what was seen; config, sink and topology are given
@@ -85,6 +86,7 @@ class Router:
         state = self.__dict__.copy()
         state["config"] = state["emit"] = state["locate"] = state["alert"] = None
         state["runtime_silences"] = None
+        state["_routes"] = None
         return state
 
     def attach(
@@ -95,6 +97,7 @@ class Router:
         alert: AlertSink | None = None,
     ) -> None:
         self.config, self.emit, self.locate, self.alert = config, emit, locate, alert
+        self._routes = config.all_routes
         self.runtime_silences = None
 
     def offer(self, records: list[dict[str, Any]]) -> None:
@@ -112,7 +115,7 @@ class Router:
                 self._status[note.incident_id] = note.status
             labels = self._labels(note)
             routed = False
-            for i, route in enumerate(self.config.routes):
+            for i, route in enumerate(self._routes):
                 if not route.match.matches(labels):
                     continue
                 routed = True
@@ -133,6 +136,13 @@ class Router:
                 self.stats.changes += 1
             if not routed and changed:
                 self.stats.unrouted += 1
+                log.warning(
+                    "no route matches incident %s (%s, %s, %s): not notified; add a route or a default_receiver",
+                    note.incident_id,
+                    note.kind,
+                    note.severity,
+                    note.status,
+                )
 
     def _to_alertmanager(self, receiver: str, note: IncidentNote, labels: dict[str, str]) -> None:
         """Every state goes to Alertmanager, which groups, waits and repeats by itself. Our
@@ -155,7 +165,7 @@ class Router:
     def advance(self, now: float) -> None:
         """Send what is due at event time `now`."""
         for key, group in list(self._groups.items()):
-            route = self.config.routes[group.route]
+            route = self._routes[group.route]
             if group.pending:
                 due = (
                     group.created + route.group_wait

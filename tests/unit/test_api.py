@@ -199,6 +199,7 @@ def test_metrics_count_refused_notifications_and_the_outbox(api: Api) -> None:
     }
     assert metrics['aiops_notification_failures_total{reason="refused_4xx"}'] == 1
     assert metrics["aiops_outbox_depth"] == 0
+    assert metrics["aiops_notifications_unrouted_total"] == 0  # (counting them: tests/unit/test_notify.py)
     assert metrics["aiops_values_total"] == 1000
     assert metrics["aiops_consumer_lag_messages"] == 42
     assert metrics["aiops_ticks_total"] == 7

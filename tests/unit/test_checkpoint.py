@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, PublishedSince
+from aiops.checkpoint import Checkpoint, CheckpointError, CheckpointStore, Incarnation, PublishedSince
 from aiops.runner import Pipeline
 from notify.config import parse
 from notify.service import Notifier
@@ -27,6 +27,24 @@ def test_a_checkpoint_comes_back_with_its_offsets(tmp_path: Path) -> None:
     assert back is not None and back.offsets == {"t": {0: 12, 2: 7}} and back.outputs == {"out": {0: 3}}
     assert np.array_equal(back.state["x"], np.arange(5)) and back.state["seen"] == {"a", "b"}
     assert store.path.parent == tmp_path  # the group name cannot climb out of the directory
+
+
+def test_a_checkpoint_knows_the_cluster_and_topic_incarnation_its_offsets_belong_to(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, "g")
+    born = Incarnation("cluster-A", {"aiops.telemetry": "t-1", "aiops.incidents": "i-1"})
+    store.save(Checkpoint({"x": 1}, {"aiops.telemetry": {0: 5}}, incarnation=born))
+    back = store.load()
+    assert back is not None and back.incarnation == born
+    assert back.foreign(born) is None
+    # the telemetry topic deleted and created again: its offsets describe other records
+    recreated = back.foreign(Incarnation("cluster-A", {"aiops.telemetry": "t-2", "aiops.incidents": "i-1"}))
+    assert recreated is not None and "aiops.telemetry t-1, now t-2" in recreated
+    other = back.foreign(Incarnation("cluster-B", born.topic_ids))
+    assert other is not None and "cluster 'cluster-A'" in other
+    # a checkpoint that never recorded them cannot be checked, so it is not trusted either
+    store.save(Checkpoint({"x": 1}, {}))
+    unknown = store.load()
+    assert unknown is not None and unknown.foreign(born) is not None
 
 
 def test_a_truncated_checkpoint_is_refused_not_half_loaded(tmp_path: Path) -> None:

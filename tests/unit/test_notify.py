@@ -239,3 +239,45 @@ def test_routes_match_severity_and_the_first_match_wins() -> None:
         router, {1000.0: [_state("open", 1000.0, "inc-a"), _state("open", 1000.0, "inc-b", severity="major")]}, 1100.0
     )
     assert [n.incidents[0].incident_id for n in sent] == ["inc-a"] and router.stats.unrouted == 1
+
+
+@pytest.mark.parametrize(
+    ("match", "named"),
+    [("{severity: [critical, info]}", "severity 'info'"), ("{kind: leaf_dwon}", "kind 'leaf_dwon'"),
+     ("{status: [firing]}", "status 'firing'")],
+)  # fmt: skip
+def test_a_match_value_the_service_never_emits_stops_the_load_with_the_allowed_values(match: str, named: str) -> None:
+    raw = __import__("yaml").safe_load(MINIMAL.replace("{severity: [critical, warning]}", match))
+    with pytest.raises(NotifyConfigError, match=named) as caught:
+        parse(raw, "routes.yaml")
+    message = str(caught.value)
+    assert message.startswith("routes.yaml: routes.0.match")
+    # the values it could have said, so the operator can fix it from the message alone
+    allowed = {"severity": "critical, major, minor, warning", "status": "open, warning, resolved"}
+    field = named.split()[0]
+    assert allowed.get(field, "leaf_down") in message
+
+
+def test_a_silence_with_a_value_never_emitted_is_refused_too() -> None:
+    raw = __import__("yaml").safe_load(MINIMAL + "silences: [{match: {severity: info}}]\n")
+    with pytest.raises(NotifyConfigError, match="silences.0.match.*severity 'info'"):
+        parse(raw)
+
+
+def test_an_incident_no_route_matches_goes_to_the_default_receiver_when_the_file_names_one() -> None:
+    router, sent = _router(route=", match: {severity: [critical]}", extra="default_receiver: oncall\n")
+    _play(router, {1000.0: [_state("open", 1000.0, "inc-b", severity="minor")]}, 1100.0)
+    assert [n.incidents[0].incident_id for n in sent] == ["inc-b"] and router.stats.unrouted == 0
+
+
+def test_an_incident_no_route_matches_is_logged_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    router, sent = _router(route=", match: {severity: [critical]}")
+    _play(router, {1000.0: [_state("open", 1000.0, "inc-b", severity="minor")]}, 1100.0)
+    assert sent == [] and router.stats.unrouted == 1
+    assert any("no route matches incident inc-b" in r.getMessage() for r in caplog.records)
+
+
+def test_a_default_receiver_that_is_not_defined_is_refused() -> None:
+    raw = __import__("yaml").safe_load(MINIMAL + "default_receiver: nobody\n")
+    with pytest.raises(NotifyConfigError, match="default_receiver 'nobody' is not defined"):
+        parse(raw)

@@ -208,3 +208,42 @@ def test_a_partition_far_behind_is_waited_for_while_the_broker_still_holds_recor
     assert clock.observe(stamps) == (T0 + 7200) * S
     # the same lag while its records are still on the broker (a backlog after an outage): waited for
     assert clock.observe([], backlogged={"b"}) == T0 * S
+
+
+def test_a_partition_that_has_delivered_nothing_yet_holds_every_tick_while_the_broker_holds_its_records() -> None:
+    """Catching up a backlog, the broker hands out a few partitions at a time: partition 1 is
+    hours into the backlog before partition 2 delivers a line. No tick may be analysed meanwhile,
+    or every entity of partition 2 would be silent in it."""
+    loop = DetectLoop(30.0, lateness_s=0.0)
+    hours = [_message(1, k, "h1", T0 + 30 * k) for k in range(240)]
+    loop.feed_polled(hours, backlogged={("t", 1), ("t", 2)})
+    assert loop.stats.ticks == 0
+    # partition 2 delivers the first two ticks: those (and only those) can be analysed
+    loop.feed_polled([_message(2, 0, "h2", T0), _message(2, 1, "h2", T0 + 30)], backlogged={("t", 1), ("t", 2)})
+    assert loop.stats.ticks == 1  # the tick at T0; T0 + 30's window is not closed for partition 2 yet
+    # caught up, partition 2 (now quiet and far behind: its producers stopped) holds nothing back
+    loop.feed_polled([], backlogged=set())
+    assert loop.stats.ticks > 200
+
+
+def test_an_empty_partition_the_broker_confirms_caught_up_holds_nothing_back() -> None:
+    from detectors.ticks import PartitionClock
+
+    clock = PartitionClock()
+    assert clock.observe([("a", T0 * 1000)], backlogged={"b"}) == 0  # b unknown or behind: wait
+    assert clock.observe([], backlogged=set()) == T0 * S  # b confirmed empty: a alone sets the pace
+
+
+def test_partitions_far_ahead_of_the_slowest_one_still_behind_are_named_for_pausing() -> None:
+    from detectors.ticks import PartitionClock
+
+    clock = PartitionClock()
+    clock.observe([("a", (T0 + 3600) * 1000), ("b", (T0 + 60) * 1000), ("c", T0 * 1000)], backlogged={"b"})
+    # c is caught up (quiet): it has nothing more to deliver, so nobody is paused for it
+    assert clock.ahead(300) == {"a"}
+    # every partition caught up: nothing to wait for, nothing paused
+    clock.observe([], backlogged=set())
+    assert clock.ahead(300) == set()
+    # a partition still behind that delivered nothing: every partition that did is paused
+    clock.observe([], backlogged={"d"})
+    assert clock.ahead(300) == {"a", "b", "c"}
