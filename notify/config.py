@@ -81,9 +81,7 @@ class Receiver(_Strict):
 EMITTED: dict[str, tuple[str, ...]] = {
     "severity": (*registry.SEVERITIES, "warning"),  # warnings carry their own severity
     "status": ("open", "warning", "resolved"),
-    "kind": tuple(
-        sorted({*registry.KINDS, *(sign.kind for sign in registry.EARLY_SIGNS.values()), "unknown"})
-    ),
+    "kind": tuple(sorted({*registry.KINDS, *(sign.kind for sign in registry.EARLY_SIGNS.values()), "unknown"})),
 }
 
 
@@ -186,7 +184,7 @@ class NotifyConfig(_Strict):
         """The routes in order, then the default receiver's catch-all route if there is one."""
         if self.default_receiver is None:
             return list(self.routes)
-        return [*self.routes, Route(receiver=self.default_receiver)]
+        return [*self.routes, Route.model_validate({"receiver": self.default_receiver})]
 
     def receiver(self, name: str) -> Receiver:
         return next(r for r in self.receivers if r.name == name)

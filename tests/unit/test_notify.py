@@ -254,13 +254,13 @@ def test_a_match_value_the_service_never_emits_stops_the_load_with_the_allowed_v
     assert message.startswith("routes.yaml: routes.0.match")
     # the values it could have said, so the operator can fix it from the message alone
     allowed = {"severity": "critical, major, minor, warning", "status": "open, warning, resolved"}
-    field = named.split()[0]
+    field = named.split(maxsplit=1)[0]
     assert allowed.get(field, "leaf_down") in message
 
 
 def test_a_silence_with_a_value_never_emitted_is_refused_too() -> None:
     raw = __import__("yaml").safe_load(MINIMAL + "silences: [{match: {severity: info}}]\n")
-    with pytest.raises(NotifyConfigError, match="silences.0.match.*severity 'info'"):
+    with pytest.raises(NotifyConfigError, match=r"silences.0.match.*severity 'info'"):
         parse(raw)
 
 
