@@ -24,7 +24,7 @@ from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.ticks import HeldMessages, PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
-from ingest.pipeline import IngestCore
+from ingest.pipeline import Batch, IngestCore
 from vocab.schedule import NodeJobs, Schedule, event_problem
 from vocab.thresholds import DetectorSettings
 
@@ -151,6 +151,7 @@ class DetectLoop:
         """A rebalance took partitions away: their held messages and clocks are the new owner's."""
         self.held.forget(set(partitions))
         self.partitions.forget(partitions)
+        self.core.validator.forget(partitions)
 
     def __getstate__(self) -> dict[str, object]:
         """A checkpoint keeps what the loop learned; the listener is the caller's to reattach."""
@@ -162,31 +163,40 @@ class DetectLoop:
         self.__dict__.update(state)
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
-        batch = self.core.process(data)
-        letters = list(batch.deadletters)
-        # a row whose tick was already analysed is not a bad line: ingest stores it; detection
-        # counts it (late_rows) and leaves it out
+        letters = self._take(self.core.process(data))
+        return self._analyse_ready(), letters
+
+    def _take(self, batch: Batch) -> list[DeadLetter]:
+        """A decoded batch into the tick assembler; its dead letters back. A row whose tick was
+        already analysed is not a bad line: ingest stores it; detection counts it (late_rows)
+        and leaves it out."""
         self.assembler.add(batch.frames)
+        self.stats.late_rows = self.assembler.late_rows
+        self.stats.deadletters += len(batch.deadletters)
+        return list(batch.deadletters)
+
+    def _analyse_ready(self) -> list[Anomaly]:
         anomalies: list[Anomaly] = []
         for tick in self.assembler.ready():
             anomalies += self.analyse(tick.t, tick.frames)
-        self.stats.late_rows = self.assembler.late_rows
-        self.stats.deadletters += len(letters)
-        return anomalies, letters
+        return anomalies
 
     def feed_polled(
         self, messages: Sequence[tuple[Source, int, bytes]], backlogged: AbstractSet[tuple[str, int]] = frozenset()
     ) -> tuple[list[Anomaly], list[DeadLetter]]:
         """One Kafka poll: (source, record timestamp in ms, value) per message; `backlogged`: the
-        partitions with records still waiting on the broker (never taken for quiet ones)."""
-        from ingest.kafka_io import event_time_ms, join_messages
+        partitions the broker still holds records for (or cannot yet say), never taken for quiet
+        ones. Each partition's rows are checked against that partition's own event time."""
+        from ingest.kafka_io import event_time_ms, per_partition, process_messages
 
-        data, _, _ = join_messages(messages)
         stamps = [((src.topic, src.partition), event_time_ms(value, ms)) for src, ms, value in messages]
         self.assembler.cap_ns = self.partitions.observe(stamps, backlogged)
-        out = self.feed(data)
+        letters: list[DeadLetter] = []
+        for partition, part in per_partition(messages):
+            letters += self._take(process_messages(self.core, part, partition))
+        anomalies = self._analyse_ready()
         self._hold(messages, [ms for _, ms in stamps])
-        return out
+        return anomalies, letters
 
     def ahead_partitions(self) -> set[tuple[str, int]]:
         """Partitions that ran far ahead of the slowest one: the daemon pauses them until it
@@ -196,14 +206,21 @@ class DetectLoop:
 
     def _hold(self, messages: Sequence[tuple[Source, int, bytes]], event_ms: list[int]) -> None:
         """Remember the messages whose tick is still open; forget those whose tick was analysed."""
+        from ingest.kafka_io import per_partition
+
         released = self.assembler.released_through_ns
-        clock = self.core.validator.clock
-        # further ahead than this, the ingest core dead-lettered the line: nothing waits for it
-        ahead_ns = None if clock.watermark_ns is None else clock.watermark_ns + clock.bound_ns
+        # further ahead of its partition's event time than the bound, the ingest core
+        # dead-lettered the line: nothing waits for it
+        ahead_ns: dict[tuple[str, int], int | None] = {}
+        for partition, _ in per_partition(messages):
+            clock = self.core.validator.clock_of(partition)
+            ahead_ns[partition] = None if clock.watermark_ns is None else clock.watermark_ns + clock.bound_ns
         ticks = self.assembler.grid(np.asarray(event_ms, dtype=np.int64) * 1_000_000).tolist()
         for (src, _, _), tick in zip(messages, ticks, strict=True):
-            if (released is None or tick > released) and (ahead_ns is None or tick <= ahead_ns):
-                self.held.hold((src.topic, src.partition), src.offset, tick)
+            source = (src.topic, src.partition)
+            ahead = ahead_ns[source]
+            if (released is None or tick > released) and (ahead is None or tick <= ahead):
+                self.held.hold(source, src.offset, tick)
         self.held.release(released)
 
     def finish(self) -> list[Anomaly]:

@@ -557,6 +557,9 @@ class TelemetryConsumer:
         self._consumer.close()
 
 
+Polled = list[tuple[Source, int, bytes]]
+
+
 def join_messages(
     messages: Sequence[tuple[Source, int, bytes]],
 ) -> tuple[bytes, NDArray[np.int64], Callable[[int], Source | None]]:
@@ -574,6 +577,27 @@ def join_messages(
     return b"".join(values), default_times, source_of
 
 
+def per_partition(messages: Sequence[tuple[Source, int, bytes]]) -> list[tuple[Partition, Polled]]:
+    """A poll's messages by partition, each partition's in their order."""
+    out: dict[Partition, Polled] = {}
+    for message in messages:
+        out.setdefault((message[0].topic, message[0].partition), []).append(message)
+    return list(out.items())
+
+
+def process_messages(core: IngestCore, messages: Sequence[tuple[Source, int, bytes]], partition: Partition) -> Batch:
+    """The ingest core over one partition's messages of a poll; a failure of ours dead-letters
+    them whole (with the reason) instead of stopping the cluster's monitoring."""
+    data, default_times, source_of = join_messages(messages)
+    try:
+        return core.process(data, default_time_ns=default_times, source_of=source_of, stream=partition)
+    except Exception as exc:
+        log.exception("ingest failed on a batch of %d messages; dead-lettering them whole", len(messages))
+        letters = [DeadLetter("internal", f"internal error: {exc!r}"[:500], v, src) for src, _, v in messages]
+        core.stats.deadlettered += len(letters)
+        return Batch({}, letters)
+
+
 def event_time_ms(value: bytes, fallback_ms: int) -> int:
     """The event time of a message: the timestamp of its last line (a producer groups one
     entity's lines of one time per message, as ours and Telegraf's do). The record's own
@@ -584,9 +608,6 @@ def event_time_ms(value: bytes, fallback_ms: int) -> int:
     if last.count(b" ") >= 2 and token.isdigit() and len(token) <= 19:
         return int(token) // 1_000_000
     return fallback_ms
-
-
-Polled = list[tuple[Source, int, bytes]]
 
 
 def polls(
@@ -684,17 +705,12 @@ def consume(
     """Poll, process, flush both sinks, then commit: a crash anywhere before the commit means
     the batch is read again (at-least-once); the database and the topics tolerate the repeat."""
     for messages in polls(consumer, should_stop, idle_stop_s):
-        data, default_times, source_of = join_messages(messages)
-        try:
-            batch = core.process(data, default_time_ns=default_times, source_of=source_of)
-        except Exception as exc:  # a bug of ours must not stop the cluster's monitoring
-            log.exception("ingest failed on a batch of %d messages; dead-lettering them whole", len(messages))
-            batch = Batch(
-                {}, [DeadLetter("internal", f"internal error: {exc!r}"[:500], v, src) for src, _, v in messages]
-            )
-            core.stats.deadlettered += len(batch.deadletters)
-        frames.write(batch.frames)
-        deadletters.add(batch.deadletters)
+        values = letters = 0
+        for partition, part in per_partition(messages):  # each judged against its own event time
+            batch = process_messages(core, part, partition)
+            frames.write(batch.frames)
+            deadletters.add(batch.deadletters)
+            values, letters = values + batch.value_count, letters + len(batch.deadletters)
         refused = store(frames, consumer, should_stop)
         if refused is None:
             return  # asked to stop while the store was away: nothing committed, read again on restart
@@ -708,4 +724,4 @@ def consume(
             return
         consumer.commit()
         if on_batch is not None:
-            on_batch({"messages": len(messages), "values": batch.value_count, "deadletters": len(batch.deadletters)})
+            on_batch({"messages": len(messages), "values": values, "deadletters": letters})

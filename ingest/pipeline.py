@@ -124,14 +124,21 @@ class IngestCore:
         self.validator = Validator(lateness_bound_s)
         self.stats = stats if stats is not None else IngestStats()
 
-    def process(self, data: bytes, default_time_ns: DefaultTime = None, source_of: SourceOf | None = None) -> Batch:
+    def process(
+        self,
+        data: bytes,
+        default_time_ns: DefaultTime = None,
+        source_of: SourceOf | None = None,
+        stream: object = None,
+    ) -> Batch:
         """Decode and validate one batch of line protocol.
 
         `source_of(line_no)` tells where a batch line came from (Kafka partition and offset), so
-        a dead letter points back at its message.
+        a dead letter points back at its message. `stream`: the partition the whole batch was
+        read from, whose own event time its rows are judged against (None: one stream).
         """
         decoded = decode(data, default_time_ns)
-        validated = self.validator(decoded, check_ids=_may_hold_bad_ids(data))
+        validated = self.validator(decoded, check_ids=_may_hold_bad_ids(data), stream=stream)
 
         def where(line_no: int) -> Source | None:
             return source_of(line_no) if source_of is not None else None

@@ -17,7 +17,7 @@ tick assembler. Fields the catalog does not list are kept: stored raw, detectors
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,19 +58,47 @@ class Validated:
 # How far a point may be from the stream's event time and still be stored: an hour covers a
 # collector's buffer replayed after an outage, and dead-letters a clock that is days or years off.
 LATENESS_BOUND_S = 3600.0
+# The stream's clock advances through a batch this many rows at a time: small enough that a block
+# spans little event time even in a backlog (a tick of one partition is thousands of rows), large
+# enough that a host with a broken clock (a message of a few dozen rows) cannot move its median
+CLOCK_BLOCK_ROWS = 1024
 
 
 class Validator:
-    """Stateful only in the stream's event-time watermark; everything else is a pure function of
-    the batch."""
+    """Stateful only in the event-time watermark of each stream; everything else is a pure
+    function of the batch.
+
+    A stream is what is read in order: the whole file offline, one Kafka partition in a daemon.
+    Partitions are read unevenly (catching up a backlog, one can be hours ahead of another), so
+    each is judged against its own event time: against one watermark for all, the rows of a
+    partition read later would all fall behind the bound and be dead-lettered."""
 
     def __init__(self, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
-        self.clock = _StreamClock(int(lateness_bound_s * 1e9))
+        self._bound_ns = int(lateness_bound_s * 1e9)
+        self.clocks: dict[object, _StreamClock] = {}
 
-    def __call__(self, decoded: Decoded, check_ids: bool = True) -> Validated:
+    def clock_of(self, stream: object = None) -> _StreamClock:
+        clock = self.clocks.get(stream)
+        if clock is None:
+            clock = self.clocks[stream] = _StreamClock(self._bound_ns)
+        return clock
+
+    @property
+    def clock(self) -> _StreamClock:
+        """The clock of the default stream (a file, or batches that name no stream)."""
+        return self.clock_of(None)
+
+    def forget(self, streams: Iterable[object]) -> None:
+        """Streams this reader no longer reads (partitions a rebalance took away)."""
+        for stream in streams:
+            self.clocks.pop(stream, None)
+
+    def __call__(self, decoded: Decoded, check_ids: bool = True, stream: object = None) -> Validated:
         """`check_ids=False` when the raw batch holds no control byte and no line longer than
-        an id may be (IngestCore checks that on the bytes, in one vectorised pass)."""
+        an id may be (IngestCore checks that on the bytes, in one vectorised pass). `stream`:
+        which stream the batch was read from (its rows are judged against that stream's time)."""
         out = Validated()
+        checked: list[tuple[str, Frame, NDArray[np.int64], NDArray[np.bool_], dict[int, str]]] = []
         for name, decoded_frame in decoded.frames.items():
             rows = decoded.line_no[name]
             spec = measurement(name)
@@ -108,9 +136,9 @@ class Validator:
             frame = Frame(name, decoded_frame.time_ns, decoded_frame.tags, fields)
             if spec.name == "gpu":
                 out.sentinels_masked += _mask_dcgm_blanks(frame, spec)
-            for row, reason in self.clock.check(frame.time_ns, keep).items():
-                reasons.setdefault(row, reason)
-                keep[row] = False
+            checked.append((name, frame, rows, keep, reasons))
+        self._check_times(checked, stream)
+        for name, frame, rows, keep, reasons in checked:
             out.rejects += [
                 RowReject("lateness" if why.startswith("outside the lateness bound") else "validate", int(rows[r]), why)
                 for r, why in sorted(reasons.items())
@@ -121,6 +149,33 @@ class Validator:
                 index = np.flatnonzero(keep)
                 out.frames[name], out.line_no[name] = frame.take(index), rows[index]
         return out
+
+    def _check_times(
+        self,
+        checked: list[tuple[str, Frame, NDArray[np.int64], NDArray[np.bool_], dict[int, str]]],
+        stream: object,
+    ) -> None:
+        """The stream's clock sees the batch's rows in the order their lines came, across
+        measurements (a backlog's batch can span hours of one partition: judged measurement by
+        measurement, the first would move the clock to the batch's end and leave the others'
+        early rows behind it)."""
+        if not checked:
+            return
+        keeps = [keep for _, _, _, keep, _ in checked]
+        times = np.concatenate([frame.time_ns[keep] for (_, frame, _, _, _), keep in zip(checked, keeps, strict=True)])
+        if not len(times):
+            return
+        lines = np.concatenate([rows[keep] for (_, _, rows, _, _), keep in zip(checked, keeps, strict=True)])
+        which = np.concatenate([np.full(int(keep.sum()), i, dtype=np.int64) for i, keep in enumerate(keeps)])
+        where = np.concatenate([np.flatnonzero(keep) for keep in keeps])
+        order = np.argsort(lines, kind="stable")
+        bad = self.clock_of(stream).check_ordered(times[order])
+        for position, reason in bad.items():
+            k = int(order[position])
+            _, _, _, keep, reasons = checked[int(which[k])]
+            row = int(where[k])
+            reasons.setdefault(row, reason)
+            keep[row] = False
 
 
 def _convert(col: Column, target: FieldType) -> Column:
@@ -174,36 +229,40 @@ class _StreamClock:
         self.watermark_ns: int | None = None
         self._wall_ns = wall_ns
 
-    def check(self, time_ns: NDArray[np.int64], candidate: NDArray[np.bool_]) -> dict[int, str]:
-        rows = np.flatnonzero(candidate)
-        if not len(rows):
-            return {}
+    def check_ordered(self, t: NDArray[np.int64]) -> dict[int, str]:
+        """Timestamps in the order the stream delivered them; the positions outside the bound,
+        with the reason. The stream's time advances through the batch a block of rows at a time
+        (a batch replaying a backlog spans hours), each block judged against the newest time
+        accepted before it or, if its bulk jumped past the bound, against its own median."""
         bad: dict[int, str] = {}
         now = self._wall_ns()
-        future = time_ns[rows] > now + self.bound_ns
-        for r in rows[future].tolist():
-            bad[int(r)] = (
-                f"outside the lateness bound: {(int(time_ns[r]) - now) / 1e9:.0f} s ahead of the wall clock "
+        future = t > now + self.bound_ns
+        for r in np.flatnonzero(future).tolist():
+            bad[r] = (
+                f"outside the lateness bound: {(int(t[r]) - now) / 1e9:.0f} s ahead of the wall clock "
                 f"(bound {self.bound_ns / 1e9:g} s)"
             )
-        rows = rows[~future]
-        if not len(rows):
-            return bad
-        t = time_ns[rows]
-        median = int(np.median(t))
-        reference = self.watermark_ns
-        if reference is None or median > reference + self.bound_ns:
-            reference = median
-        behind, ahead = t < reference - self.bound_ns, t > reference + self.bound_ns
         bound_s = self.bound_ns / 1e9
-        for r in np.flatnonzero(behind | ahead).tolist():
-            off = (int(t[r]) - reference) / 1e9
-            where = "behind" if off < 0 else "ahead of"
-            bad[int(rows[r])] = (
-                f"outside the lateness bound: {abs(off):.0f} s {where} the stream's event time (bound {bound_s:g} s)"
-            )
-        ok = ~(behind | ahead)
-        if ok.any():
-            newest = int(t[ok].max())
-            self.watermark_ns = newest if self.watermark_ns is None else max(self.watermark_ns, newest)
+        for start in range(0, len(t), CLOCK_BLOCK_ROWS):
+            block = np.arange(start, min(start + CLOCK_BLOCK_ROWS, len(t)))
+            block = block[~future[block]]
+            if not len(block):
+                continue
+            times = t[block]
+            median = int(np.median(times))
+            reference = self.watermark_ns
+            if reference is None or median > reference + self.bound_ns:
+                reference = median
+            off = times - reference
+            outside = (off < -self.bound_ns) | (off > self.bound_ns)
+            for i in np.flatnonzero(outside).tolist():
+                seconds = int(off[i]) / 1e9
+                where = "behind" if seconds < 0 else "ahead of"
+                bad[int(block[i])] = (
+                    f"outside the lateness bound: {abs(seconds):.0f} s {where} the stream's event time "
+                    f"(bound {bound_s:g} s)"
+                )
+            if not outside.all():
+                newest = int(times[~outside].max())
+                self.watermark_ns = newest if self.watermark_ns is None else max(self.watermark_ns, newest)
         return bad

@@ -121,6 +121,39 @@ def test_a_stream_resuming_after_a_long_outage_is_accepted() -> None:
     assert later.rejects == [] and len(later.frames["gpu"]) == 4
 
 
+def test_one_batch_of_a_backlog_spanning_hours_of_several_measurements_is_kept_whole() -> None:
+    """Catching up, one poll holds hours of a partition, each scrape a GPU line then a NIC line:
+    the stream's clock moves through the batch in line order, so neither the early rows of the
+    second measurement nor the late rows of the batch fall outside the bound."""
+    t0 = 1_767_225_600 * 10**9
+    scrapes = range(0, 4 * 3600, 30)  # four hours at 30 s
+    lines = "".join(
+        "".join(f"gpu,gpu=g{g} DCGM_FI_DEV_GPU_TEMP=50 {t0 + s * 10**9}\n" for g in range(20))
+        + "".join(f"nic,nic=n{g} symbol_error=0i {t0 + s * 10**9}\n" for g in range(20))
+        for s in scrapes
+    )
+    v, out = _validate(lines.encode())
+    assert out.rejects == []
+    assert len(out.frames["gpu"]) == len(out.frames["nic"]) == 20 * len(scrapes)
+    assert v.clock.watermark_ns == t0 + scrapes[-1] * 10**9
+    # a line from a clock two hours behind, in the middle of a later batch, is still caught
+    later = [f"gpu,gpu=g{i} DCGM_FI_DEV_GPU_TEMP=50 {t0 + (4 * 3600 + i) * 10**9}\n" for i in range(2000)]
+    later.insert(1000, f"gpu,gpu=x DCGM_FI_DEV_GPU_TEMP=50 {t0 + 2 * 3600 * 10**9 - 10**9}\n")
+    _, out = _validate("".join(later).encode(), v)
+    assert [r.stage for r in out.rejects] == ["lateness"] and len(out.frames["gpu"]) == 2000
+
+
+def test_partitions_are_judged_against_their_own_event_time() -> None:
+    """A partition read hours after another (the broker hands them out unevenly) is not behind."""
+    t0 = 1_767_225_600 * 10**9
+    v = Validator()
+    ahead = decode(f"gpu,gpu=a DCGM_FI_DEV_GPU_TEMP=50 {t0 + 5 * 3600 * 10**9}\n".encode())
+    behind = decode(f"gpu,gpu=b DCGM_FI_DEV_GPU_TEMP=50 {t0}\n".encode())
+    assert v(ahead, stream=("t", 0)).rejects == []
+    assert v(behind, stream=("t", 1)).rejects == []
+    assert v(behind, stream=("t", 0)).rejects != []  # the same row, five hours behind its own partition
+
+
 def test_entity_index_is_stable_and_vectorised() -> None:
     index = EntityIndex()
     first = index.add(np.array(["a", "b", "a"], dtype=object))

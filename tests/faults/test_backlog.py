@@ -1,0 +1,166 @@
+"""A daemon that starts behind a backlog: the whole recording is in the topic before it starts (a
+daemon that was down for hours, a deployment onto a topic that already holds data, a replay).
+The broker then hands partitions out unevenly, one hours ahead of another that has delivered
+nothing yet; what the daemons publish must still equal the offline run of the same folder,
+incident for incident and id for id, anomaly for anomaly, also across a SIGKILL mid-backlog.
+
+Unlike the other fault tests, nothing is paced here: the recording is published whole first,
+so partitions do not advance together (the case the paced tests never showed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from aiops.bench_soak import by_incident
+from aiops.checkpoint import CheckpointStore
+from aiops.cli import main
+from tests.faults.daemons import Replay, jsonl, reaped
+from tests.faults.test_broker_restart import topic_env
+from tests.integration.test_run_kafka import _consume
+from vocab.settings import KafkaSettings
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+# the cluster of the issue that found the bug: 512 GPUs, 3 hours at 30 s, ten faults of six kinds
+GEN = ["--gpus", "512", "--hours", "3", "--interval", "30", "--seed", "717"]
+FAULTS = ["--faults", "gpu_fell_off_bus=2,psu_failure=2,leaf_down=1,nic_link_flap=2,gpu_nvlink=2,rack_cooling=1"]
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The recorded folder, its offline run (the reference) and its offline detection."""
+    base = tmp_path_factory.mktemp("backlog")
+    recorded, offline, detected = base / "recorded", base / "offline", base / "detected"
+    assert main(["gen", *GEN, *FAULTS, "--out", str(recorded)]) == 0
+    assert main(["run", "--input", str(recorded), "--out", str(offline), "--no-predict"]) == 0
+    assert main(["detect", "--input", str(recorded), "--out", str(detected), "--no-predict"]) == 0
+    assert len(by_incident(jsonl(offline / "incidents.jsonl"))) >= 8
+    return recorded, offline, detected
+
+
+def _backlog(k: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path) -> Replay:
+    """The whole recording published to the test's topic before any daemon starts."""
+    recorded, offline, _ = recording
+    command = ["produce", str(recorded / "telemetry.lp"), "--kafka", k.bootstrap]
+    assert main([*command, "--topic", k.telemetry_topic, "--partitions", str(PARTITIONS)]) == 0
+    env = {**os.environ, **topic_env(k), "AIOPS_CHECKPOINT_EVERY_S": "2", "AIOPS_STATE_DIR": str(tmp_path / "state")}
+    return Replay(k, recorded, offline, env)
+
+
+def test_the_root_cause_daemon_catches_up_a_backlog_exactly_as_the_offline_run(
+    kafka_settings: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    r = _backlog(kafka_settings, recording, tmp_path)
+    with reaped() as track:
+        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        _, err = daemon.communicate(timeout=900)
+    assert daemon.returncode == 0, err[-3000:]
+    r.assert_topics_equal_offline()
+
+
+def test_a_daemon_killed_mid_backlog_restarts_and_still_publishes_what_offline_does(
+    kafka_settings: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    r = _backlog(kafka_settings, recording, tmp_path)
+    k = r.k
+    with reaped() as track:
+        first = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        r.wait_for_first_incident(timeout_s=300)
+        time.sleep(2.5)  # a checkpoint after it (AIOPS_CHECKPOINT_EVERY_S=2)
+        assert first.poll() is None, "the backlog was done before the kill: nothing to show"
+        first.kill()
+        first.communicate(timeout=60)
+        checkpoint = CheckpointStore(Path(r.env["AIOPS_STATE_DIR"]), f"run-{k.ingest_group}-run").load()
+        assert checkpoint is not None and checkpoint.incarnation is not None
+        second = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        _, err = second.communicate(timeout=900)
+    assert second.returncode == 0, err[-3000:]
+    assert "resuming from the checkpoint" in err
+    r.assert_topics_equal_offline()
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["whole", "killed"])
+def test_the_detection_daemon_catches_up_a_backlog_anomaly_for_anomaly(
+    kafka_settings: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path, kill: bool
+) -> None:
+    r = _backlog(kafka_settings, recording, tmp_path)
+    k = r.k
+    expected = Counter(json.dumps(a, sort_keys=True) for a in jsonl(recording[2] / "anomalies.jsonl"))
+    r.env["AIOPS_KAFKA__DETECT_GROUP"] = k.ingest_group + "-detect"
+    detect = ["detect", "--kafka", k.bootstrap, "--interval", "30", "--events", str(r.recorded / "events.jsonl")]
+    detect += ["--no-predict", "--stop-when-idle", "20"]
+    with reaped() as track:
+        if kill:
+            first = track(r.aiops(*detect))
+            deadline = time.monotonic() + 300
+            while len(_consume(k, k.anomalies_topic)) < 50 and time.monotonic() < deadline:
+                time.sleep(1)
+            time.sleep(2.5)
+            assert first.poll() is None, "the backlog was done before the kill: nothing to show"
+            first.kill()
+            first.communicate(timeout=60)
+        daemon = track(r.aiops(*detect))
+        _, err = daemon.communicate(timeout=900)
+    assert daemon.returncode == 0, err[-3000:]
+    if kill:
+        assert "resuming detection from the checkpoint" in err
+    streamed = Counter(json.dumps(a, sort_keys=True) for a in _consume(k, k.anomalies_topic))
+    assert streamed == expected
+
+
+def _recreate(k: KafkaSettings) -> None:
+    """Every topic of the test deleted and created again under its name (a topic recreated, a
+    broker rebuilt): offsets start from 0 again and describe other records."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    from ingest.kafka_io import ensure_topics
+
+    topics = list(topic_env(k).values())
+    admin = KafkaAdminClient(bootstrap_servers=k.bootstrap)
+    try:
+        admin.delete_topics(topics)
+        deadline = time.monotonic() + 60
+        while set(topics) & set(admin.list_topics()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        admin.close()
+    deadline = time.monotonic() + 60
+    while True:  # the broker may still be finishing the deletion
+        try:
+            ensure_topics(k.bootstrap, topics, partitions=PARTITIONS)
+            break
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_a_checkpoint_of_a_recreated_topic_is_refused_and_the_daemon_starts_from_the_committed_offsets(
+    kafka_settings: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    r = _backlog(kafka_settings, recording, tmp_path)
+    k = r.k
+    with reaped() as track:
+        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        _, err = daemon.communicate(timeout=900)
+        assert daemon.returncode == 0, err[-3000:]
+        store = CheckpointStore(Path(r.env["AIOPS_STATE_DIR"]), f"run-{k.ingest_group}-run")
+        assert store.load() is not None
+        # the same recording again, on a recreated topic: the old checkpoint's offsets point at
+        # the end of what it read, which on the new topic is where the same amount of data ends
+        _recreate(k)
+        _backlog(k, recording, tmp_path)
+        again = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        _, err = again.communicate(timeout=900)
+    assert again.returncode == 0, err[-3000:]
+    assert "checkpoint not used" in err and "the topic was created again" in err, err[-3000:]
+    assert "resuming from the checkpoint" not in err
+    r.assert_topics_equal_offline()
