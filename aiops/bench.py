@@ -411,6 +411,11 @@ def run_bench(args: argparse.Namespace) -> int:
 
         report = bench_soak(args, console)
         return 0 if not (report.differences or report.died) else 1
+    if args.bench == "backlog":
+        from aiops.bench_backlog import bench_backlog
+
+        backlogged = bench_backlog(args, console)
+        return 0 if not any(p.differences or any(p.exit_codes) for p in backlogged.phases) else 1
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

@@ -102,6 +102,7 @@ def cmd_thresholds(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    from detectors.runner import read_chunks
     from ingest.kafka_io import TelemetryProducer, ensure_topics, messages_from_lines
 
     settings = _settings(args)
@@ -111,7 +112,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     topic = settings.kafka.telemetry_topic
     ensure_topics(settings.kafka.bootstrap, [topic], partitions=args.partitions)
     producer = TelemetryProducer(settings.kafka.bootstrap)
-    sent = producer.send(topic, messages_from_lines(path.read_bytes()))
+    sent = 0
+    for chunk in read_chunks(path):  # a recording of a large cluster is gigabytes: in pieces
+        sent += producer.send(topic, messages_from_lines(chunk))
     producer.flush()
     producer.close()
     print(f"sent {sent} messages from {path} to {topic} at {settings.kafka.bootstrap}")
@@ -568,6 +571,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--drain-timeout-s", type=float, default=600.0)
     b.add_argument("--work", default="/tmp", help="where logs, state and the offline reference go")
     b.add_argument("--out", default="docs/bench", help="where soak.json and soak.svg go")
+    b = bench.add_parser(
+        "backlog",
+        help="the daemons started behind a 6-hour backlog of 4,096 GPUs: equal to offline? memory? (services)",
+    )
+    b.add_argument("--gpus", type=int, default=4096)
+    b.add_argument("--hours", type=float, default=6.0)
+    b.add_argument("--interval", type=float, default=30.0)
+    b.add_argument("--seed", type=int, default=717)
+    b.add_argument(
+        "--faults",
+        default="gpu_fell_off_bus=4,psu_failure=3,leaf_down=2,nic_link_flap=4,gpu_nvlink=3,rack_cooling=2",
+        help="the cluster's faults (a generator spec)",
+    )
+    b.add_argument("--speed", type=float, default=30.0, help="how fast the steady-state hour is paced")
+    b.add_argument("--kill-after-s", type=float, default=5.0, help="SIGKILL this long after the first incident")
+    b.add_argument("--checkpoint-every-s", type=float, default=10.0)
+    b.add_argument("--work", default="/tmp", help="where the recording, logs and state go")
+    b.add_argument("--keep", action="store_true", help="keep the recording")
+    b.add_argument("--out", default="docs/bench", help="where backlog.json goes")
     p.set_defaults(handler=cmd_bench)
     return parser
 

@@ -150,7 +150,7 @@ def detect_kafka(
     def let_go() -> None:
         """The input went quiet for a tick's lateness: analyse what is held, and commit."""
         publish(loop.finish())
-        consumer.commit(held=loop.held.first_held())
+        checkpoint()
 
     try:
         for messages in polls(consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
@@ -159,10 +159,11 @@ def detect_kafka(
             dead.add(letters)
             publish(anomalies)
             dead.flush(should_stop)
-            if store is not None and time.monotonic() - last_checkpoint >= checkpoint_every_s:
+            # with a state directory, offsets are committed only with the state they belong to:
+            # committed ahead of the checkpoint, a restart would carry on from there with
+            # state that never saw what came between (or, before the first checkpoint, with none)
+            if store is None or time.monotonic() - last_checkpoint >= checkpoint_every_s:
                 checkpoint()
-            else:
-                consumer.commit(held=loop.held.first_held())
         if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
             publish(loop.finish())
         # asked to stop: ticks still open are not analysed half-full; their messages are not

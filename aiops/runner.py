@@ -479,7 +479,7 @@ def run_kafka(
         nothing more (a collector that stopped, the end of a replay); analyse them now, as
         the offline run does at the end, and commit. Rows that come later are late."""
         publish(pipeline.finish())
-        consumer.commit(held=pipeline.detect.held.first_held())
+        checkpoint()
 
     try:
         for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
@@ -491,10 +491,11 @@ def run_kafka(
             dead.add(letters)
             publish(anomalies)
             dead.flush(stopping)
-            if store is not None and time.monotonic() - last_checkpoint >= checkpoint_every_s:
+            # with a state directory, offsets are committed only with the state they belong to:
+            # committed ahead of the checkpoint, a restart would carry on from there with
+            # state that never saw what came between (or, before the first checkpoint, with none)
+            if store is None or time.monotonic() - last_checkpoint >= checkpoint_every_s:
                 checkpoint()
-            else:
-                consumer.commit(held=pipeline.detect.held.first_held())
         if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
             publish(pipeline.finish())
         # asked to stop: ticks still open are not analysed half-full; their messages are not

@@ -362,8 +362,8 @@ class TelemetryConsumer:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 max_poll_records=self._settings.max_poll_records,
-                fetch_max_bytes=64 << 20,
-                max_partition_fetch_bytes=16 << 20,
+                fetch_max_bytes=16 << 20,
+                max_partition_fetch_bytes=4 << 20,
                 # a broker restart must be noticed in seconds: the default backoff grows to 30 s
                 reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
                 # after a broker restart, kafka-python 3.0 kept fetching with a session id the new

@@ -59,7 +59,7 @@ def test_the_root_cause_daemon_catches_up_a_backlog_exactly_as_the_offline_run(
 ) -> None:
     r = _backlog(kafka_settings, recording, tmp_path)
     with reaped() as track:
-        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
         _, err = daemon.communicate(timeout=900)
     assert daemon.returncode == 0, err[-3000:]
     r.assert_topics_equal_offline()
@@ -71,7 +71,7 @@ def test_a_daemon_killed_mid_backlog_restarts_and_still_publishes_what_offline_d
     r = _backlog(kafka_settings, recording, tmp_path)
     k = r.k
     with reaped() as track:
-        first = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        first = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
         r.wait_for_first_incident(timeout_s=300)
         time.sleep(2.5)  # a checkpoint after it (AIOPS_CHECKPOINT_EVERY_S=2)
         assert first.poll() is None, "the backlog was done before the kill: nothing to show"
@@ -79,7 +79,7 @@ def test_a_daemon_killed_mid_backlog_restarts_and_still_publishes_what_offline_d
         first.communicate(timeout=60)
         checkpoint = CheckpointStore(Path(r.env["AIOPS_STATE_DIR"]), f"run-{k.ingest_group}-run").load()
         assert checkpoint is not None and checkpoint.incarnation is not None
-        second = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        second = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
         _, err = second.communicate(timeout=900)
     assert second.returncode == 0, err[-3000:]
     assert "resuming from the checkpoint" in err
@@ -95,7 +95,7 @@ def test_the_detection_daemon_catches_up_a_backlog_anomaly_for_anomaly(
     expected = Counter(json.dumps(a, sort_keys=True) for a in jsonl(recording[2] / "anomalies.jsonl"))
     r.env["AIOPS_KAFKA__DETECT_GROUP"] = k.ingest_group + "-detect"
     detect = ["detect", "--kafka", k.bootstrap, "--interval", "30", "--events", str(r.recorded / "events.jsonl")]
-    detect += ["--no-predict", "--stop-when-idle", "20"]
+    detect += ["--no-predict", "--stop-when-idle", "10"]
     with reaped() as track:
         if kill:
             first = track(r.aiops(*detect))
@@ -149,7 +149,7 @@ def test_a_checkpoint_of_a_recreated_topic_is_refused_and_the_daemon_starts_from
     r = _backlog(kafka_settings, recording, tmp_path)
     k = r.k
     with reaped() as track:
-        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
         _, err = daemon.communicate(timeout=900)
         assert daemon.returncode == 0, err[-3000:]
         store = CheckpointStore(Path(r.env["AIOPS_STATE_DIR"]), f"run-{k.ingest_group}-run")
@@ -158,7 +158,7 @@ def test_a_checkpoint_of_a_recreated_topic_is_refused_and_the_daemon_starts_from
         # the end of what it read, which on the new topic is where the same amount of data ends
         _recreate(k)
         _backlog(k, recording, tmp_path)
-        again = track(r.aiops(*r.daemon, "--stop-when-idle", "20"))
+        again = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
         _, err = again.communicate(timeout=900)
     assert again.returncode == 0, err[-3000:]
     assert "checkpoint not used" in err and "the topic was created again" in err, err[-3000:]
