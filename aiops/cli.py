@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiops import cli_rca
+from aiops import cli_rca, cli_topology
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 if TYPE_CHECKING:
@@ -497,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_detect)
 
     cli_rca.add_parsers(sub)
+    cli_topology.add_parsers(sub)
 
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
     p.add_argument("action", choices=["train", "default", "evaluate"])

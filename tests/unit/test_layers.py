@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("vocab", "ingest", "detectors", "rca", "notify", "telemetry_gen", "aiops")
+PACKAGES = ("vocab", "ingest", "context", "detectors", "rca", "notify", "telemetry_gen", "aiops")
 
 
 def _module_name(path: Path) -> str:
@@ -80,7 +80,7 @@ def _offenders(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]
 STAGES_MUST_NOT_IMPORT = ("telemetry_gen", "aiops")
 
 
-@pytest.mark.parametrize("stage", ["ingest", "detectors", "rca", "notify"])
+@pytest.mark.parametrize("stage", ["ingest", "context", "detectors", "rca", "notify"])
 def test_stages_import_neither_the_generator_nor_the_program(stage: str) -> None:
     assert _offenders(stage, STAGES_MUST_NOT_IMPORT) == {}
 
@@ -91,6 +91,10 @@ def test_the_vocabulary_imports_no_stage_and_no_program() -> None:
 
 def test_the_root_cause_engine_does_not_pull_in_the_predictor_or_scikit_learn() -> None:
     assert _offenders("rca", ("detectors.predict", "sklearn", "skops")) == {}
+
+
+def test_cluster_context_reads_the_sites_tools_and_nothing_of_detection_or_root_causes() -> None:
+    assert _offenders("context", ("ingest", "detectors", "rca", "notify")) == {}
 
 
 def test_ingest_does_not_import_the_stages_after_it() -> None:

@@ -1,0 +1,51 @@
+"""`aiops topology import`: the topology file the daemons read, from what the site's tools write
+(so far the InfiniBand fabric as `ibnetdiscover` prints it, with an optional node-name map), and
+a report of the fabric's health from its own description."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("topology", help="the cluster's topology from the fabric and the inventory")
+    what = p.add_subparsers(dest="topology_command", required=True)
+    i = what.add_parser("import", help="write topology.json from ibnetdiscover output, with a report")
+    i.add_argument("--ibnetdiscover", metavar="FILE", required=True, help="ibnetdiscover output (plain or -p)")
+    i.add_argument("--node-name-map", metavar="FILE", help="infiniband-diags' node-name map: GUID name per line")
+    i.add_argument("--out", metavar="FILE", required=True, help="the topology file to write (JSON node-link)")
+    i.add_argument("--report", metavar="FILE", help="also write the counts and findings as JSON")
+    i.set_defaults(handler=cmd_topology_import)
+
+
+def cmd_topology_import(args: argparse.Namespace) -> int:
+    from aiops.cli import CliError
+    from context.fabric import build
+    from context.ibnetdiscover import FabricFormatError, read, read_node_name_map
+    from rca.graph import GraphError, TopologyGraph
+
+    try:
+        names = read_node_name_map(Path(args.node_name_map)) if args.node_name_map else {}
+        topology = build(read(Path(args.ibnetdiscover)), names)
+        TopologyGraph(topology.nodes, topology.links)  # validated as the daemons will load it
+    except (OSError, FabricFormatError, GraphError) as exc:  # nothing is written
+        raise CliError(str(exc)) from None
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(topology.node_link()) + "\n")
+    report = topology.report()
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
+    c = report["counts"]
+    s = c["switches"]
+    print(
+        f"{out}: {s['leaf']} leaves, {s['spine']} spines, {s['core']} core switches; {c['hosts']} hosts, "
+        f"{c['hcas']} HCAs, {c['cables']} cables, {c['rails']} rail(s)"
+        + (" (rail-optimised)" if c["rail_optimised"] else "")
+    )
+    for finding in report["findings"]:
+        print(f"  {finding['kind']}: {finding['message']}; fix: {finding['fix']}")
+    return 0

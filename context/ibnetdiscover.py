@@ -1,0 +1,207 @@
+"""The InfiniBand fabric as `ibnetdiscover` prints it: switches, channel adapters (HCAs, SHARP
+aggregation nodes), routers, and every cable with its two ports, width and speed.
+
+Two formats, both as infiniband-diags writes them:
+- the default topology file: a block per node (`vendid=`, `switchguid=`/`caguid=` lines, then
+  `Switch 36 "S-0008f10500200b50"  # "description" ...` and one `[port] "peer"[peer port]` line per
+  connected port, the link's width and speed at its end: `4xQDR`);
+- `--ports` (`-p`): one line per port, `SW  1719 10 0x7cfe9003009ce5b0 4x EDR - CA 134 1 0x7cfe...
+  ( 'ib-i1l1s01' - 'o0001 HCA-1' )`, an unconnected port without the far end.
+Quirks the real files show: descriptions with `#`, runs of spaces or no host name at all, port
+GUIDs in parentheses without their leading zeros, unconnected ports absent, each cable listed
+from both of its ends. A line that is neither says so with its file and line number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NODE_TYPES = {"Switch": "switch", "Ca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
+
+
+class FabricFormatError(ValueError):
+    """Not ibnetdiscover output, or broken (the message names the file and line)."""
+
+
+@dataclass(slots=True)
+class FabricNode:
+    guid: int
+    type: str  # switch | ca | router
+    name: str  # the name the file refers to it by ("S-0008f10500200b50"), or its GUID
+    description: str  # what the node calls itself: "o0001 HCA-1", "Voltaire 4036 # 4036-8C5C"
+    ports: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Cable:
+    a: tuple[int, int]  # (node GUID, port)
+    b: tuple[int, int]
+    width: str  # "4x"
+    speed: str  # "QDR", "NDR", "???" when the file cannot tell
+
+
+@dataclass(slots=True)
+class Fabric:
+    nodes: dict[int, FabricNode] = field(default_factory=dict)
+    cables: list[Cable] = field(default_factory=list)
+    source: str = ""
+
+    def neighbours(self, guid: int) -> list[tuple[int, Cable]]:
+        out = []
+        for c in self.cables:
+            if c.a[0] == guid:
+                out.append((c.b[0], c))
+            elif c.b[0] == guid:
+                out.append((c.a[0], c))
+        return out
+
+
+_NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]*)"\s*(?:#\s*"(.*?)"(?:\s+(.*))?)?\s*$')
+# [port](port guid)? "peer"[peer port](peer port guid)?   # comment ending in the link: 4xQDR
+_PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([^"]*)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s*(?:#\s*(.*))?$')
+_LINK = re.compile(r"(\d+x)\s*([A-Za-z0-9?]+)\s*$")
+_HEADER = re.compile(r"^(vendid|devid|sysimgguid|switchguid|caguid|rtguid)\s*=\s*(0x[0-9a-fA-F]+)")
+_PORTS_LINE = re.compile(
+    r"^(SW|CA|RT)\s+(\d+)\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+(\d+x)\s+(\S+)"
+    r"(?:\s+-\s+(SW|CA|RT)\s+(\d+)\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)|\s+'?(.*?)'?)\s*$"
+)
+
+
+# lines that are not the fabric but come with it: the chassis grouping of `ibnetdiscover -g`, and
+# infiniband-diags' own warnings when its stderr was captured too (`src/query_smp.c:195; umad ...`)
+_NOISE = re.compile(r"^(Non-Chassis Nodes|Chassis\b.*|ibwarn:.*|\S+\.c:\d+;.*)$")
+
+
+def _guid_of_name(name: str) -> int | None:
+    """ibnetdiscover names a node it has no name map for "S-<16 hex digits>" / "H-…" / "R-…"."""
+    m = re.fullmatch(r"[SHR]-([0-9a-fA-F]{16})", name)
+    return int(m.group(1), 16) if m else None
+
+
+def read(path: Path) -> Fabric:
+    """Either format, told apart by its lines; FabricFormatError with the line at fault."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise FabricFormatError(f"{path}: not text (byte {exc.start} is not UTF-8)") from None
+    lines = text.splitlines()
+    content = [
+        (n, line.strip())
+        for n, line in enumerate(lines, 1)
+        if line.strip() and not line.startswith("#") and not _NOISE.match(line.strip())
+    ]
+    if not content:
+        raise FabricFormatError(f"{path}: empty, no ibnetdiscover output")
+    first = content[0][1]
+    if _PORTS_LINE.match(first):
+        return _read_ports(path, content)
+    if _HEADER.match(first) or _NODE.match(first):
+        return _read_topology(path, content)
+    raise FabricFormatError(f"{path}:{content[0][0]}: not ibnetdiscover output: {first[:80]!r}")
+
+
+def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
+    fabric = Fabric(source=str(path))
+    by_name: dict[str, int] = {}
+    pending: list[tuple[int, int, int, str, int, str]] = []  # (line, guid, port, peer name, peer port, comment)
+    links: dict[tuple[int, int], tuple[str, str]] = {}
+    current: FabricNode | None = None
+    header_guid: int | None = None
+    for number, line in content:
+        if m := _HEADER.match(line):
+            if m.group(1) in ("switchguid", "caguid", "rtguid"):
+                header_guid = int(m.group(2), 16)
+            current = None
+            continue
+        if m := _NODE.match(line):
+            kind, ports, name, description = m.group(1), int(m.group(2)), m.group(3), m.group(4) or ""
+            guid = header_guid if header_guid is not None else _guid_of_name(name)
+            if guid is None:
+                raise FabricFormatError(f"{path}:{number}: node {name!r} has no GUID (no {kind.lower()}guid= line)")
+            current = FabricNode(guid, NODE_TYPES[kind], name, " ".join(description.split()), ports)
+            fabric.nodes[guid] = current
+            by_name[name] = guid
+            header_guid = None
+            continue
+        if m := _PORT.match(line):
+            if current is None:
+                raise FabricFormatError(f"{path}:{number}: a port line outside any node: {line[:80]!r}")
+            comment = m.group(6) or ""
+            link = _LINK.search(comment)
+            port, peer, peer_port = int(m.group(1)), m.group(3), int(m.group(4))
+            pending.append((number, current.guid, port, peer, peer_port, comment))
+            if link:
+                links[(current.guid, port)] = (link.group(1), link.group(2))
+            continue
+        raise FabricFormatError(f"{path}:{number}: not a line of ibnetdiscover's topology output: {line[:80]!r}")
+    seen: set[frozenset[tuple[int, int]]] = set()
+    for number, guid, port, peer, peer_port, _ in pending:
+        peer_guid = by_name.get(peer, _guid_of_name(peer))
+        if peer_guid is None:
+            raise FabricFormatError(f"{path}:{number}: port {port} names {peer!r}, a node the file does not describe")
+        if peer_guid not in fabric.nodes:
+            # a node past the discovery's hop limit: known only by name
+            fabric.nodes[peer_guid] = FabricNode(peer_guid, "switch" if peer.startswith("S-") else "ca", peer, "")
+        ends = frozenset({(guid, port), (peer_guid, peer_port)})
+        if ends in seen:
+            continue
+        seen.add(ends)
+        width, speed = links.get((guid, port)) or links.get((peer_guid, peer_port)) or ("", "")
+        fabric.cables.append(Cable((guid, port), (peer_guid, peer_port), width, speed))
+    return fabric
+
+
+def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
+    fabric = Fabric(source=str(path))
+    seen: set[frozenset[tuple[int, int]]] = set()
+
+    def node(kind: str, guid_text: str, description: str) -> int:
+        guid = int(guid_text, 16)
+        known = fabric.nodes.get(guid)
+        clean = " ".join(description.split())
+        if known is None:
+            fabric.nodes[guid] = FabricNode(guid, NODE_TYPES[kind], guid_text, clean)
+        elif not known.description:
+            known.description = clean
+        return guid
+
+    for number, line in content:
+        m = _PORTS_LINE.match(line)
+        if m is None:
+            raise FabricFormatError(f"{path}:{number}: not a line of `ibnetdiscover --ports` output: {line[:80]!r}")
+        if m.group(7) is None:  # an unconnected port: the node, no cable
+            node(m.group(1), m.group(4), m.group(13))
+            continue
+        a = node(m.group(1), m.group(4), m.group(11))
+        b = node(m.group(7), m.group(10), m.group(12))
+        ends = frozenset({(a, int(m.group(3))), (b, int(m.group(9)))})
+        if ends not in seen:
+            seen.add(ends)
+            fabric.cables.append(Cable((a, int(m.group(3))), (b, int(m.group(9))), m.group(5), m.group(6)))
+    for guid, n in fabric.nodes.items():  # ports seen per node
+        n.ports = max(
+            [c.a[1] for c in fabric.cables if c.a[0] == guid] + [c.b[1] for c in fabric.cables if c.b[0] == guid] + [0]
+        )
+    return fabric
+
+
+def read_node_name_map(path: Path) -> dict[int, str]:
+    """infiniband-diags' node-name-map: `GUID "name"` per line (`#` comments). Sites also key it
+    by the name ibnetdiscover prints for a node it cannot name (`H-003048c74e4a0000 x5570comp1`)."""
+    out: dict[int, str] = {}
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith('"') else raw.strip()
+        if not line:
+            continue
+        key, _, rest = line.partition(" ")
+        name = rest.strip().strip('"').strip()
+        guid = int(key, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", key) else _guid_of_name(key)
+        if guid is None or not name:
+            raise FabricFormatError(f"{path}:{number}: not a node-name-map line (GUID name): {raw[:80]!r}")
+        out[guid] = name
+    return out
+
+
+__all__ = ["Cable", "Fabric", "FabricFormatError", "FabricNode", "read", "read_node_name_map"]

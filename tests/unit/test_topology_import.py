@@ -1,0 +1,162 @@
+"""The topology from the fabric as the site's own tools describe it: `ibnetdiscover` output
+recorded at real sites (../shared/datasets/real-formats/ibnetdiscover), checked against the
+site's own Slurm topology.conf; roles and rails from the fabric's shape; cabling findings; broken
+input refused with its file and line, and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aiops.cli import main
+from context.fabric import build
+from context.hostlist import expand
+from context.ibnetdiscover import FabricFormatError, read, read_node_name_map
+from rca.graph import TopologyGraph
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "real-formats" / "ibnetdiscover"
+X5 = REAL / "psmn_X5"
+PORTS = REAL / "treydock_infiniband_exporter" / "ibnetdiscover"
+
+
+def _topology_conf(path: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """The site's own topology.conf: each switch's hosts, and each switch's switches."""
+    nodes: dict[str, set[str]] = {}
+    switches: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        fields = dict(f.split("=", 1) for f in line.split())
+        if "Nodes" in fields:
+            nodes[fields["SwitchName"]] = set(expand(fields["Nodes"]))
+        if "Switches" in fields:
+            switches[fields["SwitchName"]] = set(fields["Switches"].split(","))
+    return nodes, switches
+
+
+def test_the_psmn_fabric_gives_the_sites_own_leaf_to_host_grouping() -> None:
+    """X5.topofile (ibnetdiscover, 2020) with the site's GUID map: every leaf of the site's
+    topology.conf (made by its own converter) carries exactly the hosts it lists there."""
+    topology = build(read(X5 / "X5.topofile"), read_node_name_map(X5 / "X5.map"))
+    site_nodes, _ = _topology_conf(X5 / "X5.topology.conf")
+    assert site_nodes
+    for leaf, hosts in site_nodes.items():
+        assert set(topology.leaf_hosts[leaf]) == hosts, leaf
+    # the site's hand-kept list of the switches above the leaves
+    above = {line.strip() for line in (X5 / "X5.spine").read_text().splitlines() if line.strip()[:2] == "S-"}
+    roles = {n["id"]: n["role"] for n in topology.nodes if n["kind"] in ("leaf", "spine")}
+    assert {s for s, r in roles.items() if r in ("spine", "core")} == above
+    assert topology.counts["switches"] == {"leaf": 6, "spine": 4, "core": 1}
+    assert topology.counts["hcas"] == 89 and topology.counts["cables"] == 159
+    TopologyGraph(topology.nodes, topology.links)  # the daemons can load it
+
+
+def test_hosts_come_from_node_descriptions_and_aggregation_nodes_are_not_hosts() -> None:
+    osc = build(read(PORTS / "test.out"))  # `ibnetdiscover -p` at OSC
+    assert sorted(n["id"] for n in osc.nodes if n["kind"] == "node") == ["o0001", "o0002", "p0001"]
+    assert {n["id"] for n in osc.nodes if n["kind"] == "nic"} == {"o0001-nic0", "o0002-nic0", "p0001-nic0"}
+    sharp = build(read(PORTS / "test2.out"))  # an HDR site with a SHARP aggregation node
+    assert [n["id"] for n in sharp.nodes if n["kind"] == "node"] == ["worker20"]
+    assert sharp.counts["aggregation_nodes"] == 1
+    switches = {n["id"] for n in sharp.nodes if n["kind"] in ("leaf", "spine")}
+    assert "5FB0405-leaf-IB01" in switches  # descriptions are trimmed of their spaces
+
+
+def test_an_hca_without_a_host_name_keeps_a_guid_id_and_is_reported() -> None:
+    topology = build(read(REAL / "jabl_ibtopotool_docs" / "1.topo"))  # man ibnetdiscover, 2007
+    unnamed = [f for f in topology.findings if f.kind == "unnamed_hca"]
+    assert unnamed and all(f.entity.startswith("H-") for f in unnamed)
+    assert "node-name map" in unnamed[0].fix
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('vendid=0x2c9\nSwitch\t36 "S-0008f10500200b50"\t# "x" lid 9\n[1]\t"S-0008f1', ":3: not a line"),
+        ("hello, world\n", ":1: not ibnetdiscover output"),
+        ("", "empty"),
+        ('[1]\t"S-0008f10500108c5c"[15]\t# "x" lid 16 4xQDR\n', "not ibnetdiscover output"),
+    ],
+    ids=["truncated", "not-ibnetdiscover", "empty", "port-without-node"],
+)
+def test_broken_input_is_refused_with_its_file_and_line_and_nothing_is_written(
+    tmp_path: Path, text: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "fabric.txt"
+    broken.write_text(text)
+    with pytest.raises(FabricFormatError, match=problem):
+        read(broken)
+    out = tmp_path / "topology.json"
+    assert main(["topology", "import", "--ibnetdiscover", str(broken), "--out", str(out)]) == 2
+    assert not out.exists() and str(broken) in capsys.readouterr().err
+
+
+def _rail_fabric(
+    hosts: int = 4, rails: int = 4, moved: tuple[int, int, int] | None = None, half: int | None = None
+) -> str:
+    """`ibnetdiscover -p` of a rail-optimised fabric: HCA r of every host on rail r's leaf, two
+    spines above; `moved` = (host, rail, to leaf): one cable on another rail's leaf; `half`: that
+    host's rail-0 cable trained at 2x."""
+    lines = []
+    leaf = [0x1000 + r for r in range(rails)]
+    spine = [0x2000, 0x2001]
+    for h in range(hosts):
+        for r in range(rails):
+            to = moved[2] if moved and (h, r) == moved[:2] else r
+            width = "2x" if half == h and r == 0 else "4x"
+            hca = 0x3000 + 16 * h + r
+            lines.append(
+                f"CA {100 + h} 1 0x{hca:016x} {width} NDR - SW {10 + to} {h + 1 + (20 if to != r else 0)} "
+                f"0x{leaf[to]:016x} "
+                f"( 'gpu{h:03d} mlx5_{r}' - 'leaf-r{to}' )"
+            )
+    for r in range(rails):
+        for s, guid in enumerate(spine):
+            lines.append(
+                f"SW {10 + r} {40 + s} 0x{leaf[r]:016x} 4x NDR - SW {50 + s} {r + 1} 0x{guid:016x} "
+                f"( 'leaf-r{r}' - 'spine-{s}' )"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_a_clean_rail_optimised_fabric_has_no_findings(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text(_rail_fabric())
+    topology = build(read(tmp_path / "f.txt"))
+    assert topology.findings == []
+    assert topology.counts["rail_optimised"] and topology.counts["rails"] == 4
+    assert {n["id"]: n["rail"] for n in topology.nodes if n["kind"] == "leaf"} == {f"leaf-r{r}": r for r in range(4)}
+    assert {n["id"] for n in topology.nodes if n["kind"] == "nic"} == {
+        f"gpu{h:03d}-nic{r}" for h in range(4) for r in range(4)
+    }
+
+
+def test_a_cable_on_another_rails_leaf_and_a_link_at_half_width_are_reported_with_their_fix(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text(_rail_fabric(moved=(2, 3, 1), half=1))
+    findings = {(f.kind, f.entity): f for f in build(read(tmp_path / "f.txt")).findings}
+    assert set(findings) == {
+        ("wrong_rail", "gpu002-nic3"),
+        ("mixed_rails", "leaf-r1"),
+        ("degraded_link", "link-gpu001-nic0"),
+    }
+    assert "leaf of rail 3" in findings[("wrong_rail", "gpu002-nic3")].fix
+    assert "2xNDR" in findings[("degraded_link", "link-gpu001-nic0")].message
+
+
+def test_the_command_writes_the_topology_and_the_report(tmp_path: Path) -> None:
+    out, report = tmp_path / "topology.json", tmp_path / "report.json"
+    argv = ["topology", "import", "--ibnetdiscover", str(X5 / "X5.topofile"), "--node-name-map", str(X5 / "X5.map")]
+    assert main([*argv, "--out", str(out), "--report", str(report)]) == 0
+    written = json.loads(out.read_text())
+    assert TopologyGraph(written["nodes"], written["links"]).ids
+    summary = json.loads(report.read_text())
+    assert summary["counts"]["switches"] == {"leaf": 6, "spine": 4, "core": 1}
+    assert all({"kind", "entity", "message", "fix"} <= set(f) for f in summary["findings"])
+
+
+def test_slurm_host_lists_expand_as_slurm_does() -> None:
+    assert expand("sl390lin[1-3,7]") == ["sl390lin1", "sl390lin2", "sl390lin3", "sl390lin7"]
+    assert expand("cn[008-010],gpu1") == ["cn008", "cn009", "cn010", "gpu1"]
+    with pytest.raises(ValueError, match="malformed"):
+        expand("cn[1-")
