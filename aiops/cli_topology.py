@@ -14,7 +14,10 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("topology", help="the cluster's topology from the fabric and the inventory")
     what = p.add_subparsers(dest="topology_command", required=True)
     i = what.add_parser("import", help="write topology.json from ibnetdiscover output, with a report")
-    i.add_argument("--ibnetdiscover", metavar="FILE", required=True, help="ibnetdiscover output (plain or -p)")
+    i.add_argument("--ibnetdiscover", metavar="FILE", help="ibnetdiscover output (plain or -p): an InfiniBand fabric")
+    i.add_argument(
+        "--lldp", metavar="FILE_OR_DIR", help="lldpcli -f json/json0 show neighbors, one file per host: a RoCE fabric"
+    )
     i.add_argument("--node-name-map", metavar="FILE", help="infiniband-diags' node-name map: GUID name per line")
     i.add_argument("--out", metavar="FILE", required=True, help="the topology file to write (JSON node-link)")
     i.add_argument("--report", metavar="FILE", help="also write the counts and findings as JSON")
@@ -25,11 +28,18 @@ def cmd_topology_import(args: argparse.Namespace) -> int:
     from aiops.cli import CliError
     from context.fabric import build
     from context.ibnetdiscover import FabricFormatError, read, read_node_name_map
+    from context.lldp import fabric_from_lldp, read_neighbours
     from rca.graph import GraphError, TopologyGraph
 
+    if bool(args.ibnetdiscover) == bool(args.lldp):
+        raise CliError("give the fabric as one of --ibnetdiscover FILE (InfiniBand) or --lldp FILE_OR_DIR (RoCE)")
     try:
         names = read_node_name_map(Path(args.node_name_map)) if args.node_name_map else {}
-        topology = build(read(Path(args.ibnetdiscover)), names)
+        if args.ibnetdiscover:
+            fabric = read(Path(args.ibnetdiscover))
+        else:
+            fabric = fabric_from_lldp(read_neighbours(Path(args.lldp)))
+        topology = build(fabric, names)
         TopologyGraph(topology.nodes, topology.links)  # validated as the daemons will load it
     except (OSError, FabricFormatError, GraphError) as exc:  # nothing is written
         raise CliError(str(exc)) from None

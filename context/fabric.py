@@ -246,6 +246,7 @@ def _findings(
     rail_optimised: bool,
 ) -> None:
     add = out.findings.append
+    inter_switch = any(c.a[0] in switches and c.b[0] in switches and c.a[0] != c.b[0] for c in fabric.cables)
     for g in sorted(leaves, key=lambda g: ids[g]):
         on_leaf = [hcas[p] for p, _ in neighbours[g] if p in hcas]
         wrong = [h for h in on_leaf if h.rail != leaf_rail[g]]
@@ -267,7 +268,8 @@ def _findings(
                         f"move its cable to a leaf of rail {h.rail}",
                     )
                 )
-        if not any(p in switches for p, _ in neighbours[g]) and len(switches) > 1:
+        # (only when the description shows switch-to-switch cables at all: hosts' LLDP does not)
+        if inter_switch and not any(p in switches for p, _ in neighbours[g]):
             add(
                 Finding(
                     "no_uplink",

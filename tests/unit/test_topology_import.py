@@ -160,3 +160,47 @@ def test_slurm_host_lists_expand_as_slurm_does() -> None:
     assert expand("cn[008-010],gpu1") == ["cn008", "cn009", "cn010", "gpu1"]
     with pytest.raises(ValueError, match="malformed"):
         expand("cn[1-")
+
+
+LLDP = REAL.parent / "lldp"
+
+
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        # lldpd on a SONiC switch, `lldpctl -f json` (objects keyed by name), its host merged in
+        ("sonic-dbsyncd/lldpctl.json", ("arc-switch1025", "Ethernet0", "switch13", "Ethernet1")),
+        # lldpd 1.0.11, `-f json0` (every value wrapped in a list)
+        ("starlingx/1.0.11/lldp_show_neighbor_detail.json", ("lldp_show_neighbor_detail", "ens801f0", "yow-stx-quanta-7", "0/31")),
+        # a peer that sends no chassis name: its id names it
+        ("sonic-dbsyncd/interface_only.json", ("interface_only", "Ethernet0", "00:11:22:33:44:55", "Ethernet1")),
+    ],
+)  # fmt: skip
+def test_lldp_neighbours_are_read_from_both_of_lldpds_json_shapes(file: str, expected: tuple[str, ...]) -> None:
+    from context.lldp import read_neighbours
+
+    seen = {(n.host, n.interface, n.switch, n.port) for n in read_neighbours(LLDP / file)}
+    assert expected in seen
+
+
+def test_a_roce_fabric_from_lldp_gets_leaves_and_rails_from_its_shape(tmp_path: Path) -> None:
+    """Two hosts' lldpcli files, each NIC on its rail's leaf: hosts, NICs and rails as from
+    ibnetdiscover; a host file with no neighbours adds nothing."""
+    from context.lldp import fabric_from_lldp, read_neighbours
+
+    template = json.loads((LLDP / "sonic-dbsyncd" / "lldpctl.json").read_text())
+    for host in ("gpu001", "gpu002"):
+        body = [
+            {f"ens{r + 1}f0np0": {"chassis": {f"leaf-r{r}": {"id": {"type": "mac", "value": f"00:00:00:00:00:0{r}"}}},
+                                  "port": {"id": {"type": "ifname", "value": f"Ethernet{host[-1]}"}}, "via": "LLDP"}}
+            for r in range(2)
+        ]  # fmt: skip
+        (tmp_path / f"{host}.json").write_text(json.dumps({"lldp": {"interface": body}}))
+    (tmp_path / "quiet.json").write_text(json.dumps({"lldp": {}}))
+    assert template["lldp"]["interface"]  # the shape above is the real file's
+    topology = build(fabric_from_lldp(read_neighbours(tmp_path)))
+    assert {n["id"]: n["rail"] for n in topology.nodes if n["kind"] == "leaf"} == {"leaf-r0": 0, "leaf-r1": 1}
+    assert sorted(n["id"] for n in topology.nodes if n["kind"] == "nic") == [
+        "gpu001-nic0", "gpu001-nic1", "gpu002-nic0", "gpu002-nic1",
+    ]  # fmt: skip
+    assert topology.findings == []  # (hosts' LLDP shows no uplinks: none is reported missing)

@@ -1,0 +1,137 @@
+"""Ethernet/RoCE fabrics through LLDP: what each host's lldpd sees on its interfaces
+(`lldpcli -f json show neighbors` or `-f json0`), one file per host or a folder of them.
+
+lldpd's two JSON shapes, both as it writes them: `json` keys objects by name (`"interface":
+{"eth0": {...}}` for one interface, a list of such objects for several; `"chassis": {"leaf07":
+{...}}`, or the chassis without its name key when the peer sends none), and `json0` wraps every
+value in a list (`"chassis": [{"name": [{"value": "leaf07"}]}]`). The host is the file's name
+(`gpu001.json`), or the `lldp_loc_chassis` a collector merged in. A host's interfaces are its
+HCAs in their natural order (ens1f0np0 before ens2f0np0); which rail each is on follows from the
+leaves, as for InfiniBand (`context.fabric`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from context.ibnetdiscover import Cable, Fabric, FabricFormatError, FabricNode
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    host: str
+    interface: str  # the host's own interface
+    switch: str  # the peer's chassis name (or its id when it sends no name)
+    port: str  # the peer's port id (ifname, as switches send it)
+
+
+def _values(node: Any) -> Any:
+    """json0's `[{"value": x}]` wrapping taken off, at every level."""
+    if isinstance(node, list) and len(node) == 1 and isinstance(node[0], dict) and set(node[0]) == {"value"}:
+        return node[0]["value"]
+    if isinstance(node, list) and len(node) == 1 and isinstance(node[0], dict):
+        return _values(node[0])
+    if isinstance(node, dict):
+        return {k: _values(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_values(v) for v in node]
+    return node
+
+
+def _named(node: Any, key: str = "name") -> list[tuple[str, dict[str, Any]]]:
+    """(name, body) pairs whether lldpd keyed the objects by name or gave them a `name` field."""
+    items = node if isinstance(node, list) else [node]
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if key in item and isinstance(item[key], str):
+            out.append((item[key], item))
+        else:
+            out += [(k, v) for k, v in item.items() if isinstance(v, dict)]
+    return out
+
+
+def _chassis_name(chassis: Any) -> str:
+    if not isinstance(chassis, dict):
+        return ""
+    if isinstance(chassis.get("name"), str):
+        return str(chassis["name"])
+    if "id" in chassis:  # no name key: the peer sent none; its id (a MAC) names it
+        ident = chassis["id"]
+        return str(ident.get("value", "")) if isinstance(ident, dict) else str(ident)
+    name, body = next(iter(chassis.items()), ("", {}))
+    return name if isinstance(body, dict) else ""
+
+
+def read_neighbours(path: Path) -> list[Neighbour]:
+    """Every neighbour in a file (or in every *.json of a folder); FabricFormatError naming the file."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    out: list[Neighbour] = []
+    for file in files:
+        try:
+            raw = json.loads(file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FabricFormatError(f"{file}: not lldpcli JSON ({exc})") from None
+        if not isinstance(raw, dict) or "lldp" not in raw:
+            raise FabricFormatError(f"{file}: not lldpcli JSON (no top-level 'lldp')")
+        lldp = _values(raw["lldp"])
+        local = _values(raw.get("lldp_loc_chassis", {}))
+        local = local.get("local-chassis", local) if isinstance(local, dict) else {}
+        host = _chassis_name(local.get("chassis")) if isinstance(local, dict) else ""
+        host = host or file.stem
+        interfaces = lldp.get("interface", []) if isinstance(lldp, dict) else []
+        for name, body in _named(interfaces):
+            switch = _chassis_name(body.get("chassis"))
+            port = body.get("port", {})
+            ident = port.get("id", {}) if isinstance(port, dict) else {}
+            port_id = ident.get("value", "") if isinstance(ident, dict) else str(ident)
+            if switch and port_id:
+                out.append(Neighbour(host, name, switch, str(port_id)))
+    return out
+
+
+def _natural(text: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def _guid(*parts: str) -> int:
+    """A stable 64-bit id for an entity LLDP names but gives no GUID."""
+    return int.from_bytes(hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest(), "big")
+
+
+def fabric_from_lldp(neighbours: list[Neighbour], hosts_are_switches: bool = False) -> Fabric:
+    """The neighbours as a fabric: switches, host NICs (indexed in their host's natural order)
+    and one cable per neighbour seen. Switch ports get numbers in their natural order."""
+    fabric = Fabric(source="lldp")
+    by_host: dict[str, list[Neighbour]] = {}
+    for n in neighbours:
+        by_host.setdefault(n.host, []).append(n)
+    switch_ports: dict[str, list[str]] = {}
+    for n in neighbours:
+        switch_ports.setdefault(n.switch, [])
+        if n.port not in switch_ports[n.switch]:
+            switch_ports[n.switch].append(n.port)
+    for switch, ports in switch_ports.items():
+        ports.sort(key=_natural)
+        fabric.nodes[_guid("switch", switch)] = FabricNode(
+            _guid("switch", switch), "switch", switch, switch, len(ports)
+        )
+    for host, seen in by_host.items():
+        interfaces = sorted({n.interface for n in seen}, key=_natural)
+        for index, interface in enumerate(interfaces):
+            guid = _guid("nic", host, interface)
+            fabric.nodes[guid] = FabricNode(guid, "ca", interface, f"{host} HCA-{index + 1}", 1)
+        for n in seen:
+            nic = _guid("nic", host, n.interface)
+            switch = _guid("switch", n.switch)
+            fabric.cables.append(Cable((nic, 1), (switch, switch_ports[n.switch].index(n.port) + 1), "", ""))
+    return fabric
+
+
+__all__ = ["Neighbour", "fabric_from_lldp", "read_neighbours"]
