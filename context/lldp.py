@@ -129,8 +129,8 @@ def fabric_from_lldp(neighbours: list[Neighbour], hosts_are_switches: bool = Fal
             fabric.nodes[guid] = FabricNode(guid, "ca", interface, f"{host} HCA-{index + 1}", 1)
         for n in seen:
             nic = _guid("nic", host, n.interface)
-            switch = _guid("switch", n.switch)
-            fabric.cables.append(Cable((nic, 1), (switch, switch_ports[n.switch].index(n.port) + 1), "", ""))
+            peer = _guid("switch", n.switch)
+            fabric.cables.append(Cable((nic, 1), (peer, switch_ports[n.switch].index(n.port) + 1), "", ""))
     return fabric
 
 

@@ -171,7 +171,10 @@ LLDP = REAL.parent / "lldp"
         # lldpd on a SONiC switch, `lldpctl -f json` (objects keyed by name), its host merged in
         ("sonic-dbsyncd/lldpctl.json", ("arc-switch1025", "Ethernet0", "switch13", "Ethernet1")),
         # lldpd 1.0.11, `-f json0` (every value wrapped in a list)
-        ("starlingx/1.0.11/lldp_show_neighbor_detail.json", ("lldp_show_neighbor_detail", "ens801f0", "yow-stx-quanta-7", "0/31")),
+        (
+            "starlingx/1.0.11/lldp_show_neighbor_detail.json",
+            ("lldp_show_neighbor_detail", "ens801f0", "yow-stx-quanta-7", "0/31"),
+        ),
         # a peer that sends no chassis name: its id names it
         ("sonic-dbsyncd/interface_only.json", ("interface_only", "Ethernet0", "00:11:22:33:44:55", "Ethernet1")),
     ],
