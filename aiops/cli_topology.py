@@ -18,6 +18,9 @@ def add_parsers(sub: Any) -> None:
     i.add_argument(
         "--lldp", metavar="FILE_OR_DIR", help="lldpcli -f json/json0 show neighbors, one file per host: a RoCE fabric"
     )
+    i.add_argument(
+        "--inventory", metavar="FILE", help="racks, PSUs, cooling, GPUs: a CSV or NetBox's /api/dcim/devices/ JSON"
+    )
     i.add_argument("--node-name-map", metavar="FILE", help="infiniband-diags' node-name map: GUID name per line")
     i.add_argument("--out", metavar="FILE", required=True, help="the topology file to write (JSON node-link)")
     i.add_argument("--report", metavar="FILE", help="also write the counts and findings as JSON")
@@ -28,6 +31,8 @@ def cmd_topology_import(args: argparse.Namespace) -> int:
     from aiops.cli import CliError
     from context.fabric import build
     from context.ibnetdiscover import FabricFormatError, read, read_node_name_map
+    from context.inventory import merge
+    from context.inventory import read as read_inventory
     from context.lldp import fabric_from_lldp, read_neighbours
     from rca.graph import GraphError, TopologyGraph
 
@@ -40,6 +45,8 @@ def cmd_topology_import(args: argparse.Namespace) -> int:
         else:
             fabric = fabric_from_lldp(read_neighbours(Path(args.lldp)))
         topology = build(fabric, names)
+        if args.inventory:
+            merge(topology, read_inventory(Path(args.inventory)))
         TopologyGraph(topology.nodes, topology.links)  # validated as the daemons will load it
     except (OSError, FabricFormatError, GraphError) as exc:  # nothing is written
         raise CliError(str(exc)) from None

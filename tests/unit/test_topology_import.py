@@ -207,3 +207,51 @@ def test_a_roce_fabric_from_lldp_gets_leaves_and_rails_from_its_shape(tmp_path: 
         "gpu001-nic0", "gpu001-nic1", "gpu002-nic0", "gpu002-nic1",
     ]  # fmt: skip
     assert topology.findings == []  # (hosts' LLDP shows no uplinks: none is reported missing)
+
+
+def test_the_inventory_adds_racks_cooling_gpus_and_psus_and_says_who_is_missing(tmp_path: Path) -> None:
+    from context.inventory import merge
+    from context.inventory import read as read_inventory
+
+    (tmp_path / "f.txt").write_text(_rail_fabric(hosts=2))
+    (tmp_path / "inventory.csv").write_text(
+        "device,role,rack,position,psus,cooling,gpus,nvswitches\n"
+        "gpu000,node,rack01,10,2,rack01-cdu,8,4\n"
+        "gpu007,node,rack01,14,2,rack01-cdu,8,4\n"  # in the inventory, not on the fabric
+        "leaf-r0,leaf,rack01,40,,,,\n"
+    )
+    topology = build(read(tmp_path / "f.txt"))
+    merge(topology, read_inventory(tmp_path / "inventory.csv"))
+    graph = TopologyGraph(topology.nodes, topology.links)
+    assert (
+        graph.kind("gpu000-gpu7") == "gpu"
+        and graph.kind("gpu000-psu1") == "psu"
+        and graph.kind("rack01-cdu") == "cooling"
+    )
+    assert graph.ancestor("gpu000-gpu3", "rack") == "rack01"
+    found = {(f.kind, f.entity) for f in topology.findings}
+    assert found == {("not_on_fabric", "gpu007"), ("not_in_inventory", "gpu001")}
+    assert topology.counts["racks"] == 1 and topology.counts["gpus"] == 16
+
+
+def test_a_netbox_device_export_is_read_as_the_csv_is(tmp_path: Path) -> None:
+    """NetBox's REST shape (/api/dcim/devices/, as its API documents it; no recorded export is in
+    shared/): `role` (NetBox 4) or `device_role` (3.x), the rack, counts in custom fields."""
+    from context.inventory import read as read_inventory
+
+    page = {"count": 2, "next": None, "results": [
+        {"id": 1, "name": "gpu000", "role": {"slug": "gpu-server"}, "rack": {"id": 3, "name": "rack01"},
+         "position": 10.0, "custom_fields": {"gpus": 8, "psus": 2, "nvswitches": 4, "cooling": "rack01-cdu"}},
+        {"id": 2, "name": "leaf-r0", "device_role": {"slug": "leaf"}, "rack": {"name": "rack01"}, "position": 40,
+         "custom_fields": {}},
+    ]}  # fmt: skip
+    (tmp_path / "devices.json").write_text(json.dumps(page))
+    devices = read_inventory(tmp_path / "devices.json")
+    assert [(d.name, d.role, d.rack, d.gpus, d.psus) for d in devices] == [
+        ("gpu000", "node", "rack01", 8, 2), ("leaf-r0", "leaf", "rack01", 0, 0),
+    ]  # fmt: skip
+    (tmp_path / "bad.csv").write_text(
+        "device,role,rack,position,psus,cooling,gpus,nvswitches\ngpu000,node,r1,,two,,,\n"
+    )
+    with pytest.raises(FabricFormatError, match=r"bad.csv:2: 'two' is not a count"):
+        read_inventory(tmp_path / "bad.csv")
