@@ -24,6 +24,8 @@ def add_parsers(sub: Any) -> None:
     i.add_argument("--node-name-map", metavar="FILE", help="infiniband-diags' node-name map: GUID name per line")
     i.add_argument("--out", metavar="FILE", required=True, help="the topology file to write (JSON node-link)")
     i.add_argument("--report", metavar="FILE", help="also write the counts and findings as JSON")
+    i.add_argument("--dry-run", action="store_true", help="write nothing; with --against, print what would change")
+    i.add_argument("--against", metavar="FILE", help="the topology in use, to compare with (--dry-run)")
     i.set_defaults(handler=cmd_topology_import)
 
 
@@ -50,12 +52,22 @@ def cmd_topology_import(args: argparse.Namespace) -> int:
         TopologyGraph(topology.nodes, topology.links)  # validated as the daemons will load it
     except (OSError, FabricFormatError, GraphError) as exc:  # nothing is written
         raise CliError(str(exc)) from None
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(topology.node_link()) + "\n")
     report = topology.report()
-    if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
+    out = Path(args.out)
+    if args.dry_run:
+        if args.against:
+            from context.diff import diff
+
+            try:
+                old = json.loads(Path(args.against).read_text())
+            except (OSError, ValueError) as exc:
+                raise CliError(f"{args.against}: cannot read the topology in use ({exc})") from None
+            print("\n".join(diff(old, topology.node_link()).lines()))
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(topology.node_link()) + "\n")
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
     c = report["counts"]
     s = c["switches"]
     print(

@@ -255,3 +255,22 @@ def test_a_netbox_device_export_is_read_as_the_csv_is(tmp_path: Path) -> None:
     )
     with pytest.raises(FabricFormatError, match=r"bad.csv:2: 'two' is not a count"):
         read_inventory(tmp_path / "bad.csv")
+
+
+def test_a_dry_run_against_the_topology_in_use_says_what_would_change_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, after = tmp_path / "before.txt", tmp_path / "after.txt"
+    before.write_text(_rail_fabric(hosts=3))
+    after.write_text(_rail_fabric(hosts=4, moved=(2, 3, 1)))  # a host added, a cable moved
+    in_use = tmp_path / "topology.json"
+    assert main(["topology", "import", "--ibnetdiscover", str(before), "--out", str(in_use)]) == 0
+    written = in_use.read_text()
+    capsys.readouterr()
+    argv = ["topology", "import", "--ibnetdiscover", str(after), "--out", str(in_use), "--dry-run"]
+    assert main([*argv, "--against", str(in_use)]) == 0
+    printed = capsys.readouterr().out
+    assert in_use.read_text() == written  # nothing written
+    assert "+ gpu003" in printed and "+ gpu003-nic0" in printed
+    assert "~ link-gpu002-nic3" in printed  # its cable, now on another leaf
+    assert "- leaf-r3:p3" in printed  # the port the moved cable left
