@@ -101,6 +101,8 @@ class Pipeline:
         self.index: IncidentIndex | None = None
         self.metrics: DaemonMetrics | None = None
         self.to_close: deque[str] = deque()
+        # what the topology's importer found wrong with the fabric: notices with the first tick
+        self._fabric_findings: list[dict[str, Any]] = list(graph.attrs.get("findings") or [])
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps: everything learned (not the topology, not the model)."""
@@ -132,6 +134,12 @@ class Pipeline:
             self.notifier.restore(state["router"])
 
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
+        if self.first_tick is None:  # (a restart from a checkpoint has said them already)
+            self.detect.notices += [
+                Notice(t, "fabric", str(f["entity"]), str(f["kind"]), str(f["message"]), {"fix": [str(f["fix"])]})
+                for f in self._fabric_findings
+                if isinstance(f, dict) and {"entity", "kind", "message", "fix"} <= set(f)
+            ]
         self.first_tick = t if self.first_tick is None else self.first_tick
         self.last_tick = t
         started = time.perf_counter()

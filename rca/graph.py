@@ -37,6 +37,8 @@ class TopologyGraph:
     def __init__(self, entities: list[dict[str, Any]], links: list[dict[str, Any]]) -> None:
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
+        # what the file says of itself (node-link's "graph"): its source, the importer's findings
+        self.attrs: dict[str, Any] = {}
         for n, node in enumerate(entities):
             entity, kind = node.get("id"), node.get("kind")
             if not isinstance(entity, str) or not entity:
@@ -96,7 +98,10 @@ class TopologyGraph:
     def from_json(data: dict[str, Any]) -> TopologyGraph:
         if not isinstance(data, dict) or "nodes" not in data or "links" not in data:
             raise GraphError('a topology is a JSON object with "nodes" and "links" (node-link format)')
-        return TopologyGraph(list(data["nodes"]), list(data["links"]))
+        graph = TopologyGraph(list(data["nodes"]), list(data["links"]))
+        attrs = data.get("graph")
+        graph.attrs = dict(attrs) if isinstance(attrs, dict) else {}
+        return graph
 
     @staticmethod
     def load(path: Path) -> TopologyGraph:

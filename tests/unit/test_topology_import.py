@@ -274,3 +274,21 @@ def test_a_dry_run_against_the_topology_in_use_says_what_would_change_and_writes
     assert "+ gpu003" in printed and "+ gpu003-nic0" in printed
     assert "~ link-gpu002-nic3" in printed  # its cable, now on another leaf
     assert "- leaf-r3:p3" in printed  # the port the moved cable left
+
+
+def test_the_importers_findings_become_notices_when_a_run_loads_the_topology(tmp_path: Path) -> None:
+    recorded, out = tmp_path / "recorded", tmp_path / "out"
+    assert (
+        main(["gen", "--gpus", "64", "--hours", "0.1", "--interval", "30", "--seed", "3", "--out", str(recorded)]) == 0
+    )
+    data = json.loads((recorded / "topology.json").read_text())
+    finding = {"kind": "wrong_rail", "entity": "n00001-nic3", "message": "n00001-nic3 (rail 3) is cabled to "
+               "leaf-p0-r2, a leaf of rail 2", "fix": "move its cable to a leaf of rail 3"}  # fmt: skip
+    data["graph"] = {**data.get("graph", {}), "findings": [finding]}
+    (recorded / "topology.json").write_text(json.dumps(data))
+    assert main(["run", "--input", str(recorded), "--out", str(out), "--no-predict"]) == 0
+    notices = [json.loads(line) for line in (out / "notices.jsonl").read_text().splitlines()]
+    fabric = [n for n in notices if n["kind"] == "fabric"]
+    assert [(n["subject"], n["status"], n["detail"]["fix"]) for n in fabric] == [
+        ("n00001-nic3", "wrong_rail", ["move its cable to a leaf of rail 3"])
+    ]
