@@ -163,6 +163,13 @@ def cmd_gen(args: argparse.Namespace) -> int:
         out = Path(args.out)
         stats = write_folder(gen, out, speed=args.speed)
         where = str(out)
+        if args.site_formats:
+            import json as _json
+
+            from telemetry_gen.site_formats import write_site_formats
+
+            if not write_site_formats(_json.loads((out / "topology.json").read_text()), out / "site"):
+                print(f"aiops: no site formats for a {args.topology} (fat-trees only)", file=sys.stderr)
     else:
         from ingest.kafka_io import ensure_topics
 
@@ -451,6 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
     p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
     p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
+    p.add_argument(
+        "--site-formats",
+        action="store_true",
+        help="with --out: also the cluster as a site's tools describe it, in site/ (ibnetdiscover, LLDP, inventory)",
+    )
     p.add_argument(
         "--realism",
         default="typical",

@@ -197,15 +197,28 @@ def _entities(
         add_link({"source": h.nic, "target": f"{h.nic}-optic", "relation": "contains"})
     ports: set[str] = set()
     link_ids: Counter[str] = Counter()
+    # a leaf's uplinks are u0, u1, ... in the order of their port numbers; every other port is
+    # p<physical port - 1> (physical port 1 is p0), as the project's generated fabrics name them
+    uplink_rank: dict[int, dict[int, int]] = {}
+    for g in switches:
+        if role[g] == "leaf":
+            up = sorted(
+                {mine for c in fabric.cables for (mine_g, mine), (other, _) in ((c.a, c.b), (c.b, c.a))
+                 if mine_g == g and other in switches and other != g}
+            )  # fmt: skip
+            uplink_rank[g] = {number: rank for rank, number in enumerate(up)}
 
-    def port(g: int, number: int, peer: str) -> str:
-        pid = f"{ids[g]}:p{number}"
+    def port(g: int, number: int, peer: str, upward: bool = False) -> str:
+        name = f"u{uplink_rank[g][number]}" if upward and g in uplink_rank else f"p{number - 1}" if number else "m0"
+        pid = f"{ids[g]}:{name}"
         if pid not in ports:
             ports.add(pid)
             add_node({"id": pid, "kind": "port", "switch": ids[g], "peer": peer})
             add_link({"source": ids[g], "target": pid, "relation": "contains"})
         return pid
 
+    tier = {"leaf": 0, "spine": 1, "core": 2}
+    paired: set[tuple[str, str]] = set()
     for c in fabric.cables:
         (ga, pa), (gb, pb) = c.a, c.b
         if ga == gb:
@@ -221,13 +234,17 @@ def _entities(
             add_link({"source": f"{nic}-optic", "target": link, "relation": "connects"})
             add_link({"source": link, "target": port(sg, sp, nic), "relation": "connects"})
         elif ga in switches and gb in switches:
-            low, high = sorted([(ids[ga], ga, pa), (ids[gb], gb, pb)])
-            base = f"link-{low[0]}-{high[0]}"
+            # the lower tier first: leaf to spine, spine to core
+            low, high = sorted([(tier[role[ga]], ids[ga], ga, pa), (tier[role[gb]], ids[gb], gb, pb)])
+            base = f"link-{low[1]}-{high[1]}"
             link_ids[base] += 1
             link = base if link_ids[base] == 1 else f"{base}-{link_ids[base]}"
             add_node({"id": link, "kind": "link", **speed})
-            add_link({"source": port(low[1], low[2], high[0]), "target": link, "relation": "connects"})
-            add_link({"source": link, "target": port(high[1], high[2], low[0]), "relation": "connects"})
+            add_link({"source": port(low[2], low[3], high[1], upward=True), "target": link, "relation": "connects"})
+            add_link({"source": link, "target": port(high[2], high[3], low[1]), "relation": "connects"})
+            if (low[1], high[1]) not in paired:  # the switches themselves, once per pair
+                paired.add((low[1], high[1]))
+                add_link({"source": low[1], "target": high[1], "relation": "connects"})
     for g, kind in role.items():
         if kind == "leaf":
             out.leaf_hosts[ids[g]] = sorted({hcas[p].host or hcas[p].nic for p, _ in neighbours[g] if p in hcas})

@@ -105,32 +105,41 @@ def _guid(*parts: str) -> int:
     return int.from_bytes(hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest(), "big")
 
 
-def fabric_from_lldp(neighbours: list[Neighbour], hosts_are_switches: bool = False) -> Fabric:
+def fabric_from_lldp(neighbours: list[Neighbour]) -> Fabric:
     """The neighbours as a fabric: switches, host NICs (indexed in their host's natural order)
-    and one cable per neighbour seen. Switch ports get numbers in their natural order."""
+    and one cable per link seen (from either end). A file whose own name other files see as a
+    switch is that switch's view (lldpd on SONiC or Cumulus): its neighbours are switch-to-switch
+    cables. A switch's ports are numbered in the natural order of their names (swp1, swp2, ...;
+    Ethernet0, Ethernet4, ... on SONiC), as the names carry no common numbering across vendors."""
     fabric = Fabric(source="lldp")
+    switches = {n.switch for n in neighbours}
+    ports: dict[str, set[str]] = {}
+    for n in neighbours:
+        ports.setdefault(n.switch, set()).add(n.port)
+        if n.host in switches:
+            ports.setdefault(n.host, set()).add(n.interface)
+    number = {sw: {name: i + 1 for i, name in enumerate(sorted(names, key=_natural))} for sw, names in ports.items()}
+    for sw, names in ports.items():
+        fabric.nodes[_guid("switch", sw)] = FabricNode(_guid("switch", sw), "switch", sw, sw, len(names))
     by_host: dict[str, list[Neighbour]] = {}
     for n in neighbours:
-        by_host.setdefault(n.host, []).append(n)
-    switch_ports: dict[str, list[str]] = {}
-    for n in neighbours:
-        switch_ports.setdefault(n.switch, [])
-        if n.port not in switch_ports[n.switch]:
-            switch_ports[n.switch].append(n.port)
-    for switch, ports in switch_ports.items():
-        ports.sort(key=_natural)
-        fabric.nodes[_guid("switch", switch)] = FabricNode(
-            _guid("switch", switch), "switch", switch, switch, len(ports)
-        )
+        if n.host not in switches:
+            by_host.setdefault(n.host, []).append(n)
     for host, seen in by_host.items():
-        interfaces = sorted({n.interface for n in seen}, key=_natural)
-        for index, interface in enumerate(interfaces):
+        for index, interface in enumerate(sorted({n.interface for n in seen}, key=_natural)):
             guid = _guid("nic", host, interface)
             fabric.nodes[guid] = FabricNode(guid, "ca", interface, f"{host} HCA-{index + 1}", 1)
-        for n in seen:
-            nic = _guid("nic", host, n.interface)
-            peer = _guid("switch", n.switch)
-            fabric.cables.append(Cable((nic, 1), (peer, switch_ports[n.switch].index(n.port) + 1), "", ""))
+    cabled: set[frozenset[tuple[int, int]]] = set()
+    for n in neighbours:
+        far = (_guid("switch", n.switch), number[n.switch][n.port])
+        near = (
+            (_guid("switch", n.host), number[n.host][n.interface])
+            if n.host in switches
+            else (_guid("nic", n.host, n.interface), 1)
+        )
+        if frozenset({near, far}) not in cabled:
+            cabled.add(frozenset({near, far}))
+            fabric.cables.append(Cable(near, far, "", ""))
     return fabric
 
 

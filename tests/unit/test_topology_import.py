@@ -273,7 +273,7 @@ def test_a_dry_run_against_the_topology_in_use_says_what_would_change_and_writes
     assert in_use.read_text() == written  # nothing written
     assert "+ gpu003" in printed and "+ gpu003-nic0" in printed
     assert "~ link-gpu002-nic3" in printed  # its cable, now on another leaf
-    assert "- leaf-r3:p3" in printed  # the port the moved cable left
+    assert "- leaf-r3:p2" in printed  # the port the moved cable left (physical port 3)
 
 
 def test_the_importers_findings_become_notices_when_a_run_loads_the_topology(tmp_path: Path) -> None:
