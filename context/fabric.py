@@ -26,9 +26,9 @@ from vocab.entities import id_problem
 # "host mlx5_3" (index 3), "host HCA-1" (the first: index 0), "host HCA" (one, index 0)
 _HCA = re.compile(r"^(?P<host>\S+)\s+(?:mlx\d+_(?P<mlx>\d+)|HCA-?(?P<hca>\d+)?)\s*$", re.IGNORECASE)
 AGGREGATION_NODE = "Aggregation Node"  # SHARP's in-network reduction engines: CAs, not hosts
-# the share of HCAs on a leaf of their own rail above which a fabric is taken for rail-optimised
+# more than this share of HCAs on a leaf of their own rail, and a fabric is taken for rail-optimised
 # (NVIDIA's DGX SuperPOD reference architecture cables HCA i of every node to rail i's leaf)
-RAIL_OPTIMISED_SHARE = 0.8
+RAIL_OPTIMISED_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +140,11 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
         rails = Counter(hcas[p].rail for p, _ in neighbours[g] if p in hcas)
         leaf_rail[g], most = rails.most_common(1)[0]
         aligned, cabled = aligned + most, cabled + sum(rails.values())
-    # rail-optimised when nearly every HCA is on a leaf of its own rail (a few cabling mistakes
-    # aside); a fabric whose leaves each carry every HCA index is not, and its rails say nothing
-    rail_optimised = len(order) > 1 and aligned >= RAIL_OPTIMISED_SHARE * cabled
+    # rail-optimised when every rail has leaves of its own (it is what most HCAs on some leaf are)
+    # and most HCAs sit on a leaf of their rail (cabling mistakes aside); a fabric whose leaves
+    # each carry every HCA index is not, and there rails say nothing of cabling
+    own_leaves = set(leaf_rail.values()) == set(range(len(order)))
+    rail_optimised = len(order) > 1 and own_leaves and aligned > RAIL_OPTIMISED_SHARE * cabled
 
     out.counts = {
         "switches": {"leaf": len(leaves), "spine": len(spines), "core": len(cores)},
