@@ -30,13 +30,14 @@ from aiops.checkpoint import (
     topic_ends,
 )
 from aiops.incident_index import IncidentIndex
+from context.watch import TopologyFile
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, apply_events, read_chunks, read_events
 from ingest.deadletter import DeadLetter, Source
 from notify.service import Notifier, topology_locate
-from rca.graph import TopologyGraph
+from rca.graph import GraphError, TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
 from vocab.schedule import Schedule
 from vocab.settings import KafkaSettings
@@ -101,8 +102,10 @@ class Pipeline:
         self.index: IncidentIndex | None = None
         self.metrics: DaemonMetrics | None = None
         self.to_close: deque[str] = deque()
-        # what the topology's importer found wrong with the fabric: notices with the first tick
-        self._fabric_findings: list[dict[str, Any]] = list(graph.attrs.get("findings") or [])
+        # notices about the topology (the importer's findings, what a reload changed), said with
+        # the next tick's event time: findings with the first tick only (a restart said them)
+        self._topology_notices: list[tuple[str, str, str, str, dict[str, list[str]]]] = _findings(graph)
+        self.topology_digest: str | None = None  # of the file the graph came from
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps: everything learned (not the topology, not the model)."""
@@ -112,6 +115,7 @@ class Pipeline:
             "ticks": (self.first_tick, self.last_tick),
             "interval_s": self.detect.stack.interval,
             "router": self.notifier.state() if self.notifier is not None else None,
+            "topology": self.topology_digest,  # which topology file it was taken with
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -130,16 +134,44 @@ class Pipeline:
         detect.tick_listener = self._on_tick
         self.detect, self.engine = detect, engine
         self.first_tick, self.last_tick = state["ticks"]
+        self._topology_notices = []  # said before the checkpoint
+        taken_with = state.get("topology")
+        if self.topology_digest is not None and taken_with is not None and taken_with != self.topology_digest:
+            gone = [i.incident_id for i in self.engine.open.values() if i.root.entity not in self.engine.graph]
+            self.to_close.extend(gone)
+            message = f"the topology changed since the checkpoint ({taken_with} -> {self.topology_digest})"
+            self._topology_notices = [("topology", "topology", "changed", message, {"resolved": gone})]
+            self._topology_notices += _findings(self.engine.graph)
+            log.warning("%s; %d incidents on entities that left resolved", message, len(gone))
         if self.notifier is not None and state.get("router") is not None:
             self.notifier.restore(state["router"])
 
+    def reload(self, graph: TopologyGraph, data: dict[str, Any], old: dict[str, Any], digest: str) -> list[str]:
+        """A new topology under the running pipeline: detectors keep all they learnt (their state
+        is per telemetry series, whatever the topology says), the engine walks the new graph,
+        incidents rooted at entities that left are resolved with the next tick, and one notice
+        says what changed. Returns the incidents it resolves."""
+        from context.diff import diff
+
+        change = diff(old, data)
+        self.engine.attach(graph, self.schedule)
+        gone = [i.incident_id for e, i in self.engine.open.items() if i.root.entity not in graph]
+        self.to_close.extend(gone)
+        message = (
+            f"topology reloaded: {len(change.added)} entities added, {len(change.removed)} removed, "
+            f"{len(change.moved)} moved" + (f"; {len(gone)} incidents on entities that left resolved" if gone else "")
+        )
+        detail = {"added": change.added[:50], "removed": change.removed[:50], "moved": change.moved[:50]}
+        self._topology_notices.append(("topology", "topology", "changed", message, detail))
+        self._topology_notices += _findings(graph)
+        self.topology_digest = digest
+        log.warning("%s", message)
+        return gone
+
     def _on_tick(self, t: float, anomalies: list[Anomaly], predictions: list[Prediction]) -> None:
-        if self.first_tick is None:  # (a restart from a checkpoint has said them already)
-            self.detect.notices += [
-                Notice(t, "fabric", str(f["entity"]), str(f["kind"]), str(f["message"]), {"fix": [str(f["fix"])]})
-                for f in self._fabric_findings
-                if isinstance(f, dict) and {"entity", "kind", "message", "fix"} <= set(f)
-            ]
+        if self._topology_notices:
+            self.detect.notices += [Notice(t, *notice) for notice in self._topology_notices]
+            self._topology_notices = []
         self.first_tick = t if self.first_tick is None else self.first_tick
         self.last_tick = t
         started = time.perf_counter()
@@ -211,6 +243,15 @@ class Pipeline:
             stats.predictions_from = self.first_tick + self.detect.predictor.warmup_s
         stats.seconds = seconds
         return stats
+
+
+def _findings(graph: TopologyGraph) -> list[tuple[str, str, str, str, dict[str, list[str]]]]:
+    """The importer's findings the topology file carries, as notices (kind, subject, status, ...)."""
+    return [
+        ("fabric", str(f["entity"]), str(f["kind"]), str(f["message"]), {"fix": [str(f["fix"])]})
+        for f in graph.attrs.get("findings") or []
+        if isinstance(f, dict) and {"entity", "kind", "message", "fix"} <= set(f)
+    ]
 
 
 IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
@@ -370,11 +411,14 @@ def run_kafka(
     # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
     born = guarded(lambda: until_reachable(lambda: read_incarnation(settings.bootstrap, topics), stopping))
     graph = guarded(lambda: TopologyGraph.load(topology))
+    watched = TopologyFile(topology)  # a re-imported topology is taken without a restart
+    topology_json: dict[str, Any] = json.loads(topology.read_text())
     if notifier is not None and notifier.router.locate is None:
         notifier.router.locate = topology_locate(graph)
 
     def fresh() -> Pipeline:
         pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
+        pipeline.topology_digest = watched.digest
         pipeline.notifier = notifier
         pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
         return pipeline
@@ -489,8 +533,26 @@ def run_kafka(
         publish(pipeline.finish())
         checkpoint()
 
+    def reload_topology() -> None:
+        """The topology file changed: validated, then taken; a bad one is refused and the old stays."""
+        nonlocal graph, topology_json
+        change = watched.changed()
+        if change is None:
+            return
+        digest, data = change
+        try:
+            new_graph = TopologyGraph.from_json(data)
+        except GraphError as exc:
+            log.error("topology %s not reloaded (%s): the one loaded before stays in use", topology, exc)
+            return
+        pipeline.reload(new_graph, data, topology_json, digest)
+        graph, topology_json = new_graph, data
+        if notifier is not None:
+            notifier.router.locate = topology_locate(graph)
+
     try:
         for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
+            reload_topology()
             values_before = pipeline.detect.stats.values
             anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
             consumer.hold_back(pipeline.detect.ahead_partitions())
