@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import CoverageWatch, Notice
@@ -119,6 +120,10 @@ FAILING_FOR_S = 2 * 3600.0  # an entity with anomalies this recent is failing, n
 # steady state, not the hours one partition can run ahead of another; a handful of ticks keeps
 # the pausing rare (a paused partition's fetched records are fetched again when it resumes)
 AHEAD_TICKS = 8
+# a partition's progress in a poll: this percentile of its messages' event times, the next one up
+# (close to the newest tick of its hosts; once a poll holds more than ten of a partition's
+# messages, one host whose clock runs ahead no longer sets it)
+PROGRESS_QUANTILE = 90
 
 
 class DetectLoop:
@@ -189,14 +194,29 @@ class DetectLoop:
         ones. Each partition's rows are checked against that partition's own event time."""
         from ingest.kafka_io import event_time_ms, per_partition, process_messages
 
-        stamps = [((src.topic, src.partition), event_time_ms(value, ms)) for src, ms, value in messages]
-        self.assembler.cap_ns = self.partitions.observe(stamps, backlogged)
+        event_ms = [event_time_ms(value, ms) for _, ms, value in messages]
         letters: list[DeadLetter] = []
+        progress: list[tuple[object, int]] = []
         for partition, part in per_partition(messages):
             letters += self._take(process_messages(self.core, part, partition))
+            times = np.fromiter((event_time_ms(value, ms) for _, ms, value in part), dtype=np.int64, count=len(part))
+            progress += self._progress(partition, times)
+        self.assembler.cap_ns = self.partitions.observe(progress, backlogged)
         anomalies = self._analyse_ready()
-        self._hold(messages, [ms for _, ms in stamps])
+        self._hold(messages, event_ms)
         return anomalies, letters
+
+    def _progress(self, partition: tuple[str, int], times_ms: NDArray[np.int64]) -> list[tuple[object, int]]:
+        """How far a partition has got, from one poll of its messages: a high quantile of their
+        event times, among those its ingest accepted. Not the newest: one host whose clock runs
+        ahead (or a line from the year 2226, dead-lettered) must not make the partition look
+        further along than the rest of its hosts are, or their rows would wait for nothing and
+        the ticks would close without them."""
+        watermark = self.core.validator.clock_of(partition).watermark_ns
+        accepted = times_ms if watermark is None else times_ms[times_ms * 1_000_000 <= watermark]
+        if not len(accepted):
+            return []
+        return [(partition, int(np.percentile(accepted, PROGRESS_QUANTILE, method="higher")))]
 
     def ahead_partitions(self) -> set[tuple[str, int]]:
         """Partitions that ran far ahead of the slowest one: the daemon pauses them until it
@@ -204,7 +224,7 @@ class DetectLoop:
         bound_s = self.assembler.lateness_s + AHEAD_TICKS * self.stack.interval
         return self.partitions.ahead(bound_s)  # type: ignore[return-value]
 
-    def _hold(self, messages: Sequence[tuple[Source, int, bytes]], event_ms: list[int]) -> None:
+    def _hold(self, messages: Sequence[tuple[Source, int, bytes]], event_ms: Sequence[int]) -> None:
         """Remember the messages whose tick is still open; forget those whose tick was analysed."""
         from ingest.kafka_io import per_partition
 
