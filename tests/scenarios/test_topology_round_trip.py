@@ -56,3 +56,37 @@ def test_a_run_on_the_imported_topology_opens_the_same_incidents(recorded: Path,
     generated = (tmp_path / "on-generated" / "incidents.jsonl").read_text()
     assert generated.strip()
     assert (tmp_path / "on-imported" / "incidents.jsonl").read_text() == generated
+
+
+def test_a_cable_moved_to_another_rails_leaf_and_a_link_at_half_width_are_the_only_findings(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """The generated fabric, cabled wrong twice: n00005's rail-3 HCA on rail 2's leaf (a free port
+    of it), and n00009's rail-0 link trained at 2x. Both are reported, with the entity and the fix,
+    and nothing else is."""
+    lines = (recorded / "site" / "fabric.ibnetdiscover").read_text().splitlines()
+    rail2 = next(line for line in lines if line.endswith("- 'leaf-p0-r2' )") and line.startswith("CA"))
+    leaf2_guid = rail2.split()[10]  # CA lid port guid width speed - SW lid port guid ( ... )
+    out = []
+    for original in lines:
+        line = original
+        if "( 'n00005 mlx5_3' - 'leaf-p0-r3' )" in line:
+            fields = line.split()
+            fields[9], fields[10] = "60", leaf2_guid  # port 60 of rail 2's leaf
+            line = " ".join(fields[:11]) + " ( 'n00005 mlx5_3' - 'leaf-p0-r2' )"
+        if "( 'n00009 mlx5_0' - " in line:
+            line = line.replace(" 4x NDR ", " 2x NDR ", 1)
+        out.append(line)
+    fabric = tmp_path / "fabric.txt"
+    fabric.write_text("\n".join(out) + "\n")
+    report = tmp_path / "report.json"
+    assert main(["topology", "import", "--ibnetdiscover", str(fabric), "--out", str(tmp_path / "t.json"),
+                 "--report", str(report)]) == 0  # fmt: skip
+    findings = {(f["kind"], f["entity"]): f for f in json.loads(report.read_text())["findings"]}
+    assert set(findings) == {
+        ("wrong_rail", "n00005-nic3"),
+        ("mixed_rails", "leaf-p0-r2"),
+        ("degraded_link", "link-n00009-nic0"),
+    }
+    assert findings[("wrong_rail", "n00005-nic3")]["fix"] == "move its cable to a leaf of rail 3"
+    assert "2xNDR" in findings[("degraded_link", "link-n00009-nic0")]["message"]
