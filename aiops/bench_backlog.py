@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.bench_soak import by_incident, incident_differences
+from aiops.bench_soak import by_incident, incident_differences, status_mb
 
 
 @dataclass
@@ -59,17 +59,6 @@ class BacklogReport:
     phases: list[Phase] = field(default_factory=list)
 
 
-def _peak_mb(pid: int) -> float | None:
-    """The process's peak resident set so far (VmHWM), MB; None once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 class _Process:
     """A command of ours as a process, its peak RSS sampled until it ends."""
 
@@ -83,7 +72,7 @@ class _Process:
 
     def sample(self) -> bool:
         """Whether it still runs (its peak updated)."""
-        peak = _peak_mb(self.proc.pid)
+        peak = status_mb(self.proc.pid, "VmHWM")
         if peak is not None:
             self.peak_mb = max(self.peak_mb, peak)
         return self.proc.poll() is None

@@ -67,10 +67,12 @@ class SoakReport:
     died: list[str] = field(default_factory=list)  # daemons that exited on their own
 
 
-def _rss_mb(pid: int) -> float | None:
+def status_mb(pid: int, key: str = "VmRSS") -> float | None:
+    """A memory figure of /proc/<pid>/status in MB (VmRSS: resident now, VmHWM: its peak so
+    far); None once the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
@@ -239,7 +241,7 @@ def soak(args: argparse.Namespace, console: Console) -> SoakReport:
                 restart_broker(args.broker_down_s)
         if now >= next_sample:
             next_sample = now + args.sample_s
-            rss = {name: _rss_mb(p.pid) for name, p in daemons.items()}
+            rss = {name: status_mb(p.pid) for name, p in daemons.items()}
             lag = group_lag(bootstrap, topics["telemetry_topic"], groups)
             report.samples.append(Sample(now, rss, lag))
             for fault in report.faults:

@@ -75,6 +75,25 @@ _MANAGED = re.compile(r"^MF0;([^:]+):")
 _VENDOR_WORDS = re.compile(r"Mellanox|Voltaire|Infiniscale|SwitchIB|Quantum|Technologies|MT\d{4}")
 
 
+@dataclass(slots=True)
+class _Shape:
+    """The fabric as the entity and finding passes read it: who is what, and what hangs where."""
+
+    fabric: Fabric
+    switches: dict[int, FabricNode]
+    hcas: dict[int, Hca]
+    by_host: dict[str, list[Hca]]
+    ids: dict[int, str]  # switch GUID -> its id
+    role: dict[int, str]  # switch GUID -> leaf | spine | core
+    leaf_rail: dict[int, int]
+    neighbours: dict[int, list[tuple[int, Cable]]]
+    rail_optimised: bool
+
+    @property
+    def leaves(self) -> set[int]:
+        return {g for g, r in self.role.items() if r == "leaf"}
+
+
 def _switch_id(node: FabricNode, names: dict[int, str]) -> str:
     """A switch's own name when it has one a person would use (the node-name map's, its managed
     host name, a plain description), else the name ibnetdiscover gave it ("S-<GUID>")."""
@@ -156,8 +175,9 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
         "rail_optimised": rail_optimised,
     }
     role = {**dict.fromkeys(leaves, "leaf"), **dict.fromkeys(spines, "spine"), **dict.fromkeys(cores, "core")}
-    _entities(out, fabric, switches, hcas, by_host, ids, role, leaf_rail, neighbours)
-    _findings(out, fabric, switches, hcas, by_host, ids, leaves, leaf_rail, neighbours, rail_optimised)
+    shape = _Shape(fabric, switches, hcas, by_host, ids, role, leaf_rail, neighbours, rail_optimised)
+    _entities(out, shape)
+    _findings(out, shape)
     return out
 
 
@@ -169,17 +189,9 @@ def _unique(ids: dict[int, str]) -> None:
             ids[g] = f"{name}-{g:016x}"
 
 
-def _entities(
-    out: FabricTopology,
-    fabric: Fabric,
-    switches: dict[int, FabricNode],
-    hcas: dict[int, Hca],
-    by_host: dict[str, list[Hca]],
-    ids: dict[int, str],
-    role: dict[int, str],
-    leaf_rail: dict[int, int],
-    neighbours: dict[int, list[tuple[int, Cable]]],
-) -> None:
+def _entities(out: FabricTopology, shape: _Shape) -> None:
+    fabric, switches, hcas, by_host = shape.fabric, shape.switches, shape.hcas, shape.by_host
+    ids, role, leaf_rail, neighbours = shape.ids, shape.role, shape.leaf_rail, shape.neighbours
     add_node, add_link = out.nodes.append, out.links.append
     for g in switches:
         kind = "spine" if role[g] in ("spine", "core") else "leaf"  # the graph's kinds: a core is a spine above
@@ -252,18 +264,14 @@ def _entities(
             out.leaf_hosts[ids[g]] = sorted({hcas[p].host or hcas[p].nic for p, _ in neighbours[g] if p in hcas})
 
 
-def _findings(
-    out: FabricTopology,
-    fabric: Fabric,
-    switches: dict[int, FabricNode],
-    hcas: dict[int, Hca],
-    by_host: dict[str, list[Hca]],
-    ids: dict[int, str],
-    leaves: set[int],
-    leaf_rail: dict[int, int],
-    neighbours: dict[int, list[tuple[int, Cable]]],
-    rail_optimised: bool,
-) -> None:
+def _findings(out: FabricTopology, shape: _Shape) -> None:
+    fabric, switches, hcas, by_host, ids = shape.fabric, shape.switches, shape.hcas, shape.by_host, shape.ids
+    leaves, leaf_rail, neighbours, rail_optimised = (
+        shape.leaves,
+        shape.leaf_rail,
+        shape.neighbours,
+        shape.rail_optimised,
+    )
     add = out.findings.append
     inter_switch = any(c.a[0] in switches and c.b[0] in switches and c.a[0] != c.b[0] for c in fabric.cables)
     for g in sorted(leaves, key=lambda g: ids[g]):
