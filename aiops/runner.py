@@ -155,7 +155,7 @@ class Pipeline:
 
         change = diff(old, data)
         self.engine.attach(graph, self.schedule)
-        gone = [i.incident_id for e, i in self.engine.open.items() if i.root.entity not in graph]
+        gone = [i.incident_id for i in self.engine.open.values() if i.root.entity not in graph]
         self.to_close.extend(gone)
         message = (
             f"topology reloaded: {len(change.added)} entities added, {len(change.removed)} removed, "
