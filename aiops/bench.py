@@ -415,7 +415,9 @@ def run_bench(args: argparse.Namespace) -> int:
         from aiops.bench_backlog import bench_backlog
 
         backlogged = bench_backlog(args, console)
-        return 0 if not any(p.differences or any(p.exit_codes) for p in backlogged.phases) else 1
+        # a phase passes when what it published equals offline and its last daemon exited 0 (the
+        # SIGKILLed one of run-killed exits -9 by design)
+        return 0 if not any(p.differences or p.exit_codes[-1] for p in backlogged.phases) else 1
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

@@ -244,7 +244,7 @@ def bench_backlog(args: argparse.Namespace, console: Console) -> BacklogReport:
     )
     for p in report.phases:
         table.add_row(
-            f"{p.name}{' (exit ' + ','.join(map(str, p.exit_codes)) + ')' if any(p.exit_codes) else ''}",
+            f"{p.name}{' (exit ' + ','.join(map(str, p.exit_codes)) + ')' if p.exit_codes[-1] else ''}",
             f"{p.seconds:,.0f} s",
             f"{report.values / p.seconds:,.0f}" if p.seconds else "",
             f"{p.peak_rss_mb:,.0f} MB",
@@ -253,7 +253,7 @@ def bench_backlog(args: argparse.Namespace, console: Console) -> BacklogReport:
             f"{p.anomalies:,}",
             str(len(p.differences)),
         )
-    console.print(table)
+    console.print(table, width=160)  # (a pipe gives rich 80 columns: the table would fold)
     for p in report.phases:
         for line in p.differences[:10]:
             console.print(f"  {p.name}: {line}")
