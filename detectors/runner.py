@@ -195,12 +195,14 @@ class DetectLoop:
         from ingest.kafka_io import event_time_ms, per_partition, process_messages
 
         event_ms = [event_time_ms(value, ms) for _, ms, value in messages]
+        times_of: dict[tuple[str, int], list[int]] = {}
+        for (src, _, _), t in zip(messages, event_ms, strict=True):
+            times_of.setdefault((src.topic, src.partition), []).append(t)
         letters: list[DeadLetter] = []
         progress: list[tuple[object, int]] = []
         for partition, part in per_partition(messages):
             letters += self._take(process_messages(self.core, part, partition))
-            times = np.fromiter((event_time_ms(value, ms) for _, ms, value in part), dtype=np.int64, count=len(part))
-            progress += self._progress(partition, times)
+            progress += self._progress(partition, np.asarray(times_of[partition], dtype=np.int64))
         self.assembler.cap_ns = self.partitions.observe(progress, backlogged)
         anomalies = self._analyse_ready()
         self._hold(messages, event_ms)
