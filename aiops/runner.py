@@ -90,6 +90,8 @@ class Pipeline:
         self.engine = IncidentEngine(graph, self.schedule)
         self._events = events or []
         apply_events(self.detect, self._events)
+        # where the live scheduler events topic has been read to: partition -> next offset
+        self.events_offsets: dict[int, int] = {}
         # (incident id, its state as JSON) per change since the caller last took them: taken as
         # they happen, since the incident itself moves on in later ticks of the same batch
         self.incidents: list[tuple[str, bytes]] = []
@@ -116,7 +118,16 @@ class Pipeline:
             "interval_s": self.detect.stack.interval,
             "router": self.notifier.state() if self.notifier is not None else None,
             "topology": self.topology_digest,  # which topology file it was taken with
+            "schedule": self.schedule,  # what the scheduler said, up to events_offsets
+            "events_offsets": dict(self.events_offsets),
         }
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        """Scheduler events heard while running (the events topic): into the schedule the engine
+        reads and the detectors' cohorts and silences, each at its own event time."""
+        for e in events:
+            self.schedule.add(e)
+        self.detect.add_events(events)
 
     def restore(self, state: dict[str, Any]) -> None:
         """Carry on from a checkpoint, under this start's topology, events and predictor."""
@@ -124,6 +135,12 @@ class Pipeline:
             raise ValueError(f"the checkpoint was taken at a scrape interval of {state.get('interval_s')} s")
         detect: DetectLoop = state["detect"]
         engine: IncidentEngine = state["engine"]
+        schedule: Schedule | None = state.get("schedule")
+        if schedule is not None:  # what the live events said before the checkpoint, and the file's
+            for e in self._events:
+                schedule.add(e)
+            self.schedule = schedule
+        self.events_offsets = dict(state.get("events_offsets") or {})
         engine.attach(self.engine.graph, self.schedule)
         apply_events(detect, self._events)
         given = self.detect.predictor

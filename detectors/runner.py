@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly, Prediction
@@ -26,7 +28,7 @@ from detectors.ticks import HeldMessages, PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import Batch, IngestCore
-from vocab.schedule import NodeJobs, Schedule, event_problem
+from vocab.schedule import IDLE, NodeJobs, event_problem, maintenance_window
 from vocab.thresholds import DetectorSettings
 
 log = logging.getLogger(__name__)
@@ -92,14 +94,9 @@ def load_events(path: Path) -> list[dict[str, object]]:
     return read_events(path)[0]
 
 
-def apply_events(loop: DetectLoop, events: list[dict[str, object]]) -> None:
-    """What the scheduler says: maintenance windows (held back) and which job each node runs (the
-    GPU cohorts). Read once at start; the daemons do not follow new events yet."""
-    for e in events:
-        if e.get("type") == "maintenance":
-            loop.stack.announce_maintenance([str(n) for n in e["nodes"]], float(e["start"]), float(e["end"]))  # type: ignore[arg-type, attr-defined]
-    loop.jobs = NodeJobs(Schedule.from_events(events))
-    loop.coverage.schedule_known = bool(loop.jobs)
+def apply_events(loop: DetectLoop, events: Iterable[dict[str, object]]) -> None:
+    """What the scheduler says, into the loop (see `DetectLoop.add_events`)."""
+    loop.add_events(events)
 
 
 def ticks_from_folder(folder: Path, interval_s: float) -> Iterator[tuple[float, dict[str, Frame]]]:
@@ -114,6 +111,14 @@ def ticks_from_folder(folder: Path, interval_s: float) -> Iterator[tuple[float, 
         yield tick.t, tick.frames
 
 
+# a GPU is busy when a kernel ran in the sample: NVML's utilization.gpu (DCGM_FI_DEV_GPU_UTIL) is
+# "percent of time over the past sample period during which one or more kernels was executing";
+# a GPU no process holds reads 0, so 1 % is the least a job's GPU shows
+BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
+BUSY_UTIL_PCT = 1.0
+# a job's GPUs may sit idle while it loads data and builds its model: the notice waits this long
+# (the GPUs are left out from the start all the same)
+IDLE_NOTICE_AFTER_S = 900.0
 FAILING_FOR_S = 2 * 3600.0  # an entity with anomalies this recent is failing, not about to
 # how far past the slowest partition another may deliver before it is paused, in ticks beyond the
 # lateness: what waits in memory while catching up is then a few ticks of the cluster, as in
@@ -140,7 +145,11 @@ class DetectLoop:
         self.core = IngestCore()
         self.stack = DetectorStack(interval, drift_factory, settings)
         self.predictor = predictor
-        self.jobs = NodeJobs(Schedule())  # from the events (apply_events); empty: the job tags alone
+        self.jobs = NodeJobs()  # from the scheduler's events (add_events); empty: the job tags alone
+        # GPUs of jobs known by their nodes alone: the job under which each was last seen busy
+        # (a GPU idle since its node's job started is not taken for one of the job's)
+        self.busy_under: dict[str, str] = {}
+        self.idle_told: set[str] = set()  # jobs whose idle GPUs a notice has named
         self.predictions: list[Prediction] = []
         self.coverage = CoverageWatch()  # which fault kinds the arriving telemetry can show
         self.notices: list[Notice] = []
@@ -253,18 +262,90 @@ class DetectLoop:
         self.held.release(self.assembler.released_through_ns)
         return out
 
+    def add_events(self, events: Iterable[dict[str, object]]) -> None:
+        """Scheduler events (checked by `event_problem`), in any order and at any time, live or
+        from a file: jobs take effect at their event times (a tick is analysed with the schedule
+        as it was then), maintenance windows from their announcement, a drain until the node is
+        resumed. Saying an event twice changes nothing."""
+        for e in events:
+            kind = e.get("type")
+            if kind in ("job_start", "job_running", "job_end"):
+                self.jobs.add(e)
+                self.coverage.schedule_known = True
+            elif kind == "maintenance":
+                key, start, end = maintenance_window(e)
+                self.stack.announce_maintenance([str(n) for n in e["nodes"]], start, end, key)  # type: ignore[attr-defined]
+            elif kind == "node_state":
+                self._node_state(e)
+
+    def _node_state(self, e: dict[str, object]) -> None:
+        """A drain holds a node's anomalies back until it is resumed (or lost: a node going down
+        while drained is news again)."""
+        at = float(e["time"])  # type: ignore[arg-type]
+        windows = self.stack.maintenance
+        for node in map(str, e["nodes"]):  # type: ignore[call-overload]
+            key = f"drain:{node}"
+            held = windows.window(key)
+            if e["state"] == "drain" and (held is None or held[2] <= at):
+                if held is not None:  # an earlier drain, closed: kept under its start
+                    windows.announce(held[0], held[1], held[2], f"{key}:{held[1]}")
+                windows.announce([node], at, math.inf, key)
+            elif e["state"] != "drain" and held is not None and held[2] > at:
+                windows.announce(held[0], held[1], at, key)
+
     def _with_jobs(self, t: float, frames: dict[str, Frame]) -> dict[str, Frame]:
-        """GPU rows carry the job the schedule says their node runs: the cohort a GPU is compared
-        with. A `job` tag, when a collector sends one, is checked against it (disagreements are
-        counted); with no schedule, the tag is all there is."""
+        """GPU rows carry the job that holds them, as the schedule says: the cohort a GPU is
+        compared with. A `job` tag, when a collector sends one, is checked against it
+        (disagreements are counted); with no schedule, the tag is all there is."""
         gpu = frames.get("gpu")
         if gpu is None or not self.jobs:
             return frames
-        jobs = self.jobs.at(t, gpu.tag("node"))
+        jobs = self.jobs.at(t, gpu.tag("node"), gpu.tag("gpu"))
+        jobs = self._without_idle(t, gpu, jobs)
         tagged = gpu.tags.get("job")
         if tagged is not None:
             self.stats.job_tag_mismatches += int(np.count_nonzero((tagged != "") & (tagged != jobs)))
         return {**frames, "gpu": Frame(gpu.measurement, gpu.time_ns, {**gpu.tags, "job": jobs}, gpu.fields)}
+
+    def _without_idle(self, t: float, gpu: Frame, jobs: NDArray[np.object_]) -> NDArray[np.object_]:
+        """Where the scheduler named only a job's nodes, the GPUs of those nodes that have been
+        idle since the job started are no members of it (a 4-GPU job on an 8-GPU node leaves
+        four GPUs idle; next to the job's, they would look slow, cold and underpowered)."""
+        util = gpu.fields.get(BUSY_FIELD)
+        if util is None:
+            return jobs
+        codes, uniques = pd.factorize(jobs)
+        whole = np.array([self.jobs.nodes_only(str(j)) for j in uniques], dtype=np.bool_)
+        if not whole.any():
+            return jobs
+        rows = np.flatnonzero(whole[codes] & (jobs != IDLE))
+        ids = gpu.tag("gpu")[rows]
+        member = pd.Series(ids, dtype=object).map(self.busy_under).to_numpy(dtype=object) == jobs[rows]
+        busy = util.as_float()[rows] >= BUSY_UTIL_PCT
+        for r in np.flatnonzero(busy & ~member).tolist():  # busy for the first time under this job
+            self.busy_under[str(ids[r])] = str(jobs[rows[r]])
+        member |= busy
+        out = jobs.copy()
+        out[rows[~member]] = IDLE
+        self._tell_idle(t, jobs[rows[~member]], ids[~member])
+        if len(self.busy_under) > 4 * max(len(jobs), 1024):  # GPUs of jobs long gone
+            live = set(pd.unique(jobs).tolist())
+            self.busy_under = {g: j for g, j in self.busy_under.items() if j in live}
+        return out
+
+    def _tell_idle(self, t: float, jobs: NDArray[np.object_], gpus: NDArray[np.object_]) -> None:
+        """One notice per job whose GPUs stay idle past the start-up grace: they are left out."""
+        for name in pd.unique(jobs).tolist():
+            job = self.jobs.job(str(name))
+            if job is None or name in self.idle_told or t - job.start < IDLE_NOTICE_AFTER_S:
+                continue
+            self.idle_told.add(str(name))
+            left = sorted(str(g) for g in gpus[jobs == name])
+            message = (
+                f"job {name}: {len(left)} GPUs on its nodes have been idle since it started; the scheduler "
+                "names only the job's nodes, so they are left out of its cohort"
+            )
+            self.notices.append(Notice(t, "schedule", str(name), "idle_gpus", message, {"gpus": left[:64]}))
 
     def analyse(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
         """One assembled tick: detectors, then the predictor (for entities not already failing)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from vocab.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
+GPU_INDEX = re.compile(r"-gpu(\d+)$")  # a GPU entity is "<node>-gpu<index>" (vocab.entities)
 QUIET_S = 900.0  # no evidence for this long: resolved
 FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures
 SOFT_MEMORY_S = 12 * 3600.0  # early warnings (a sagging optic, a prediction) count for hours
@@ -352,10 +354,16 @@ class IncidentEngine:
 
     def _blast(self, incident: Incident, t: float) -> None:
         g = self.graph
-        nodes = {n for e in incident.affected if e in g and (n := g.node_of(e)) is not None}
-        nodes |= self._nodes_under(incident.root.entity)
+        # the GPUs hit name the jobs holding them; anything else of a node (its NIC, its PSU)
+        # hits every job on the node
+        held: set[tuple[str, int | None]] = set()
+        for e in incident.affected:
+            if e in g and (n := g.node_of(e)) is not None:
+                index = GPU_INDEX.search(e) if g.kind(e) == "gpu" else None
+                held.add((n, int(index.group(1)) if index else None))
+        held |= {(n, None) for n in self._nodes_under(incident.root.entity)}
         # every job the incident has hit so far: a job it killed has ended, but it was hit
-        for job in self.schedule.jobs_on(sorted(nodes), t):
+        for job in self.schedule.jobs_holding(sorted(held, key=str), t):
             incident.job_gpus.setdefault(job.job, job.gpus)
         incident.jobs = sorted(incident.job_gpus)
         gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")

@@ -1,20 +1,27 @@
-"""What the scheduler says: which jobs run on which nodes when, and announced maintenance.
+"""What the scheduler says: which jobs hold which GPUs when, nodes taken out of service, and
+announced maintenance.
 
-Built from the events log (job_start / job_running / job_end / maintenance), which a real
-deployment takes from Slurm or Kubernetes. Used for cohorts (a job's members), blast radius
-(the jobs and GPUs an incident hits) and silences (drained nodes are not incidents).
+Built from the scheduler's events (job_start / job_running / job_end / node_state / maintenance),
+which `context.scheduler` reads from Slurm or Kubernetes (or a recorded file). A job holds GPUs,
+not nodes: `gpus_by_node` names the GPU indices it holds on each node; without it the scheduler
+named only the nodes. Used for cohorts (a job's members), blast radius (the jobs and GPUs an
+incident hits) and silences (drained nodes and maintenance windows are not incidents).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
+
+IDLE = "idle"  # the job of a GPU no job holds
+NODE_STATES = ("drain", "down", "ok")
 
 
 @dataclass(slots=True)
@@ -24,6 +31,16 @@ class Job:
     gpus: int
     start: float
     end: float = math.inf
+    # GPU indices held per node; None: the scheduler named only the nodes
+    gpus_by_node: dict[str, tuple[int, ...]] | None = None
+
+    def holds(self, node: str, index: int | None) -> bool:
+        """Does the job hold this GPU (index None: anything on the node)."""
+        if node not in self.nodes:
+            return False
+        if self.gpus_by_node is None or index is None:
+            return True
+        return index in self.gpus_by_node.get(node, ())
 
 
 def _number(e: dict[str, Any], key: str) -> str | None:
@@ -40,6 +57,22 @@ def _nodes(e: dict[str, Any]) -> str | None:
     return None
 
 
+def _gpus_by_node(e: dict[str, Any]) -> str | None:
+    held = e.get("gpus_by_node")
+    if held is None:
+        return None
+    if not isinstance(held, dict):
+        return f"gpus_by_node must map node ids to GPU indices, got {held!r}"[:200]
+    for node, indices in held.items():
+        if node not in e["nodes"]:
+            return f"gpus_by_node names {node!r}, which is not one of the job's nodes"[:200]
+        if not isinstance(indices, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
+        ):
+            return f"gpus_by_node[{node!r}] must be a list of GPU indices, got {indices!r}"[:200]
+    return None
+
+
 def event_problem(e: object) -> str | None:
     """Why a scheduler event cannot be used, or None. Types this service does not read pass
     (the log carries other news too); the ones it reads must carry what it reads."""
@@ -51,11 +84,15 @@ def event_problem(e: object) -> str | None:
             return f"{kind} without a job id"
         if "gpus" in e and (isinstance(e["gpus"], bool) or not isinstance(e["gpus"], int) or e["gpus"] < 0):
             return f"gpus must be a count, got {e['gpus']!r}"[:200]
-        return _nodes(e) or _number(e, "started" if "started" in e else "time")
+        return _nodes(e) or _gpus_by_node(e) or _number(e, "started" if "started" in e else "time")
     if kind == "job_end":
         if not isinstance(e.get("job"), str):
             return "job_end without a job id"
         return _number(e, "time")
+    if kind == "node_state":
+        if e.get("state") not in NODE_STATES:
+            return f"node_state must be one of {', '.join(NODE_STATES)}, got {e.get('state')!r}"[:200]
+        return _nodes(e) or _number(e, "time")
     if kind == "maintenance":
         problem = _nodes(e) or _number(e, "start") or _number(e, "end")
         if problem is None and float(e["end"]) < float(e["start"]):
@@ -64,11 +101,31 @@ def event_problem(e: object) -> str | None:
     return None
 
 
+def maintenance_window(e: Mapping[str, Any]) -> tuple[str, float, float]:
+    """A maintenance event's key and window. The window counts from its announcement at the
+    earliest: a window announced after it began silences nothing before the announcement, so a
+    daemon that hears of it late and a replay of the whole log agree."""
+    start, end = float(e["start"]), float(e["end"])
+    key = f"maintenance:{e['name']}" if e.get("name") else f"maintenance:{start}:{end}"
+    announced = e.get("time")
+    if isinstance(announced, int | float) and not isinstance(announced, bool):
+        start = min(max(start, float(announced)), end)
+    return key, start, end
+
+
+def event_time(e: Mapping[str, Any]) -> float:
+    """When an event takes effect in event time: a job's start, an announcement's moment."""
+    return float(e.get("time", e.get("start", 0.0)))
+
+
 @dataclass
 class Schedule:
     jobs: dict[str, Job] = field(default_factory=dict)
     by_node: dict[str, list[str]] = field(default_factory=dict)  # node -> job ids, ever
-    maintenance: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # node -> windows
+    # node -> windows out of service: announced maintenance, and drains (open until resumed),
+    # each under a key so a later event can move or close it
+    windows: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    down: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # node -> (since, reason)
 
     @staticmethod
     def from_events(events: Iterable[dict[str, Any]]) -> Schedule:
@@ -77,6 +134,10 @@ class Schedule:
             s.add(e)
         return s
 
+    @property
+    def maintenance(self) -> dict[str, dict[str, tuple[float, float]]]:
+        return self.windows
+
     def add(self, e: dict[str, Any]) -> None:
         """One scheduler event that passed `event_problem`; unknown types are ignored (the log
         carries other news too)."""
@@ -84,68 +145,166 @@ class Schedule:
         if kind in ("job_start", "job_running"):
             nodes = tuple(str(n) for n in e.get("nodes", ()))
             start = float(e.get("started", e["time"]))
-            job = Job(str(e["job"]), nodes, int(e.get("gpus", 8 * len(nodes))), start)
+            held = e.get("gpus_by_node")
+            by_node = None if held is None else {str(n): tuple(int(i) for i in ix) for n, ix in held.items()}
+            gpus = int(e["gpus"]) if "gpus" in e else (sum(map(len, by_node.values())) if by_node else 8 * len(nodes))
+            job = Job(str(e["job"]), nodes, gpus, start, gpus_by_node=by_node)
+            if job.job in self.jobs:  # said again (a follower replaying): the first word stands
+                return
             self.jobs[job.job] = job
             for n in nodes:
                 self.by_node.setdefault(n, []).append(job.job)
         elif kind == "job_end" and str(e.get("job")) in self.jobs:
             self.jobs[str(e["job"])].end = float(e["time"])
         elif kind == "maintenance":
+            key, start, end = maintenance_window(e)
             for n in e.get("nodes", ()):
-                self.maintenance.setdefault(str(n), []).append((float(e["start"]), float(e["end"])))
+                self.windows.setdefault(str(n), {})[key] = (start, end)
+        elif kind == "node_state":
+            at = float(e["time"])
+            for n in map(str, e.get("nodes", ())):
+                held = self.windows.setdefault(n, {})
+                open_drain = held.get("drain")
+                if e["state"] == "drain" and (open_drain is None or open_drain[1] <= at):
+                    if open_drain is not None:  # an earlier drain, closed: keep it under its start
+                        held[f"drain:{open_drain[0]}"] = open_drain
+                    held["drain"] = (at, math.inf)
+                elif e["state"] != "drain" and open_drain is not None and open_drain[1] > at:
+                    held["drain"] = (open_drain[0], at)
+                if e["state"] == "down":
+                    self.down.setdefault(n, []).append((at, str(e.get("reason", ""))))
 
     def jobs_on(self, nodes: Iterable[str], t: float, ended_within_s: float = 600.0) -> list[Job]:
         """Jobs running on these nodes at t, and those that ended just before (a fault that kills
         a job ends it before anyone can look)."""
+        return self.jobs_holding([(n, None) for n in nodes], t, ended_within_s)
+
+    def jobs_holding(
+        self, gpus: Iterable[tuple[str, int | None]], t: float, ended_within_s: float = 600.0
+    ) -> list[Job]:
+        """Jobs holding these GPUs ((node, index); index None: any GPU of the node) at t, and those
+        that ended just before."""
         found: dict[str, Job] = {}
-        for n in nodes:
-            for j in self.by_node.get(n, ()):
+        for node, index in gpus:
+            for j in self.by_node.get(node, ()):
                 job = self.jobs[j]
-                if job.start <= t < job.end + ended_within_s:
+                if job.start <= t < job.end + ended_within_s and job.holds(node, index):
                     found[j] = job
         return sorted(found.values(), key=lambda j: j.job)
 
     def in_maintenance(self, node: str, t: float) -> bool:
-        return any(start <= t < end for start, end in self.maintenance.get(node, ()))
+        return any(start <= t < end for start, end in self.windows.get(node, {}).values())
 
 
 class NodeJobs:
-    """Which job each node runs, advanced through event time: the GPU cohorts when the telemetry
-    carries no `job` tag (a stock dcgm-exporter sends none). Lookups are per distinct node, so a
-    tick of 100k GPUs costs a dictionary read per node, not per GPU."""
+    """Which job holds each GPU, advanced through event time: the GPU cohorts when the telemetry
+    carries no `job` tag (a stock dcgm-exporter sends none). Events may arrive while it runs (a
+    scheduler followed live); one whose time has passed takes effect at the next lookup.
 
-    def __init__(self, schedule: Schedule) -> None:
-        changes: list[tuple[float, int, str, str]] = []
-        for job in schedule.jobs.values():
-            for node in job.nodes:
-                changes.append((job.start, 1, node, job.job))
-                if math.isfinite(job.end):
-                    changes.append((job.end, 0, node, job.job))  # an end sorts before a start at one time
-        changes.sort()
-        self._changes = changes
+    A GPU the scheduler says a job holds is the job's; a GPU of a node the job holds without
+    indices is the job's too (the scheduler named only the node); any other GPU is idle. Lookups
+    are per distinct node, plus one dictionary read per GPU where jobs hold GPU indices."""
+
+    def __init__(self, schedule: Schedule | None = None) -> None:
+        self._changes: list[tuple[float, int, str]] = []  # (time, 1 start / 0 end, job), sorted
+        self._jobs: dict[str, Job] = {}
         self._next = 0
         self._t = -math.inf
-        self.current: dict[str, str] = {}
+        self.whole: dict[str, list[str]] = {}  # node -> jobs holding it without GPU indices
+        self.by_gpu: dict[str, str] = {}  # GPU entity ("<node>-gpu<i>") -> job holding it
+        for job in (schedule or Schedule()).jobs.values():
+            self._add_job(Job(job.job, job.nodes, job.gpus, job.start, job.end, job.gpus_by_node))
+            if math.isfinite(job.end):
+                self._insert((job.end, 0, job.job))
 
     def __bool__(self) -> bool:
         return bool(self._changes)
 
-    def at(self, t: float, nodes: NDArray[np.object_]) -> NDArray[np.object_]:
-        """The job of each node at t ("idle" when it runs none)."""
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "by_gpu" not in state:  # a checkpoint from before jobs held GPUs: the events say it again
+            self.__init__()  # type: ignore[misc]
+            return
+        self.__dict__.update(state)
+
+    def add(self, e: Mapping[str, Any]) -> None:
+        """One event (passed `event_problem`), live."""
+        kind = e.get("type")
+        if kind in ("job_start", "job_running"):
+            one = Schedule()
+            one.add(dict(e))
+            for job in one.jobs.values():
+                if job.job not in self._jobs:
+                    self._add_job(job)
+        elif kind == "job_end" and str(e.get("job")) in self._jobs:
+            name = str(e["job"])
+            if not math.isfinite(self._jobs[name].end):  # said twice: the first end stands
+                self._jobs[name].end = float(e["time"])
+                self._insert((float(e["time"]), 0, name))
+
+    def _add_job(self, job: Job) -> None:
+        self._jobs[job.job] = job
+        self._insert((job.start, 1, job.job))
+
+    def _insert(self, change: tuple[float, int, str]) -> None:
+        at = bisect.bisect(self._changes, change)
+        self._changes.insert(at, change)
+        if at < self._next:  # its time has passed: take it now
+            self._apply(change)
+            self._next += 1
+
+    def _apply(self, change: tuple[float, int, str]) -> None:
+        _, starts, name = change
+        job = self._jobs[name]
+        for node in job.nodes:
+            indices = None if job.gpus_by_node is None else job.gpus_by_node.get(node, ())
+            if indices is None:
+                holders = self.whole.setdefault(node, [])
+                if starts and name not in holders:
+                    holders.append(name)
+                elif not starts and name in holders:
+                    holders.remove(name)
+                    if not holders:
+                        del self.whole[node]
+                continue
+            for i in indices:
+                gpu = f"{node}-gpu{i}"
+                if starts:
+                    self.by_gpu[gpu] = name
+                elif self.by_gpu.get(gpu) == name:
+                    del self.by_gpu[gpu]
+
+    def advance(self, t: float) -> None:
         if t < self._t:  # time went back (a replay): start again
-            self._next, self.current = 0, {}
+            self._next, self.whole, self.by_gpu = 0, {}, {}
         self._t = t
         changes = self._changes
         while self._next < len(changes) and changes[self._next][0] <= t:
-            _, starts, node, job = changes[self._next]
-            if starts:
-                self.current[node] = job
-            elif self.current.get(node) == job:
-                del self.current[node]
+            self._apply(changes[self._next])
             self._next += 1
+
+    def job(self, name: str) -> Job | None:
+        return self._jobs.get(name)
+
+    def at(self, t: float, nodes: NDArray[np.object_], gpus: NDArray[np.object_] | None = None) -> NDArray[np.object_]:
+        """The job of each GPU row at t ("idle" when none holds it), from its node and its GPU
+        entity id."""
+        self.advance(t)
         codes, uniques = pd.factorize(nodes)
-        jobs = np.array([self.current.get(str(n), "idle") for n in uniques], dtype=object)
-        return jobs[codes] if len(uniques) else np.zeros(0, dtype=object)
+        if not len(uniques):
+            return np.zeros(0, dtype=object)
+        # a node held without indices: its job (the first, if the scheduler put two there)
+        default = np.array([(self.whole.get(str(n)) or [IDLE])[0] for n in uniques], dtype=object)
+        out = default[codes]
+        if self.by_gpu and gpus is not None:
+            held = pd.Series(gpus, dtype=object).map(self.by_gpu)
+            known = held.notna().to_numpy()
+            out[known] = held.to_numpy(dtype=object)[known]
+        return out
+
+    def nodes_only(self, name: str) -> bool:
+        """Did the scheduler name only the nodes of this job (no GPU indices)?"""
+        job = self._jobs.get(name)
+        return job is not None and job.gpus_by_node is None
 
 
-__all__ = ["Job", "NodeJobs", "Schedule"]
+__all__ = ["IDLE", "Job", "NodeJobs", "Schedule", "event_problem", "event_time", "maintenance_window"]

@@ -14,13 +14,25 @@ from ingest.frames import Frame
 
 class Maintenance:
     def __init__(self) -> None:
-        self._windows: list[tuple[frozenset[str], float, float]] = []
+        # windows out of service, each under a key so a later event can move or close it (a
+        # drain is open until the node is resumed; a reservation can be cut short)
+        self._windows: dict[str, tuple[frozenset[str], float, float]] = {}
         self._node_of: dict[str, str] = {}
         self._peer_of: dict[str, str] = {}  # switch port -> the entity at the other end
         self.suppressed = 0
 
-    def announce(self, nodes: Iterable[str], start: float, end: float) -> None:
-        self._windows.append((frozenset(nodes), start, end))
+    def announce(self, nodes: Iterable[str], start: float, end: float, key: str | None = None) -> None:
+        nodes = frozenset(nodes)
+        self._windows[key if key is not None else f"{sorted(nodes)}:{start}:{end}"] = (nodes, start, end)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        windows = state.get("_windows")
+        if isinstance(windows, list):  # a checkpoint from before windows had keys
+            state["_windows"] = {f"{sorted(n)}:{s}:{e}": (n, s, e) for n, s, e in windows}
+        self.__dict__.update(state)
+
+    def window(self, key: str) -> tuple[frozenset[str], float, float] | None:
+        return self._windows.get(key)
 
     def learn_nodes(self, name: str, frame: Frame, ids: NDArray[np.object_], new: NDArray[np.bool_]) -> None:
         """Which node each new entity belongs to (switch ports: the node at the other end)."""
@@ -41,7 +53,7 @@ class Maintenance:
         return node
 
     def filter(self, t: float, anomalies: list[Anomaly]) -> list[Anomaly]:
-        active = [nodes for nodes, start, end in self._windows if start <= t < end]
+        active = [nodes for nodes, start, end in self._windows.values() if start <= t < end]
         if not active or not anomalies:
             return anomalies
         drained = frozenset().union(*active)

@@ -76,8 +76,8 @@ class DetectorStack:
     def suppressed(self) -> int:
         return self.maintenance.suppressed
 
-    def announce_maintenance(self, nodes: Iterable[str], start: float, end: float) -> None:
-        self.maintenance.announce(nodes, start, end)
+    def announce_maintenance(self, nodes: Iterable[str], start: float, end: float, key: str | None = None) -> None:
+        self.maintenance.announce(nodes, start, end, key)
 
     def process(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
         out: list[Anomaly] = []
