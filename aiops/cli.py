@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiops import cli_rca, cli_topology
+from aiops import cli_rca, cli_scheduler, cli_topology
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 if TYPE_CHECKING:
@@ -154,6 +154,8 @@ def cmd_gen(args: argparse.Namespace) -> int:
         truncate_s=True if args.truncate_seconds else None,
         job_tags=False if args.no_job_tags else None,
         single_field=True if args.one_field_per_line else None,
+        job_shapes=args.job_shapes,
+        schedule_gpu_indices=not args.schedule_nodes_only,
     )
     try:
         gen = Generation(config)
@@ -453,6 +455,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--faults", metavar="SPEC", help="e.g. gpu_hbm_ecc=3,leaf_down=1 or all=2; default: the published rate"
     )
+    p.add_argument(
+        "--job-shapes",
+        choices=["nodes", "gpus"],
+        default="nodes",
+        help="jobs hold whole nodes, or any number of GPUs (several jobs sharing a node)",
+    )
+    p.add_argument(
+        "--schedule-nodes-only",
+        action="store_true",
+        help="events name each job's nodes, not the GPU indices it holds there",
+    )
     p.add_argument("--speed", type=float, help="pace: simulated seconds per second (default: as fast as possible)")
     p.add_argument("--out", metavar="DIR", help="write topology.json, telemetry.lp, events.jsonl, truth.jsonl")
     p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
@@ -510,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_rca.add_parsers(sub)
     cli_topology.add_parsers(sub)
+    cli_scheduler.add_parsers(sub)
 
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
     p.add_argument("action", choices=["train", "default", "evaluate"])

@@ -22,6 +22,7 @@ from aiops.checkpoint import (
     read_incarnation,
     topic_ends,
 )
+from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor
 from detectors.runner import DetectLoop, DetectStats, KafkaAnomalySink, apply_events
@@ -74,24 +75,26 @@ def detect_kafka(
     loop = fresh()
     holding: set[tuple[str, int]] = set()
     unread_outputs: Offsets | None = None
+    events_at: dict[int, int] = {}  # where the scheduler's events topic has been read to
 
     def assigned(partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """As in the root-cause daemon: partitions it did not hold come with the checkpoint
         (a start, or a standby taking over). Runs inside a poll: no Kafka calls here."""
-        nonlocal loop, holding, unread_outputs
+        nonlocal loop, holding, unread_outputs, events_at
         if not partitions:
             if holding:  # it held them until now: what it learnt is the new holder's
-                loop = fresh()
+                loop, events_at = fresh(), {}
             holding = set()
             return {}
         if partitions <= holding:
             holding = set(partitions)
             return {}
         holding = set(partitions)
-        loop = fresh()
+        loop, events_at = fresh(), {}
         checkpoint = _load(store, interval_s, born)
         if checkpoint is None:
             return {}
+        events_at = dict(checkpoint.state.get("events_offsets") or {})
         restored: DetectLoop = checkpoint.state["detect"]
         restored.predictor = _carry_predictor(restored.predictor, predictor)
         apply_events(restored, events or [])
@@ -137,7 +140,7 @@ def detect_kafka(
             offsets: Offsets = {}
             for (topic, partition), offset in consumer.done(loop.held.first_held()).items():
                 offsets.setdefault(topic, {})[partition] = offset
-            state = {"detect": loop, "interval_s": interval_s}
+            state = {"detect": loop, "interval_s": interval_s, "events_offsets": dict(events_at)}
             try:
                 ends = topic_ends(settings.bootstrap, outputs)
             except KafkaError as exc:  # the broker is away: the next round checkpoints
@@ -152,8 +155,18 @@ def detect_kafka(
         publish(loop.finish())
         checkpoint()
 
+    feed = EventsFeed(settings.bootstrap, settings.events_topic)
+
+    def hear_scheduler() -> None:
+        """What the scheduler said since the last batch, before the telemetry that follows it."""
+        nonlocal events_at
+        events, refused, events_at = feed.take(events_at)
+        loop.add_events(events)
+        dead.add(refused)
+
     try:
         for messages in polls(consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
+            hear_scheduler()
             anomalies, letters = loop.feed_polled(messages, consumer.backlogged())
             consumer.hold_back(loop.ahead_partitions())
             dead.add(letters)
@@ -173,6 +186,7 @@ def detect_kafka(
         log.warning("%s", exc)
     finally:
         consumer.close()
+        feed.close()
         sink.close()
         predictions.close()
         dead_producer.close()

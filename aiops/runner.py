@@ -29,6 +29,7 @@ from aiops.checkpoint import (
     read_incarnation,
     topic_ends,
 )
+from aiops.events_feed import EventsFeed
 from aiops.incident_index import IncidentIndex
 from context.watch import TopologyFile
 from detectors.anomaly import Anomaly, Prediction
@@ -226,10 +227,11 @@ class Pipeline:
         return self.detect.finish()
 
     def take_notices(self) -> list[Notice]:
-        """Monitoring notices (coverage) since the last call; each is logged as it is taken."""
+        """Monitoring notices (coverage, schedule, topology) since the last call; each is logged
+        as it is taken."""
         notices, self.detect.notices = self.detect.notices, []
         for n in notices:
-            (log.info if n.status == "detectable" else log.warning)("coverage: %s", n.message)
+            (log.info if n.status == "detectable" else log.warning)("%s: %s", n.kind, n.message)
         return notices
 
     def coverage(self) -> list[dict[str, Any]]:
@@ -567,9 +569,19 @@ def run_kafka(
         if notifier is not None:
             notifier.router.locate = topology_locate(graph)
 
+    feed = EventsFeed(settings.bootstrap, settings.events_topic)
+
+    def hear_scheduler() -> None:
+        """What the scheduler said since the last batch, before the telemetry that follows it."""
+        events, refused, pipeline.events_offsets = feed.take(pipeline.events_offsets)
+        if events:
+            pipeline.add_events(events)
+        dead.add(refused)
+
     try:
         for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
             reload_topology()
+            hear_scheduler()
             values_before = pipeline.detect.stats.values
             anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
             consumer.hold_back(pipeline.detect.ahead_partitions())
@@ -593,6 +605,7 @@ def run_kafka(
     finally:
         consumer.close()
         producer.close()
+        feed.close()
         stop_api()
     return pipeline.finish_stats(stats, time.monotonic() - started)
 

@@ -302,6 +302,7 @@ class DetectLoop:
             return frames
         jobs = self.jobs.at(t, gpu.tag("node"), gpu.tag("gpu"))
         jobs = self._without_idle(t, gpu, jobs)
+        self._tell_shared(t)
         tagged = gpu.tags.get("job")
         if tagged is not None:
             self.stats.job_tag_mismatches += int(np.count_nonzero((tagged != "") & (tagged != jobs)))
@@ -332,6 +333,21 @@ class DetectLoop:
             live = set(pd.unique(jobs).tolist())
             self.busy_under = {g: j for g, j in self.busy_under.items() if j in live}
         return out
+
+    def _tell_shared(self, t: float) -> None:
+        """One notice per node that several jobs hold by node alone: its GPUs are in no cohort."""
+        if len(self.idle_told) > 100_000:  # jobs long gone; one may be told again
+            self.idle_told.clear()
+        for node, jobs in self.jobs.shared().items():
+            key = f"{node}:{','.join(jobs)}"
+            if key in self.idle_told:
+                continue
+            self.idle_told.add(key)
+            message = (
+                f"{node}: held by jobs {', '.join(jobs)}, and the scheduler names only nodes, not which GPUs "
+                "each holds; its GPUs are left out of both jobs' cohorts"
+            )
+            self.notices.append(Notice(t, "schedule", node, "shared_node", message, {"jobs": list(jobs)}))
 
     def _tell_idle(self, t: float, jobs: NDArray[np.object_], gpus: NDArray[np.object_]) -> None:
         """One notice per job whose GPUs stay idle past the start-up grace: they are left out."""

@@ -578,6 +578,72 @@ class TelemetryConsumer:
 Polled = list[tuple[Source, int, bytes]]
 
 
+class TopicReader:
+    """Every partition of one topic, read without a consumer group from offsets its owner keeps
+    (the scheduler's events: every daemon needs all of them, whichever telemetry partitions it
+    holds, and keeps its position with its checkpoint instead of committing it)."""
+
+    def __init__(self, bootstrap: str, topic: str, client_id: str = "aiops-events") -> None:
+        self.topic = topic
+        try:
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=None,
+                client_id=client_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                enable_incremental_fetch_sessions=False,
+            )
+        except KafkaError as exc:
+            raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+        self._partitions: list[TopicPartition] = []
+        self._at: dict[int, int] = {}  # where the consumer stands, as it was last told or read
+
+    def _assign(self) -> None:
+        known = self._consumer.partitions_for_topic(self.topic) or set()
+        parts = [TopicPartition(self.topic, p) for p in sorted(known)]
+        if parts != self._partitions:
+            self._consumer.assign(parts)
+            self._partitions = parts
+            self._at = {}
+
+    def read_new(
+        self, since: Mapping[int, int], wait_s: float = 2.0
+    ) -> tuple[list[tuple[int, int, bytes]], dict[int, int]]:
+        """Records after `since` (partition -> next offset; a partition not in it from its
+        beginning) up to the ends the broker has now: [(partition, offset, value)], and the next
+        offsets. KafkaIOError if the broker cannot be asked."""
+        try:
+            self._assign()
+            if not self._partitions:
+                return [], dict(since)
+            for tp in self._partitions:  # a fresh start or a restored checkpoint: stand there
+                want = since.get(tp.partition)
+                if self._at.get(tp.partition) != want or want is None:
+                    if want is None:
+                        self._consumer.seek_to_beginning(tp)
+                    else:
+                        self._consumer.seek(tp, want)
+            ends = {tp: int(o) for tp, o in self._consumer.end_offsets(self._partitions).items()}
+            out: list[tuple[int, int, bytes]] = []
+            deadline = time.monotonic() + wait_s
+            while any(self._consumer.position(tp) < end for tp, end in ends.items()):
+                if time.monotonic() > deadline:
+                    break  # the rest next time
+                for tp, records in self._consumer.poll(timeout_ms=200).items():
+                    out += [(tp.partition, r.offset, r.value) for r in records]
+            self._at = {tp.partition: int(self._consumer.position(tp)) for tp in self._partitions}
+        except KafkaError as exc:
+            self._at = {}
+            raise KafkaIOError(f"cannot read {self.topic}: {exc}") from exc
+        out.sort(key=lambda r: (r[0], r[1]))
+        return out, dict(self._at)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
 def join_messages(
     messages: Sequence[tuple[Source, int, bytes]],
 ) -> tuple[bytes, NDArray[np.int64], Callable[[int], Source | None]]:

@@ -363,11 +363,16 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
 
 
 def jobs_at(fault: Fault, t: Topology, w: Workload) -> list[str]:
-    """Jobs running at onset on the nodes the fault touches."""
-    node_index = {n: i for i, n in enumerate(t.ids["node"])}
-    nodes = [node_index[e] for e in fault.affected if e in node_index]
-    if fault.kind == "spine_congestion":  # every job with a NIC on the spine's rail
-        rail = int(t.attrs[fault.root]["rail"])
-        nodes = np.unique(t.nic_node[t.nic_rail == rail]).tolist()
-    node_job = w.node_job(fault.onset)
-    return sorted({w.jobs[j].id for j in node_job[nodes].tolist() if j >= 0})
+    """Jobs running at onset that the fault hits: the job holding a failing GPU, every job on a
+    node whose shared parts (NIC, PSU, cooling, leaf) fail."""
+    gpu_job = w.gpu_job(fault.onset)
+    if registry.KINDS[fault.kind].root == "gpu":
+        gpus = [t.ids["gpu"].index(fault.root)]
+    else:
+        node_index = {n: i for i, n in enumerate(t.ids["node"])}
+        nodes = [node_index[e] for e in fault.affected if e in node_index]
+        if fault.kind == "spine_congestion":  # every job with a NIC on the spine's rail
+            rail = int(t.attrs[fault.root]["rail"])
+            nodes = np.unique(t.nic_node[t.nic_rail == rail]).tolist()
+        gpus = np.flatnonzero(np.isin(t.gpu_node, nodes)).tolist()
+    return sorted({w.jobs[j].id for j in gpu_job[gpus].tolist() if j >= 0})

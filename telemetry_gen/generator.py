@@ -53,6 +53,11 @@ class GenConfig:
     faults: str | None = None  # None: the default published rate; "" : none at all
     maintenance_per_day: float = 2.0
     realism: str = "typical"
+    # "nodes": jobs hold whole nodes; "gpus": jobs of any GPU count, several sharing a node
+    job_shapes: str = "nodes"
+    # whether the events name the GPU indices such jobs hold (Slurm's gres_detail) or only their
+    # nodes (a scheduler, or a history, that says no more)
+    schedule_gpu_indices: bool = True
     # Each host's clock is off by a constant drawn uniformly from [0, clock_offset_s] seconds.
     clock_offset_s: float | None = None
     # Each host's samples of one tick are stamped up to jitter_s seconds late (uniform, per tick).
@@ -88,6 +93,7 @@ class Generation:
             t_end=t_end,
             rng=np.random.default_rng([config.seed, 1]),
             node_ids=self.topology.ids["node"],
+            job_shapes=config.job_shapes,
         )
         self.workload.plan(config.maintenance_per_day)
         fault_rng = np.random.default_rng([config.seed, 4])
@@ -143,6 +149,8 @@ class Generation:
             "faults": c.faults,
             "maintenance_per_day": c.maintenance_per_day,
             "realism": c.realism,
+            "job_shapes": c.job_shapes,
+            "schedule_gpu_indices": c.schedule_gpu_indices,
             "realism_rates": {name: rate for name, rate, _ in rates_table()} if c.realism != "clean" else {},
             "realism_scale": SCALE[c.realism],
             "collector": c.collector(),
@@ -152,7 +160,7 @@ class Generation:
         return [f.truth() for f in self.faults]
 
     def events(self) -> list[dict[str, object]]:
-        return self.workload.events()
+        return self.workload.events(gpu_indices=self.config.schedule_gpu_indices)
 
 
 def write_meta(path: Path, gen: Generation) -> None:

@@ -121,7 +121,11 @@ class ClusterSim:
                 self.fx.apply(fault, now, e, rng)
                 if now >= fault.onset and KINDS[fault.kind].kills_job:
                     self._fail_jobs_on(fault, now, e)
-        node_job = self.w.node_job(now)
+        gpu_job = self.w.gpu_job(now)
+        # a node's job, for what the node shares (its NICs, CPUs, fans): the last-planned of the
+        # jobs on it (the only one when jobs hold whole nodes)
+        node_job = np.full(t.count("node"), -1, dtype=np.int64)
+        np.maximum.at(node_job, t.gpu_node, gpu_job)
         checkpoint = self.w.in_checkpoint(now)
         reboot = self._rebooting(now)
         nodes = t.count("node")
@@ -133,7 +137,6 @@ class ClusterSim:
                     self.gpu_counters[k][self.noise.counter_resets] = 0.0
 
         # --- the job's pace: its slowest member, GPU or network
-        gpu_job = node_job[t.gpu_node]
         gpu_pace = e.gpu_clock.copy()
         node_pace = np.ones(nodes)
         np.minimum.at(node_pace, t.gpu_node, gpu_pace)
@@ -143,9 +146,10 @@ class ClusterSim:
         jobs = len(self.w.jobs)
         job_pace = np.ones(jobs + 1)
         running = node_job >= 0
-        np.minimum.at(job_pace, node_job[running], node_pace[running])
+        held = gpu_job >= 0  # every node a job holds GPUs on sets its pace
+        np.minimum.at(job_pace, gpu_job[held], node_pace[t.gpu_node[held]])
         job_stalled = np.zeros(jobs + 1, dtype=np.bool_)
-        np.logical_or.at(job_stalled, node_job[running], e.node_stalled[running])
+        np.logical_or.at(job_stalled, gpu_job[held], e.node_stalled[t.gpu_node[held]])
         job_pace[job_stalled] = 0.0
         intensity = np.array([j.intensity for j in self.w.jobs] + [0.0])
         in_ckpt = np.append(checkpoint, False)
@@ -324,8 +328,8 @@ class ClusterSim:
 
     def _fail_jobs_on(self, fault: Fault, now: float, e: Effects) -> None:
         stalled = np.flatnonzero(e.node_stalled)
-        node_job = self.w.node_job(now)
-        for j in np.unique(node_job[stalled]).tolist():
+        gpu_job = self.w.gpu_job(now)
+        for j in np.unique(gpu_job[np.isin(self.t.gpu_node, stalled)]).tolist():
             if j >= 0:
                 job = self.w.jobs[j]
                 if job.id not in fault.jobs:

@@ -21,6 +21,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 IDLE = "idle"  # the job of a GPU no job holds
+SHARED = ""  # the job of a GPU on a node several jobs hold without saying which GPUs: unknown
 NODE_STATES = ("drain", "down", "ok")
 
 
@@ -292,8 +293,9 @@ class NodeJobs:
         codes, uniques = pd.factorize(nodes)
         if not len(uniques):
             return np.zeros(0, dtype=object)
-        # a node held without indices: its job (the first, if the scheduler put two there)
-        default = np.array([(self.whole.get(str(n)) or [IDLE])[0] for n in uniques], dtype=object)
+        # a node held without indices: its job; held so by two jobs, nobody can say which GPU is
+        # whose, and its GPUs are in no cohort (SHARED)
+        default = np.array([_holder(self.whole.get(str(n))) for n in uniques], dtype=object)
         out = default[codes]
         if self.by_gpu and gpus is not None:
             held = pd.Series(gpus, dtype=object).map(self.by_gpu)
@@ -301,10 +303,20 @@ class NodeJobs:
             out[known] = held.to_numpy(dtype=object)[known]
         return out
 
+    def shared(self) -> dict[str, tuple[str, ...]]:
+        """Nodes that several jobs hold without GPU indices, and those jobs."""
+        return {n: tuple(jobs) for n, jobs in self.whole.items() if len(jobs) > 1}
+
     def nodes_only(self, name: str) -> bool:
         """Did the scheduler name only the nodes of this job (no GPU indices)?"""
         job = self._jobs.get(name)
         return job is not None and job.gpus_by_node is None
 
 
-__all__ = ["IDLE", "Job", "NodeJobs", "Schedule", "event_problem", "event_time", "maintenance_window"]
+def _holder(jobs: list[str] | None) -> str:
+    if not jobs:
+        return IDLE
+    return jobs[0] if len(jobs) == 1 else SHARED
+
+
+__all__ = ["IDLE", "SHARED", "Job", "NodeJobs", "Schedule", "event_problem", "event_time", "maintenance_window"]

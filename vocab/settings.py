@@ -25,6 +25,7 @@ class KafkaSettings(BaseModel):
     predictions_topic: str = "aiops.predictions"
     incidents_topic: str = "aiops.incidents"
     notices_topic: str = "aiops.notices"  # monitoring facts that are not faults (coverage, gaps)
+    events_topic: str = "aiops.events"  # the scheduler's events (aiops scheduler follow), keyed by job
     ingest_group: str = "aiops-ingest"
     detect_group: str = "aiops-detect"
     run_group: str = "aiops-run"

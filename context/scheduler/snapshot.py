@@ -133,8 +133,15 @@ class Tracker:
         elif kind == "maintenance" and e.get("name"):
             self.windows[str(e["name"])] = (float(e["start"]), float(e["end"]), tuple(e.get("nodes", ())))
 
-    def update(self, snap: Snapshot) -> list[dict[str, Any]]:
-        """The events `snap` adds, in event-time order; noted as said."""
+    def note(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Events now safely published (or written): said."""
+        for e in events:
+            self._note(e)
+
+    def update(self, snap: Snapshot, note: bool = True) -> list[dict[str, Any]]:
+        """The events `snap` adds, in event-time order; noted as said (unless `note` is False:
+        the caller notes them once they are safely published, and a failed publish says them
+        again with the next snapshot)."""
         out: list[dict[str, Any]] = []
         if "jobs" in snap.parts:
             out += self._jobs(snap)
@@ -143,8 +150,8 @@ class Tracker:
         if "reservations" in snap.parts:
             out += self._reservations(snap)
         fresh = [e for e in out if e["id"] not in self.said]
-        for e in fresh:
-            self._note(e)
+        if note:
+            self.note(fresh)
         fresh.sort(key=lambda e: (float(e["time"]), str(e["type"]), str(e.get("job", ""))))
         return fresh
 
