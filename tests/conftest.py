@@ -55,6 +55,7 @@ def kafka_settings(services: Settings) -> KafkaSettings:
             "predictions_topic": f"test.predictions.{suffix}",
             "incidents_topic": f"test.incidents.{suffix}",
             "notices_topic": f"test.notices.{suffix}",
+            "events_topic": f"test.events.{suffix}",
             "ingest_group": f"test-ingest-{suffix}",
             "poll_timeout_ms": 200,
         }
