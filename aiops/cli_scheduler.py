@@ -17,9 +17,12 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from context.scheduler.snapshot import Snapshot, Tracker
+
+if TYPE_CHECKING:
+    from context.scheduler.kubernetes import KubernetesFollower
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +37,15 @@ def add_parsers(sub: Any) -> None:
         "--slurm-json",
         metavar="FILE",
         nargs="+",
-        required=True,
+        default=[],
         help="slurmrestd or CLI bodies (jobs, nodes, reservations; squeue/sinfo/sacct --json), one poll each",
+    )
+    i.add_argument(
+        "--kubernetes-json",
+        metavar="FILE",
+        nargs="+",
+        default=[],
+        help="PodList or NodeList bodies (`kubectl get pods -A -o json`, `kubectl get nodes -o json`), one poll each",
     )
     i.add_argument("--out", metavar="FILE", required=True, help="the events file to write (JSON lines)")
     i.add_argument(
@@ -68,14 +78,18 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from aiops.cli import CliError
-    from context.scheduler.slurm import SlurmFormatError
     from context.scheduler.sources import read_recorded
 
+    if bool(args.slurm_json) == bool(args.kubernetes_json):
+        raise CliError("give recorded bodies of one scheduler: --slurm-json FILE... or --kubernetes-json FILE...")
     try:
-        snaps = read_recorded([Path(p) for p in args.slurm_json], args.at)
-    except (OSError, SlurmFormatError) as exc:
+        if args.slurm_json:
+            snaps, name = read_recorded([Path(p) for p in args.slurm_json], args.at), "slurm"
+        else:
+            snaps, name = _recorded_kubernetes([Path(p) for p in args.kubernetes_json], args.at), "kubernetes"
+    except (OSError, ValueError) as exc:  # SlurmFormatError and KubernetesFormatError are ValueErrors
         raise CliError(str(exc)) from None
-    tracker = Tracker("slurm")
+    tracker = Tracker(name)
     events: list[dict[str, Any]] = []
     for snap in snaps:
         events += tracker.update(snap)
@@ -83,8 +97,23 @@ def cmd_import(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
-    print(f"{out}: {summary(events)} from {len(snaps)} Slurm bodies")
+    print(f"{out}: {summary(events)} from {len(snaps)} {'Slurm' if name == 'slurm' else 'Kubernetes'} bodies")
     return 0
+
+
+def _recorded_kubernetes(paths: list[Path], at: float | None) -> list[Snapshot]:
+    """Recorded PodList/NodeList bodies as snapshots in time order, each dated `at` or its file's
+    modification time (a list carries no time of its own)."""
+    from context.scheduler.kubernetes import read_nodes, read_pods
+
+    snaps = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        now = at if at is not None else path.stat().st_mtime
+        if not isinstance(doc, dict):
+            raise ValueError(f"{path}: not a Kubernetes list")
+        snaps.append(read_nodes(doc, now) if doc.get("kind") == "NodeList" else read_pods(doc, now))
+    return sorted(snaps, key=lambda s: s.time)
 
 
 def summary(events: Iterable[dict[str, Any]]) -> str:
@@ -243,11 +272,29 @@ def cmd_follow(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kubernetes(args: argparse.Namespace) -> Source:
-    from aiops.cli import CliError
+class KubernetesSource:
+    """The Kubernetes follower (pods and nodes listed, then watched, in threads of its own), read
+    as a snapshot at each poll: what happened between polls is kept by the follower."""
 
-    try:
-        from context.scheduler.kubernetes import follower_source
-    except ImportError as exc:
-        raise CliError(f"the Kubernetes source is not available: {exc}") from None
-    return follower_source(args.kubernetes, args.kubernetes_token_file, args.kubernetes_ca, args.pod_resources)
+    def __init__(self, follower: KubernetesFollower) -> None:
+        self.follower = follower.start()
+
+    def read(self) -> Snapshot:
+        from context.scheduler.sources import SchedulerUnavailableError
+
+        snap = self.follower.snapshot()
+        if not snap.parts:
+            raise SchedulerUnavailableError(f"the API server at {self.follower.api.config.server} has not listed yet")
+        return snap
+
+
+def _kubernetes(args: argparse.Namespace) -> Source:
+    from context.scheduler.kubernetes import ApiConfig, KubernetesFollower, PodResourcesFolder
+
+    config = ApiConfig(
+        args.kubernetes,
+        Path(args.kubernetes_token_file) if args.kubernetes_token_file else None,
+        Path(args.kubernetes_ca) if args.kubernetes_ca else None,
+    )
+    devices = PodResourcesFolder(Path(args.pod_resources)) if args.pod_resources else None
+    return KubernetesSource(KubernetesFollower(config, devices=devices))

@@ -150,11 +150,15 @@ class Schedule:
             by_node = None if held is None else {str(n): tuple(int(i) for i in ix) for n, ix in held.items()}
             gpus = int(e["gpus"]) if "gpus" in e else (sum(map(len, by_node.values())) if by_node else 8 * len(nodes))
             job = Job(str(e["job"]), nodes, gpus, start, gpus_by_node=by_node)
-            if job.job in self.jobs:  # said again (a follower replaying): the first word stands
-                return
+            known = self.jobs.get(job.job)
+            if known is not None and not (math.isfinite(known.end) and job.start >= known.end):
+                return  # said again (a follower replaying): the first word stands
+            # new, or a name come back after its job ended (a recreated pod): the latest is kept
             self.jobs[job.job] = job
             for n in nodes:
-                self.by_node.setdefault(n, []).append(job.job)
+                held = self.by_node.setdefault(n, [])
+                if job.job not in held:
+                    held.append(job.job)
         elif kind == "job_end" and str(e.get("job")) in self.jobs:
             self.jobs[str(e["job"])].end = float(e["time"])
         elif kind == "maintenance":
@@ -207,8 +211,9 @@ class NodeJobs:
     are per distinct node, plus one dictionary read per GPU where jobs hold GPU indices."""
 
     def __init__(self, schedule: Schedule | None = None) -> None:
-        self._changes: list[tuple[float, int, str]] = []  # (time, 1 start / 0 end, job), sorted
-        self._jobs: dict[str, Job] = {}
+        self._changes: list[tuple[float, int, str]] = []  # (time, 1 start / 0 end, job key), sorted
+        self._jobs: dict[str, Job] = {}  # by incarnation ("<job>@<start>")
+        self._latest: dict[str, str] = {}  # job name -> its latest incarnation
         self._next = 0
         self._t = -math.inf
         self.whole: dict[str, list[str]] = {}  # node -> jobs holding it without GPU indices
@@ -216,13 +221,13 @@ class NodeJobs:
         for job in (schedule or Schedule()).jobs.values():
             self._add_job(Job(job.job, job.nodes, job.gpus, job.start, job.end, job.gpus_by_node))
             if math.isfinite(job.end):
-                self._insert((job.end, 0, job.job))
+                self._insert((job.end, 0, self._latest[job.job]))
 
     def __bool__(self) -> bool:
         return bool(self._changes)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if "by_gpu" not in state:  # a checkpoint from before jobs held GPUs: the events say it again
+        if "_latest" not in state:  # a checkpoint from before jobs held GPUs: the events say it again
             self.__init__()  # type: ignore[misc]
             return
         self.__dict__.update(state)
@@ -234,17 +239,20 @@ class NodeJobs:
             one = Schedule()
             one.add(dict(e))
             for job in one.jobs.values():
-                if job.job not in self._jobs:
-                    self._add_job(job)
-        elif kind == "job_end" and str(e.get("job")) in self._jobs:
-            name = str(e["job"])
-            if not math.isfinite(self._jobs[name].end):  # said twice: the first end stands
-                self._jobs[name].end = float(e["time"])
-                self._insert((float(e["time"]), 0, name))
+                known = self.job(job.job)
+                if known is None or (math.isfinite(known.end) and job.start >= known.end):
+                    self._add_job(job)  # new, or its name come back after it ended
+        elif kind == "job_end" and str(e.get("job")) in self._latest:
+            key = self._latest[str(e["job"])]
+            if not math.isfinite(self._jobs[key].end):  # said twice: the first end stands
+                self._jobs[key].end = float(e["time"])
+                self._insert((float(e["time"]), 0, key))
 
     def _add_job(self, job: Job) -> None:
-        self._jobs[job.job] = job
-        self._insert((job.start, 1, job.job))
+        key = f"{job.job}@{job.start!r}"  # one incarnation of the name
+        self._jobs[key] = job
+        self._latest[job.job] = key
+        self._insert((job.start, 1, key))
 
     def _insert(self, change: tuple[float, int, str]) -> None:
         at = bisect.bisect(self._changes, change)
@@ -254,8 +262,9 @@ class NodeJobs:
             self._next += 1
 
     def _apply(self, change: tuple[float, int, str]) -> None:
-        _, starts, name = change
-        job = self._jobs[name]
+        _, starts, key = change
+        job = self._jobs[key]
+        name = job.job
         for node in job.nodes:
             indices = None if job.gpus_by_node is None else job.gpus_by_node.get(node, ())
             if indices is None:
@@ -284,7 +293,9 @@ class NodeJobs:
             self._next += 1
 
     def job(self, name: str) -> Job | None:
-        return self._jobs.get(name)
+        """The latest incarnation of the job of that name."""
+        key = self._latest.get(name)
+        return None if key is None else self._jobs[key]
 
     def at(self, t: float, nodes: NDArray[np.object_], gpus: NDArray[np.object_] | None = None) -> NDArray[np.object_]:
         """The job of each GPU row at t ("idle" when none holds it), from its node and its GPU
@@ -309,7 +320,7 @@ class NodeJobs:
 
     def nodes_only(self, name: str) -> bool:
         """Did the scheduler name only the nodes of this job (no GPU indices)?"""
-        job = self._jobs.get(name)
+        job = self.job(name)
         return job is not None and job.gpus_by_node is None
 
 

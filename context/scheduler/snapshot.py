@@ -91,8 +91,17 @@ def job_start_event(job: JobSeen, source: str) -> dict[str, Any]:
     return event
 
 
-def job_end_event(job: str, at: float, reason: str, source: str) -> dict[str, Any]:
-    return {"id": f"job_end:{job}", "time": at, "type": "job_end", "job": job, "reason": reason, "source": source}
+def job_end_event(job: str, start: float, at: float, reason: str, source: str) -> dict[str, Any]:
+    """The end of the job that started at `start` (a name can come back: a pod recreated by its
+    StatefulSet, a Slurm job id reused after the controller's state was reset)."""
+    return {
+        "id": f"job_end:{job}:{start:.0f}",
+        "time": at,
+        "type": "job_end",
+        "job": job,
+        "reason": reason,
+        "source": source,
+    }
 
 
 class Tracker:
@@ -158,13 +167,13 @@ class Tracker:
     def _jobs(self, snap: Snapshot) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for job in snap.jobs.values():
-            if job.job not in self.started and f"job_end:{job.job}" not in self.said:
+            if job.job not in self.started and f"job_end:{job.job}:{job.start:.0f}" not in self.said:
                 out.append(job_start_event(job, self.source))
             if job.end is not None:
-                out.append(job_end_event(job.job, job.end, job.end_reason or "completed", self.source))
+                out.append(job_end_event(job.job, job.start, job.end, job.end_reason or "completed", self.source))
         # a job that left the scheduler's list without an end we saw ended by the time we looked
         for gone in sorted(set(self.started) - set(snap.jobs)):
-            out.append(job_end_event(gone, snap.time, "gone", self.source))
+            out.append(job_end_event(gone, self.started[gone], snap.time, "gone", self.source))
         return out
 
     def _nodes(self, snap: Snapshot) -> list[dict[str, Any]]:
@@ -181,7 +190,8 @@ class Tracker:
                 "type": "node_state",
                 "nodes": [name],
                 "state": state,
-                "reason": seen.reason if seen is not None else "",
+                # a node gone from the scheduler's list (scaled down, replaced) is no longer drained
+                "reason": seen.reason if seen is not None else "no longer listed by the scheduler",
                 "source": self.source,
             }
             out.append(event)
