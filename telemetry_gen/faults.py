@@ -207,7 +207,8 @@ def _runs_job(
     node = _node_of(topology, root_kind, root)
     if node is None:
         return True
-    j = int(workload.node_job(t)[node])
+    # a GPU's own job (jobs may share a node); anything else of a node: the node's job
+    j = int(workload.gpu_job(t)[topology.ids["gpu"].index(root)] if root_kind == "gpu" else workload.node_job(t)[node])
     return j >= 0 and workload.jobs[j].end > end and len(workload.jobs[j].nodes) >= 2 and doomed.get(j, end) >= end
 
 

@@ -24,7 +24,7 @@ from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services
 
-GEN = ["--gpus", "256", "--hours", "1", "--interval", "30", "--seed", "9", "--job-shapes", "gpus"]
+GEN = ["--gpus", "256", "--hours", "2", "--interval", "30", "--seed", "12", "--job-shapes", "gpus"]
 FAULTS = ["--faults", "gpu_straggler=2,gpu_fell_off_bus=1,leaf_down=1"]
 CHUNKS = 4
 TOPICS = ("telemetry_topic", "anomalies_topic", "predictions_topic", "incidents_topic", "notices_topic")
