@@ -51,9 +51,7 @@ def test_the_follower_says_what_slurm_holds_once(
     events = _follow(site, out, tmp_path, *how)
     starts = {e["job"]: e for e in events if e["type"] == "job_start"}
     one, pair = scenario.jobs["one"], scenario.jobs["pair"]
-    assert {k: v for k, v in starts[one]["gpus_by_node"].items()} == {
-        n: list(ix) for n, ix in site.gpu_indices(one).items()
-    }
+    assert starts[one]["gpus_by_node"] == {n: list(ix) for n, ix in site.gpu_indices(one).items()}
     assert starts[pair]["gpus_by_node"] == {n: list(ix) for n, ix in site.gpu_indices(pair).items()}
     drains = [e for e in events if e["type"] == "node_state"]
     assert [(e["nodes"], e["state"], e["reason"]) for e in drains] == [(["gpu04"], "drain", "ECC memory error")]
