@@ -157,7 +157,12 @@ class PrecursorFeatures:
         k.avg("sbe_per_h_30m", 30 * MINUTE).update(t, rows, rate[:, 0] * HOUR)
         k.avg("sbe_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 0] * HOUR)
         k.avg("remap_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 1] * HOUR)
-        node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
+        # node-mates doing the same work: a busy GPU beside idle ones (a 4-GPU job on an 8-GPU
+        # node) runs hotter than they do without creeping; where jobs hold whole nodes, or the
+        # job is unknown (""), this is the node alone
+        job = frame.tag("job")
+        mates = frame.tag("node") + np.where(job == "", "", "\x00" + job)
+        node = np.unique(mates, return_inverse=True)[1].astype(np.int64)
         values = np.column_stack([_col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")])
         _, median = robust_z(values, node, min_size=2)
         resid = values - median

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,13 @@ def _roots(incidents: list[dict[str, Any]]) -> set[str]:
     return {i["root_cause"]["entity"] for i in incidents if i["status"] != "warning"}
 
 
-def test_live_events_topic_gives_the_offline_incidents(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["one-daemon", "restarted-midway"])
+def test_live_events_topic_gives_the_offline_incidents(
+    kafka_settings: KafkaSettings, tmp_path: Path, restart: bool
+) -> None:
+    """`restarted-midway`: the daemon is stopped (SIGTERM: it checkpoints) after half the history
+    and started again; what it heard of the schedule comes back with its checkpoint, and it reads
+    the events topic on from where the checkpoint says."""
     recorded = tmp_path / "recorded"
     assert main(["gen", *GEN, *FAULTS, "--out", str(recorded)]) == 0
     truth = [json.loads(line) for line in (recorded / "truth.jsonl").read_text().splitlines() if line]
@@ -86,12 +94,15 @@ def test_live_events_topic_gives_the_offline_incidents(kafka_settings: KafkaSett
     env = {**os.environ, **{f"AIOPS_KAFKA__{k.upper()}": getattr(kafka_settings, k) for k in TOPICS}}
     env["AIOPS_KAFKA__EVENTS_TOPIC"] = kafka_settings.events_topic
     env["AIOPS_KAFKA__DEADLETTER_TOPIC"] = kafka_settings.deadletter_topic
+    env["AIOPS_CHECKPOINT_EVERY_S"] = "2"
+    log = tmp_path / "restarted.log"
     from ingest.kafka_io import ensure_topics
 
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)
     command = [sys.executable, "-m", "aiops.cli", "run", "--kafka", kafka_settings.bootstrap, "--no-predict"]
     command += ["--topology", str(recorded / "topology.json"), "--interval", "30", "--stop-when-idle", "20"]
-    daemon = subprocess.Popen([*command, "--group", kafka_settings.ingest_group + "-run"], env=env)
+    command += ["--group", kafka_settings.ingest_group + "-run"]
+    daemon = subprocess.Popen(command, env=env)
     try:
         sink = KafkaSink(kafka_settings.bootstrap, kafka_settings.events_topic, lambda: False)
         lines = _lines_by_time(recorded / "telemetry.lp")
@@ -104,19 +115,17 @@ def test_live_events_topic_gives_the_offline_incidents(kafka_settings: KafkaSett
             said += len(due)
             chunk = tmp_path / f"chunk{i}.lp"
             chunk.write_bytes(b"".join(line for t, line in lines if (edges[i - 1] if i else 0.0) <= t < edge))
-            assert (
-                main(
-                    [
-                        "produce",
-                        str(chunk),
-                        "--kafka",
-                        kafka_settings.bootstrap,
-                        "--topic",
-                        env["AIOPS_KAFKA__TELEMETRY_TOPIC"],
-                    ]
-                )
-                == 0
-            )
+            produce = ["produce", str(chunk), "--kafka", kafka_settings.bootstrap]
+            assert main([*produce, "--topic", kafka_settings.telemetry_topic]) == 0
+            if restart and i == CHUNKS // 2 - 1:
+                checkpoint = Path(env["AIOPS_STATE_DIR"]) / f"run-{kafka_settings.ingest_group}-run.ckpt"
+                deadline = time.monotonic() + 300
+                while not checkpoint.is_file() and time.monotonic() < deadline:  # running, handlers set
+                    time.sleep(0.5)
+                daemon.send_signal(signal.SIGTERM)
+                assert daemon.wait(timeout=300) == 0
+                with log.open("wb") as err:  # the child holds its own copy
+                    daemon = subprocess.Popen(command, env=env, stderr=err)
         sink.close()
         assert said == len(events)
         assert daemon.wait(timeout=600) == 0
@@ -134,3 +143,5 @@ def test_live_events_topic_gives_the_offline_incidents(kafka_settings: KafkaSett
     streamed = [json.loads(m.value) for m in consumer]
     consumer.close()
     assert incident_differences(by_incident(streamed), by_incident(offline)) == []
+    if restart:
+        assert "resuming from the checkpoint" in log.read_text()
