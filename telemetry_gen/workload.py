@@ -7,6 +7,7 @@ carries the speed; every member shows it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,56 +116,49 @@ class Workload:
         return min(hits) if hits else None
 
     def _fill(self, free_at: NDArray[np.float64], t: float, first: bool) -> None:
-        target = int(self.nodes * (0.9 if first else 0.85))
-        while True:
-            free = np.flatnonzero(free_at <= t)
-            busy = self.nodes - len(free)
-            if busy >= target or not len(free):
-                return
+        """Jobs of whole nodes, `free_at` per node: contiguous free nodes if there are enough in
+        a row (locality), else the first free ones."""
+
+        def pick(free: NDArray[np.bool_]) -> tuple[NDArray[np.int64], NDArray[np.int64], None]:
+            idle = np.flatnonzero(free)
             size = int(self.rng.choice(JOB_NODE_SIZES, p=JOB_SIZE_WEIGHTS / JOB_SIZE_WEIGHTS.sum()))
-            size = min(size, len(free))
-            # contiguous free nodes if there are enough in a row (locality), else the first free ones
-            runs = np.split(free, np.flatnonzero(np.diff(free) != 1) + 1)
-            block = next((r[:size] for r in runs if len(r) >= size), free[:size])
-            start = t - float(self.rng.uniform(0, 6 * HOUR)) if first else t + float(self.rng.uniform(0, 600))
-            duration = float(np.clip(self.rng.exponential(6 * HOUR), 0.5 * HOUR, 24 * HOUR))
-            end = start + duration
-            if first and end <= t:
-                end = t + float(self.rng.uniform(600, 6 * HOUR))
-            reason = "completed"
-            drains = [d for n in block.tolist() if (d := self._drained(n, start, end)) is not None]
-            if drains:
-                end, reason = min(drains), "maintenance drain"
-                if end <= start:
-                    free_at[block] = end + MAINTENANCE_S
-                    continue
-            job = Job(
-                id=f"job-{self._next_job:05d}",
-                nodes=block.astype(np.int64),
-                start=start,
-                end=end,
-                checkpoint_period=float(self.rng.uniform(900, 1800)),
-                checkpoint_phase=float(self.rng.uniform(0, 1800)),
-                intensity=float(self.rng.uniform(0.8, 1.0)),
-                end_reason=reason,
-            )
-            self._next_job += 1
-            self.jobs.append(job)
-            free_at[block] = end + float(self.rng.uniform(120, 900))
+            size = min(size, len(idle))
+            runs = np.split(idle, np.flatnonzero(np.diff(idle) != 1) + 1)
+            block = next((r[:size] for r in runs if len(r) >= size), idle[:size])
+            return block, block, None
+
+        self._fill_with(free_at, t, first, pick)
 
     def _fill_gpus(self, free_at: NDArray[np.float64], t: float, first: bool) -> None:
-        """As `_fill`, GPU by GPU: whole free nodes for a job's full nodes, and its remainder on
-        the node with the fewest free GPUs that still fits it (best fit, as Slurm's cons_tres
-        packs), so small jobs share nodes and big ones leave part of their last node free."""
+        """Jobs of any GPU count, `free_at` per GPU: whole free nodes for a job's full nodes, and
+        its remainder on the node with the fewest free GPUs that still fits it (best fit, as
+        Slurm's cons_tres packs), so small jobs share nodes and big ones leave part of their last
+        node free."""
+
+        def pick(free: NDArray[np.bool_]) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+            size = int(self.rng.choice(JOB_GPU_SIZES, p=JOB_GPU_WEIGHTS / JOB_GPU_WEIGHTS.sum()))
+            gpus = self._place(free.reshape(-1, GPUS_PER_NODE), min(size, int(free.sum())))
+            return gpus, np.unique(gpus // GPUS_PER_NODE), gpus
+
+        self._fill_with(free_at, t, first, pick)
+
+    def _fill_with(
+        self,
+        free_at: NDArray[np.float64],
+        t: float,
+        first: bool,
+        pick: Callable[[NDArray[np.bool_]], tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64] | None]],
+    ) -> None:
+        """Jobs until the cluster is ~90% busy at start (jobs already running) or ~85% after;
+        `pick` chooses a job's size and place among the free cells of `free_at` (nodes or GPUs):
+        the cells it takes, its nodes, and its GPUs (None: all of its nodes')."""
         total = len(free_at)
         target = int(total * (0.9 if first else 0.85))
         while True:
             free = free_at <= t
             if total - int(free.sum()) >= target or not free.any():
                 return
-            size = int(self.rng.choice(JOB_GPU_SIZES, p=JOB_GPU_WEIGHTS / JOB_GPU_WEIGHTS.sum()))
-            gpus = self._place(free.reshape(-1, GPUS_PER_NODE), min(size, int(free.sum())))
-            nodes = np.unique(gpus // GPUS_PER_NODE)
+            cells, nodes, gpus = pick(free)
             start = t - float(self.rng.uniform(0, 6 * HOUR)) if first else t + float(self.rng.uniform(0, 600))
             duration = float(np.clip(self.rng.exponential(6 * HOUR), 0.5 * HOUR, 24 * HOUR))
             end = start + duration
@@ -175,7 +169,7 @@ class Workload:
             if drains:
                 end, reason = min(drains), "maintenance drain"
                 if end <= start:
-                    free_at[gpus] = end + MAINTENANCE_S
+                    free_at[cells] = end + MAINTENANCE_S
                     continue
             self.jobs.append(
                 Job(
@@ -187,11 +181,11 @@ class Workload:
                     checkpoint_phase=float(self.rng.uniform(0, 1800)),
                     intensity=float(self.rng.uniform(0.8, 1.0)),
                     end_reason=reason,
-                    gpus=gpus.astype(np.int64),
+                    gpus=None if gpus is None else gpus.astype(np.int64),
                 )
             )
             self._next_job += 1
-            free_at[gpus] = end + float(self.rng.uniform(120, 900))
+            free_at[cells] = end + float(self.rng.uniform(120, 900))
 
     @staticmethod
     def _place(free: NDArray[np.bool_], size: int) -> NDArray[np.int64]:
