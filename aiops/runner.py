@@ -231,7 +231,9 @@ class Pipeline:
         as it is taken."""
         notices, self.detect.notices = self.detect.notices, []
         for n in notices:
-            (log.info if n.status == "detectable" else log.warning)("%s: %s", n.kind, n.message)
+            # what the schedule says of a job's GPUs is routine at a large site: said, not warned
+            quiet = n.status == "detectable" or n.kind == "schedule"
+            (log.info if quiet else log.warning)("%s: %s", n.kind, n.message)
         return notices
 
     def coverage(self) -> list[dict[str, Any]]:

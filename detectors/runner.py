@@ -345,7 +345,7 @@ class DetectLoop:
             self.idle_told.add(key)
             message = (
                 f"{node}: held by jobs {', '.join(jobs)}, and the scheduler names only nodes, not which GPUs "
-                "each holds; its GPUs are left out of both jobs' cohorts"
+                "each holds; its GPUs are left out of their cohorts"
             )
             self.notices.append(Notice(t, "schedule", node, "shared_node", message, {"jobs": list(jobs)}))
 
