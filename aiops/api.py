@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi.responses import HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,6 +36,11 @@ from aiops.incident_index import Query as IncidentQuery
 from notify.config import Match
 from notify.service import Notifier
 from notify.silences import SilenceStore
+from rca.graph import TopologyGraph
+from show.page import grafana_links, render_incident, render_list
+from show.series import WINDOW_S, InfluxSeries, from_evidence, key_series
+from show.topology_svg import Picture, neighbourhood
+from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,17 @@ class ApiOptions:
     host: str
     port: int  # 0: any free port (tests)
     token: SecretStr | None
+    influx: InfluxSettings | None = None  # where the incident pages read their series, if written
+
+
+@dataclass
+class PageContext:
+    """What the incident pages draw from besides the index: the topology the daemon runs with
+    (set once loaded, replaced on a reload), the series store, Grafana's address."""
+
+    graph: TopologyGraph | None = None
+    series: InfluxSeries | None = None
+    grafana_url: str | None = None
 
 
 @dataclass
@@ -158,6 +176,7 @@ def build_app(
     notifier: Notifier | None,
     token: str | None,
     request_resolve: Callable[[str], None],
+    pages: PageContext | None = None,
 ) -> FastAPI:
     app = FastAPI(title="aiops", summary="Incidents, silences and health of the GPU-cluster AIOps daemon")
     registry = CollectorRegistry(auto_describe=True)
@@ -229,6 +248,32 @@ def build_app(
         request_resolve(incident_id)
         return incident(incident_id)
 
+    shown = pages or PageContext()
+
+    @app.get("/incidents", response_class=HTMLResponse)
+    def incidents_page(
+        status: str | None = None,
+        severity: str | None = None,
+        kind: str | None = None,
+        entity: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> HTMLResponse:
+        """The incidents as a page, with the API's filters."""
+        rows = index.find(IncidentQuery(status, severity, kind, entity, since, until, limit))
+        given = {"status": status, "severity": severity, "kind": kind, "entity": entity}
+        filters = ", ".join(f"{k} {v}" for k, v in given.items() if v)
+        return HTMLResponse(render_list(rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters))
+
+    @app.get("/incidents/{incident_id}", response_class=HTMLResponse)
+    def incident_page(incident_id: str) -> HTMLResponse:
+        """What a notification links to: the incident page (show/page.py)."""
+        found = index.get(incident_id)
+        if found is None:
+            raise HTTPException(404, f"no incident {incident_id}")
+        return HTMLResponse(incident_html(found, index.history(incident_id), shown))
+
     @app.get("/api/silences")
     def list_silences() -> list[dict[str, Any]]:
         now = time.time()
@@ -255,6 +300,41 @@ def build_app(
         return expired.record(time.time())
 
     return app
+
+
+def incident_html(record: dict[str, Any], history: list[dict[str, Any]], pages: PageContext) -> str:
+    """The page of one incident as the daemon knows it now."""
+    root = str(record["root_cause"]["entity"])
+    g = pages.graph
+    picture = (
+        neighbourhood(g, root, record.get("affected", [])) if g is not None else Picture([("root", [root])], root=root)
+    )
+    keys = key_series(record)
+    opened = float(record["opened"])
+    series = {}
+    source = "evidence (no InfluxDB configured)"
+    if pages.series is not None and g is not None:
+        kinds = {e: g.kind(e) for e, _ in keys if e in g}
+        series = pages.series.get(kinds, keys, opened - WINDOW_S, opened + WINDOW_S)
+        source = "InfluxDB"
+    if not any(series.values()):
+        series, source = {k: v for k, v in from_evidence(record).items() if k in keys}, "evidence"
+    node = g.node_of(root) if g is not None and root in g else None
+    switch = (
+        g.switch_of(root) if g is not None and root in g and g.kind(root) in ("leaf", "spine", "port", "nic") else None
+    )
+    rack = g.ancestor(root, "rack") if g is not None and root in g and g.kind(root) != "rack" else None
+    return render_incident(
+        record,
+        picture,
+        series,
+        history,
+        job_gpus=record.get("job_gpus"),
+        live=True,
+        index_href="/incidents",
+        grafana=grafana_links(pages.grafana_url, node, switch, rack),
+        series_source=source,
+    )
 
 
 class ApiServer:

@@ -34,6 +34,15 @@ CREATE TABLE IF NOT EXISTS incidents (
     resolve_at REAL,
     resolve_comment TEXT
 );
+CREATE TABLE IF NOT EXISTS history (  -- every state published, for the incident page
+    id TEXT NOT NULL,
+    updated REAL NOT NULL,
+    status TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    root TEXT NOT NULL,
+    gpus_hit INTEGER NOT NULL,
+    PRIMARY KEY (id, updated, status)
+);
 CREATE INDEX IF NOT EXISTS incidents_updated ON incidents (updated);
 CREATE INDEX IF NOT EXISTS incidents_status ON incidents (status);
 """
@@ -81,7 +90,12 @@ class IncidentIndex:
             )
         if not rows:
             return
+        kept: list[tuple[Any, ...]] = [
+            (r[0], r[6], r[1], r[2], r[4], int(json.loads(str(r[8])).get("gpus_hit") or 0)) for r in rows
+        ]
         with self._lock:
+            # a restarted daemon publishes some states again: the same state is kept once
+            self._db.executemany("INSERT OR IGNORE INTO history VALUES (?, ?, ?, ?, ?, ?)", kept)
             self._db.executemany(
                 "INSERT INTO incidents (id, status, severity, kind, entity, opened, updated, resolved, record) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
@@ -122,6 +136,16 @@ class IncidentIndex:
             names = [d[0] for d in cur.description]
             row = cur.fetchone()
         return _shown(dict(zip(names, row, strict=True))) if row else None
+
+    def history(self, incident_id: str) -> list[dict[str, Any]]:
+        """Every state of an incident, oldest first."""
+        with self._lock:
+            cur = self._db.execute(
+                "SELECT updated, status, severity, root, gpus_hit FROM history WHERE id = ? ORDER BY updated, status",
+                (incident_id,),
+            )
+            rows = cur.fetchall()
+        return [dict(zip(("updated", "status", "severity", "root", "gpus_hit"), row, strict=True)) for row in rows]
 
     def acknowledge(self, incident_id: str, by: str, comment: str) -> bool:
         with self._lock:

@@ -394,14 +394,21 @@ def run_kafka(
     index: IncidentIndex | None = None
     to_close: deque[str] = deque()
     server = None  # served from the start: /healthz while it waits for the broker
+    pages = None  # what the incident pages draw from (the graph, once loaded)
     if api is not None:
-        from aiops.api import ApiServer, DaemonMetrics, build_app
+        from aiops.api import ApiServer, DaemonMetrics, PageContext, build_app
+        from show.series import InfluxSeries
 
         metrics = DaemonMetrics()
         index = IncidentIndex(state_dir / f"incidents-{settings.run_group}.sqlite" if state_dir else None)
         to_close.extend(index.operator_resolved())  # asked for before a restart: closed if still open
         token = api.token.get_secret_value() if api.token else None
-        server = ApiServer(build_app(index, metrics, notifier, token, to_close.append), api.host, api.port)
+        influx = api.influx
+        pages = PageContext(
+            series=InfluxSeries(influx.url, influx.database, influx.token.get_secret_value()) if influx else None,
+            grafana_url=notifier.router.config.grafana_url if notifier is not None else None,
+        )
+        server = ApiServer(build_app(index, metrics, notifier, token, to_close.append, pages), api.host, api.port)
         server.start()
     live: list[TelemetryConsumer] = []  # the consumer, once there is one
 
@@ -432,6 +439,8 @@ def run_kafka(
     # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
     born = guarded(lambda: until_reachable(lambda: read_incarnation(settings.bootstrap, topics), stopping))
     graph = guarded(lambda: TopologyGraph.load(topology))
+    if pages is not None:
+        pages.graph = graph
     watched = TopologyFile(topology)  # a re-imported topology is taken without a restart
     topology_json: dict[str, Any] = json.loads(topology.read_text())
     if notifier is not None and notifier.router.locate is None:
@@ -568,6 +577,8 @@ def run_kafka(
             return
         pipeline.reload(new_graph, data, topology_json, digest)
         graph, topology_json = new_graph, data
+        if pages is not None:
+            pages.graph = graph
         if notifier is not None:
             notifier.router.locate = topology_locate(graph)
 

@@ -92,6 +92,7 @@ class Incident:
             "affected": list(self.affected)[:MAX_AFFECTED],
             "affected_count": len(self.affected),
             "jobs": self.jobs,
+            "job_gpus": {j: self.job_gpus[j] for j in self.jobs if j in self.job_gpus},  # the GPUs each holds
             "gpus_hit": self.gpus_hit,
             "evidence": self.evidence,
             "evidence_count": self.evidence_count,

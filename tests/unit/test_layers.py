@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("vocab", "ingest", "context", "detectors", "rca", "notify", "telemetry_gen", "aiops")
+PACKAGES = ("vocab", "ingest", "context", "detectors", "rca", "notify", "show", "telemetry_gen", "aiops")
 
 
 def _module_name(path: Path) -> str:
@@ -80,7 +80,7 @@ def _offenders(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]
 STAGES_MUST_NOT_IMPORT = ("telemetry_gen", "aiops")
 
 
-@pytest.mark.parametrize("stage", ["ingest", "context", "detectors", "rca", "notify"])
+@pytest.mark.parametrize("stage", ["ingest", "context", "detectors", "rca", "notify", "show"])
 def test_stages_import_neither_the_generator_nor_the_program(stage: str) -> None:
     assert _offenders(stage, STAGES_MUST_NOT_IMPORT) == {}
 
@@ -105,10 +105,15 @@ def test_notifications_read_incident_records_not_the_stages_before_them() -> Non
     assert _offenders("notify", ("ingest", "detectors", "rca")) == {}
 
 
+def test_pages_read_records_the_topology_and_telemetry_not_detection() -> None:
+    # the incident page and the report draw what the engine wrote; they run no detector
+    assert _offenders("show", ("detectors", "notify")) == {}
+
+
 def test_the_generator_is_a_telemetry_source_and_nothing_more() -> None:
     # it writes the wire format with ingest's codec and frames, like a collector; it knows
     # nothing of detection, root causes or the program
-    assert _offenders("telemetry_gen", ("detectors", "rca", "notify", "aiops")) == {}
+    assert _offenders("telemetry_gen", ("detectors", "rca", "notify", "show", "aiops")) == {}
 
 
 def test_the_walk_sees_imports_inside_functions() -> None:

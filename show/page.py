@@ -1,0 +1,142 @@
+"""The incident page: what an on-call engineer acts from. The root cause and the action first,
+then the topology around the root (sick entities filled, the root outlined), the ranked
+candidates with the evidence for each, sparklines of the series that tripped, the blast radius,
+the history of states with the warning that came before, and the actions (acknowledge, resolve,
+silence) with links to Grafana.
+
+Server-rendered (Jinja2, autoescaped: entity ids come from the site's inventory), every style and
+script inline, pictures as inline SVG: the page fetches nothing, from anywhere. The actions need
+the API token; the page never holds it: the engineer types it into the form, and the page's script
+sends it as the `Authorization` header of that one request (a site whose proxy adds the header
+can leave the field empty).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from importlib.resources import files
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from show.spark import sparkline
+from show.topology_svg import Picture, to_svg
+
+_ENV = Environment(
+    loader=PackageLoader("show", "templates"), autoescape=select_autoescape(default=True, default_for_string=True)
+)
+STYLE = (files("show") / "templates" / "page.css").read_text()
+SCRIPT = (files("show") / "templates" / "actions.js").read_text()
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes = abs(seconds) / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+_ENV.filters["when"] = _when
+_ENV.filters["ago"] = _ago
+
+
+def _why(candidate: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]], affected: set[str]) -> str:
+    """What speaks for a candidate, in words: its own evidence, or how many symptoms it reaches."""
+    entity = str(candidate["entity"])
+    own = [e for e in evidence if e.get("entity") == entity]
+    if own:
+        metrics = sorted({str(e.get("metric")) for e in own})
+        return f"its own {', '.join(metrics)} ({len(own)} samples)"
+    if entity in affected:
+        return "shows symptoms itself"
+    return "explains symptoms of the entities that depend on it"
+
+
+def render_incident(
+    record: Mapping[str, Any],
+    picture: Picture,
+    series: Mapping[tuple[str, str], list[tuple[float, float]]],
+    history: Sequence[Mapping[str, Any]] = (),
+    job_gpus: Mapping[str, int] | None = None,
+    live: bool = False,
+    api_base: str = "",
+    index_href: str = "index.html",
+    grafana: Sequence[tuple[str, str]] = (),
+    series_source: str = "telemetry",
+    rates: frozenset[tuple[str, str]] = frozenset(),
+) -> str:
+    affected = set(record.get("affected", []))
+    candidates = [{**c, "why": _why(c, record.get("evidence", []), affected)} for c in record.get("candidates", [])]
+    onset = float(record["opened"])
+    sparks = [
+        {
+            "entity": entity,
+            "metric": metric,
+            "svg": Markup(sparkline(points, onset, "")),
+            "source": series_source,
+            "rate": (entity, metric) in rates,
+        }
+        for (entity, metric), points in series.items()
+    ]
+    jobs = [{"job": j, "gpus": (job_gpus or {}).get(j)} for j in record.get("jobs", [])]
+    shown_history = list(history) or [
+        {
+            "updated": record["updated"],
+            "status": record["status"],
+            "severity": record["severity"],
+            "root": record["root_cause"]["entity"],
+            "gpus_hit": record.get("gpus_hit", 0),
+        }
+    ]
+    return _ENV.get_template("incident.html").render(
+        r=record,
+        picture=Markup(to_svg(picture)),
+        sick_count=len(picture.sick),
+        candidates=candidates,
+        sparks=sparks,
+        jobs=jobs,
+        history=shown_history,
+        live=live,
+        api_base=api_base,
+        index_href=index_href,
+        grafana=list(grafana),
+        style=Markup(STYLE),
+        script=Markup(SCRIPT),
+    )
+
+
+def render_list(rows: Sequence[Mapping[str, Any]], href: Any, title: str = "Incidents", filters: str = "") -> str:
+    return _ENV.get_template("list.html").render(
+        rows=rows,
+        href=href,
+        title=title,
+        filters=filters,
+        style=Markup(STYLE),
+    )
+
+
+def grafana_links(base: str | None, node: str | None, switch: str | None, rack: str | None) -> list[tuple[str, str]]:
+    """Links to the provisioned dashboards (dashboards/json), the entity's node, switch or rack
+    chosen through their template variables."""
+    if not base:
+        return []
+    base = base.rstrip("/")
+    links = [("Incidents", f"{base}/d/aiops-incidents/incidents")]
+    chosen = [
+        f"var-{name}={quote(value, safe='')}"
+        for name, value in (("node", node), ("switch", switch), ("rack", rack))
+        if value
+    ]
+    if chosen:
+        links.append(("Cluster telemetry", f"{base}/d/aiops-cluster-telemetry/cluster-telemetry?" + "&".join(chosen)))
+    return links
+
+
+__all__ = ["grafana_links", "render_incident", "render_list"]

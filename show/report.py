@@ -1,0 +1,342 @@
+"""`aiops report`: a recorded run as pages a reviewer would rather look at than read. One index
+page (the timeline of faults, warnings and incidents; time to detect per kind; false incidents
+by kind and cause; prediction lead times; detector coverage; throughput and tick time), PNGs of
+its plots, and a page per incident as the daemon serves it.
+
+Reads what `aiops run --out` writes (incidents.jsonl, predictions.jsonl, run.json), the input the
+run read (topology.json and telemetry.lp, for the pictures and the series), and, when given, the
+generator's truth.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
+from rca.graph import TopologyGraph
+from show.page import STYLE, _when, render_incident, render_list
+from show.series import WINDOW_S, from_telemetry, key_series
+from show.topology_svg import Picture, neighbourhood
+
+TIMELINE_W, ROW = 1100, 18
+
+
+@dataclass
+class RunFiles:
+    run: Path
+    input: Path | None
+    truth: Path | None
+    incidents: list[dict[str, Any]] = field(default_factory=list)  # every state, in order
+    predictions: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load(run: Path, truth: Path | None, input_dir: Path | None) -> RunFiles:
+    if not (run / "incidents.jsonl").is_file():
+        raise FileNotFoundError(f"{run} holds no incidents.jsonl: give the folder `aiops run --out` wrote")
+    if input_dir is None:  # the run's input: beside the truth, as the evaluation finds it
+        candidates = [truth.parent] if truth is not None else []
+        input_dir = next((c for c in candidates if (c / "topology.json").is_file()), None)
+    files = RunFiles(run, input_dir, truth)
+    files.incidents = _jsonl(run / "incidents.jsonl")
+    files.predictions = _jsonl(run / "predictions.jsonl")
+    stats_path = run / "run.json"
+    files.stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
+    files.faults = _jsonl(truth) if truth is not None else []
+    return files
+
+
+# ------------------------------------------------------------------ the timeline
+
+
+def _span(files: RunFiles, latest: list[dict[str, Any]]) -> tuple[float, float]:
+    times = [float(files.stats[k]) for k in ("first_tick", "last_tick") if files.stats.get(k) is not None]
+    times += [float(f["onset"]) for f in files.faults] + [float(i["opened"]) for i in latest]
+    times += [float(f["end"]) for f in files.faults if f.get("end")]
+    if not times:
+        return 0.0, 1.0
+    lo, hi = min(times), max(times)
+    return lo, hi if hi > lo else lo + 1.0
+
+
+def timeline_svg(files: RunFiles, latest: list[dict[str, Any]], false_ids: set[str]) -> str:
+    """Three bands over the run's event time: the injected faults (one mark each, onset to end),
+    the warnings and the incidents (opened to resolved; false ones drawn apart)."""
+    lo, hi = _span(files, latest)
+    left = 150
+    width = TIMELINE_W - left - 10
+
+    def x(t: float) -> float:
+        return left + (min(max(t, lo), hi) - lo) / (hi - lo) * width
+
+    marks: list[str] = []
+    rows = {"faults": files.faults, "warnings": [i for i in latest if i["status"] == "warning"]}
+    rows["incidents"] = [i for i in latest if i["status"] != "warning"]
+    y = 24
+    bands = []
+    for band, items in rows.items():
+        bands.append(f'<text x="8" y="{y + 12}" class="band">{band} ({len(items)})</text>')
+        for n, item in enumerate(items):
+            row_y = y + (n % 6) * (ROW // 2 + 2)
+            if band == "faults":
+                start, end = float(item["onset"]), float(item.get("end") or item["onset"])
+                cls, label = "fault", f"{item['kind']} at {item['root']}"
+                ident = str(item.get("fault_id", ""))
+            else:
+                start = float(item["opened"])
+                end = float(item.get("resolved") or (hi if item["status"] == "open" else item["updated"]))
+                cls = (
+                    "warning"
+                    if band == "warnings"
+                    else ("incident false" if item["incident_id"] in false_ids else "incident")
+                )
+                label = f"{item['root_cause']['kind']} at {item['root_cause']['entity']}"
+                ident = str(item["incident_id"])
+            w = max(x(end) - x(start), 3.0)
+            marks.append(
+                f'<rect class="{cls}" data-id="{escape(ident)}" data-kind="{escape(label.split(" at ")[0])}" '
+                f'x="{x(start):.1f}" y="{row_y}" width="{w:.1f}" height="{ROW // 2}"><title>{escape(label)} '
+                f"{escape(_when(start))}</title></rect>"
+            )
+        y += 6 * (ROW // 2 + 2) + 18
+    height = y + 20
+    ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
+    axis = "".join(
+        f'<text x="{x(t):.0f}" y="{height - 4}" class="tick">{escape(_when(t)[11:16])}</text>' for t in ticks
+    )
+    style = (
+        ".fault{fill:#9334e6}.warning{fill:#f9ab00}.incident{fill:#1a73e8}.incident.false{fill:#d93025}"
+        ".band{font:12px sans-serif;fill:#3c4043}.tick{font:11px sans-serif;fill:#5f6368;text-anchor:middle}"
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{TIMELINE_W}" height="{height}" '
+        f'viewBox="0 0 {TIMELINE_W} {height}"><style>{style}</style>' + "".join(bands + marks) + axis + "</svg>"
+    )
+
+
+# ------------------------------------------------------------------ the tables
+
+
+def lead_times(files: RunFiles) -> list[dict[str, Any]]:
+    """For each fault the predictor could have seen coming: its first prediction of the same
+    kind on the root (or something the root contains) before onset, and the lead."""
+    out = []
+    for f in files.faults:
+        before = [
+            p
+            for p in files.predictions
+            if p["kind"] == f["kind"]
+            and float(p["at"]) < float(f["onset"])
+            and (p["entity"] == f["root"] or str(p["entity"]).startswith(str(f["root"]) + "-"))
+        ]
+        if before:
+            first = min(before, key=lambda p: float(p["at"]))
+            out.append({"fault": f, "prediction": first, "lead_h": (float(f["onset"]) - float(first["at"])) / 3600})
+    return out
+
+
+def false_causes(files: RunFiles, evaluation: RunEvaluation) -> list[dict[str, Any]]:
+    """Each false incident with what was going on: beside an injected fault (its symptoms named
+    another root), or nothing injected at the time."""
+    out = []
+    for fp in evaluation.false_positives:
+        near = [
+            f
+            for f in files.faults
+            if float(f["onset"]) - WINDOW_S <= float(fp["opened"]) <= float(f.get("end") or f["onset"]) + WINDOW_S
+        ]
+        cause = f"beside {near[0]['kind']} at {near[0]['root']}" if near else "no fault injected at the time"
+        out.append({**fp, "cause": cause})
+    return out
+
+
+# ------------------------------------------------------------------ the PNGs
+
+
+def write_pngs(out: Path, files: RunFiles, latest: list[dict[str, Any]], evaluation: RunEvaluation | None) -> list[str]:
+    """The plots as PNGs beside the page (for a README, a slide, a chat message)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    lo, hi = _span(files, latest)
+    fig, ax = plt.subplots(figsize=(11, 3.2), dpi=110)
+    groups: list[tuple[str, list[tuple[float, float]], str]] = [
+        ("faults", [(float(f["onset"]), float(f.get("end") or f["onset"])) for f in files.faults], "#9334e6"),
+        (
+            "warnings",
+            [(float(i["opened"]), float(i.get("resolved") or hi)) for i in latest if i["status"] == "warning"],
+            "#f9ab00",
+        ),
+        (
+            "incidents",
+            [(float(i["opened"]), float(i.get("resolved") or hi)) for i in latest if i["status"] != "warning"],
+            "#1a73e8",
+        ),
+    ]
+    for row, (_, spans, colour) in enumerate(groups):
+        for n, (a, b) in enumerate(spans):
+            ax.broken_barh([((a - lo) / 3600, max((b - a) / 3600, 0.02))], (row * 3 + (n % 5) * 0.5, 0.4), color=colour)
+    ax.set_yticks([row * 3 + 1 for row in range(len(groups))], [f"{g[0]} ({len(g[1])})" for g in groups])
+    ax.set_xlabel("hours into the run")
+    ax.set_title("faults, warnings and incidents")
+    fig.tight_layout()
+    fig.savefig(out / "timeline.png")
+    plt.close(fig)
+    written.append("timeline.png")
+    if evaluation is not None and evaluation.kinds:
+        kinds = sorted(evaluation.kinds)
+        p50 = [evaluation.kinds[k].ttd_p50_s if math.isfinite(evaluation.kinds[k].ttd_p50_s) else 0.0 for k in kinds]
+        p95 = [evaluation.kinds[k].ttd_p95_s if math.isfinite(evaluation.kinds[k].ttd_p95_s) else 0.0 for k in kinds]
+        fig, ax = plt.subplots(figsize=(8, 0.35 * len(kinds) + 1.2), dpi=110)
+        ax.barh(kinds, p95, color="#aecbfa", label="p95")
+        ax.barh(kinds, p50, color="#1a73e8", label="p50")
+        ax.set_xlabel("time to detect (s)")
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(out / "ttd.png")
+        plt.close(fig)
+        written.append("ttd.png")
+    return written
+
+
+# ------------------------------------------------------------------ the pages
+
+
+def _incident_pages(
+    out: Path, files: RunFiles, latest: list[dict[str, Any]], progress: Callable[[int], None] | None
+) -> dict[str, str]:
+    graph = TopologyGraph.load(files.input / "topology.json") if files.input is not None else None
+    history: dict[str, list[dict[str, Any]]] = {}
+    for state in files.incidents:
+        history.setdefault(state["incident_id"], []).append(
+            {
+                "updated": state["updated"],
+                "status": state["status"],
+                "severity": state["severity"],
+                "root": state["root_cause"]["entity"],
+                "gpus_hit": state.get("gpus_hit", 0),
+            }
+        )
+    wanted: dict[tuple[str, str], tuple[float, float]] = {}
+    keys_of: dict[str, list[tuple[str, str]]] = {}
+    for r in latest:
+        keys_of[r["incident_id"]] = key_series(r)
+        for key in keys_of[r["incident_id"]]:
+            a, b = float(r["opened"]) - WINDOW_S, float(r["opened"]) + WINDOW_S
+            old = wanted.get(key)
+            wanted[key] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
+    telemetry = files.input / "telemetry.lp" if files.input is not None else None
+    series = from_telemetry(telemetry, wanted) if telemetry is not None and telemetry.is_file() else {}
+    (out / "incidents").mkdir(parents=True, exist_ok=True)
+    pages = {}
+    for n, r in enumerate(latest):
+        root = str(r["root_cause"]["entity"])
+        picture = (
+            neighbourhood(graph, root, r.get("affected", []))
+            if graph is not None
+            else Picture([("root", [root])], root=root)
+        )
+        opened = float(r["opened"])
+        mine = {
+            k: [(t, v) for t, v in series.get(k, []) if opened - WINDOW_S <= t <= opened + WINDOW_S]
+            for k in keys_of[r["incident_id"]]
+        }
+        html = render_incident(
+            r,
+            picture,
+            mine,
+            history.get(r["incident_id"], []),
+            job_gpus=r.get("job_gpus"),
+            index_href="../index.html",
+            series_source="telemetry.lp" if series else "no telemetry at hand",
+        )
+        name = f"incidents/{r['incident_id']}.html"
+        (out / name).write_text(html)
+        pages[r["incident_id"]] = name
+        if progress is not None:
+            progress(n + 1)
+    return pages
+
+
+_ENV = Environment(loader=PackageLoader("show", "templates"), autoescape=select_autoescape(default=True))
+
+
+def write_report(
+    run: Path,
+    out: Path,
+    truth: Path | None = None,
+    input_dir: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """The report into `out`: index.html, incidents.html, incidents/<id>.html and the PNGs.
+    Returns what it wrote and counted (for the CLI's summary line and tests)."""
+    files = load(run, truth, input_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    latest = [dict(i) for i in latest_states(files.incidents)]
+    latest.sort(key=lambda r: float(r["opened"]))
+    evaluation = evaluate_paths(truth, run) if truth is not None else None
+    false_ids = {fp["incident_id"] for fp in evaluation.false_positives} if evaluation else set()
+    pages = _incident_pages(out, files, latest, progress)
+    pngs = write_pngs(out, files, latest, evaluation)
+    (out / "incidents.html").write_text(render_list(latest, lambda i: pages[i], title=f"Incidents of {run.name}"))
+    kinds = []
+    if evaluation is not None:
+        for name, k in sorted(evaluation.kinds.items()):
+            kinds.append(
+                {
+                    "kind": name,
+                    **{
+                        f: getattr(k, f)
+                        for f in ("faults", "detected", "recall", "ttd_p50_s", "ttd_p95_s", "top1", "precision")
+                    },
+                }
+            )
+    stats = files.stats
+    ticks = int(stats.get("ticks") or 0)
+    seconds = float(stats.get("seconds") or 0.0)
+    throughput = {
+        "ticks": ticks,
+        "value_count": int(stats.get("values") or 0),
+        "seconds": seconds,
+        "values_per_s": (stats.get("values") or 0) / seconds if seconds else None,
+        "tick_ms": 1000 * seconds / ticks if ticks else None,
+    }
+    html = _ENV.get_template("report.html").render(
+        title=f"Run report: {run.name}",
+        style=Markup(STYLE),
+        timeline=Markup(timeline_svg(files, latest, false_ids)),
+        pngs=pngs,
+        evaluation=evaluation.to_json() if evaluation is not None else None,
+        kinds=kinds,
+        false=false_causes(files, evaluation) if evaluation is not None else [],
+        leads=lead_times(files),
+        coverage=stats.get("coverage") or [],
+        throughput=throughput,
+        incidents=[{**r, "href": pages[r["incident_id"]]} for r in latest],
+        faults=files.faults,
+        when=_when,
+    )
+    (out / "index.html").write_text(html)
+    return {"incidents": len(latest), "faults": len(files.faults), "pages": len(pages), "pngs": pngs}
+
+
+__all__ = ["RunFiles", "lead_times", "load", "timeline_svg", "write_pngs", "write_report"]
