@@ -54,9 +54,10 @@ def _why(candidate: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]], af
     if own:
         metrics = sorted({str(e.get("metric")) for e in own})
         return f"its own {', '.join(metrics)} ({len(own)} samples)"
+    others = len(affected - {entity})
     if entity in affected:
-        return "shows symptoms itself"
-    return "explains symptoms of the entities that depend on it"
+        return f"shows symptoms itself, and would explain those of the {others} other affected entities"
+    return f"would explain the symptoms of {others} affected entities that depend on it"
 
 
 def render_incident(
