@@ -16,6 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from aiops.progress import Progress, output_console, track
 from ingest.frames import Frame, merge_rows
 from ingest.lineprotocol import decode, encode
 from vocab.settings import InfluxSettings, KafkaSettings
@@ -195,7 +196,7 @@ def bench_gen(args: argparse.Namespace, console: Console) -> None:
     speed = Table(title=f"aiops bench gen: {args.ticks} ticks at 30 s, all fault kinds active")
     for col in ("GPUs", "sink", "ticks", "values", "seconds", "values/s", "MB"):
         speed.add_column(col, justify="right")
-    for gpus in args.sizes:
+    for gpus in track(args.sizes, "aiops bench gen", "sizes"):
         hours = args.ticks * 30 / 3600
         for name in ("fat-tree", "torus", "dragonfly"):
             started = time.perf_counter()
@@ -277,7 +278,7 @@ def bench_detect(args: argparse.Namespace, console: Console) -> None:
     stack.process(*ticks[0])  # first tick: entities register, counters get their reference
     started = time.perf_counter()
     samples = 0
-    for t, frames in ticks[1:]:
+    for t, frames in track(ticks[1:], "aiops bench detect: the detector stack", "ticks"):
         samples += sum(f.value_count for f in frames.values())
         stack.process(t, frames)
     ours_s = time.perf_counter() - started
@@ -301,7 +302,7 @@ def bench_detect(args: argparse.Namespace, console: Console) -> None:
     flat = np.concatenate(
         [np.nan_to_num(c.as_float()) for _, frames in ticks[1:2] for f in frames.values() for c in f.fields.values()]
     )[: args.peer_samples]
-    for name, step, model in _peers(flat):
+    for name, step, model in track(_peers(flat), "aiops bench detect: river and pysad", "detectors"):
         started = time.perf_counter()
         for v in flat.tolist():
             step(v)
@@ -370,12 +371,16 @@ def bench_nab(args: argparse.Namespace, console: Console) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scores.csv"
 
+        progress = Progress(len(corpus), "aiops bench nab", "files")
+
         def score(f: object) -> np.ndarray:
             score_csv(data / f.name, out)  # type: ignore[attr-defined]
             scores: np.ndarray = pd.read_csv(out)["anomaly_score"].to_numpy(dtype=np.float64)
+            progress.advance()
             return scores
 
-        results = run_nab(corpus, score)
+        with progress:
+            results = run_nab(corpus, score)
     console.print(f"NAB on {len(corpus)} files from {data} (score-csv per file, {time.perf_counter() - started:.1f}s)")
     print(format_table(results))
     return 0
@@ -394,7 +399,7 @@ def print_rows(title: str, rows: list[Row], console: Console) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    console = Console()
+    console = output_console()  # piped or to a file: every column whole
     if args.bench == "ingest":
         print_rows("aiops bench ingest", bench_ingest(args, console), console)
         return 0

@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aiops.bench_soak import by_incident, incident_differences, status_mb
+from aiops.progress import track
 
 
 @dataclass
@@ -178,7 +179,7 @@ def backlog(args: argparse.Namespace, console: Console) -> BacklogReport:
     report.steady_peak_rss_mb = live.peak_mb
     shutil.rmtree(side)
 
-    for name in ("run", "run-killed", "detect"):
+    for name in track(("run", "run-killed", "detect"), "aiops bench backlog: catching up", "daemons"):
         env = env_for(name)
         topic = env["AIOPS_KAFKA__TELEMETRY_TOPIC"]
         step(f"publish the backlog ({name})", ["produce", str(recorded / "telemetry.lp"), "--topic", topic], env)

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from aiops.progress import Progress
 from detectors.anomaly import Anomaly
 
 if TYPE_CHECKING:
@@ -193,9 +195,12 @@ def _burst_root(first: list[Incident], t: float, second: list[Incident], t2: flo
     return opened[0].root.entity
 
 
-def measure_rca(gpus: int, repeat: int = 3, background_ticks: int = 20, seed: int = 1) -> RcaRow:
+def measure_rca(
+    gpus: int, repeat: int = 3, background_ticks: int = 20, seed: int = 1, on_run: Callable[[], None] | None = None
+) -> RcaRow:
     """Latency of IncidentEngine.process per tick on a fat-tree of `gpus`: a trickle of unrelated
-    anomalies, a leaf switch going down (two ticks), a PFC storm (its first tick and a steady one)."""
+    anomalies, a leaf switch going down (two ticks), a PFC storm (its first tick and a steady one).
+    `on_run` is called after each of the `repeat` runs (e.g. a progress bar)."""
     from rca.graph import TopologyGraph
     from rca.incidents import IncidentEngine
     from telemetry_gen.topology import build_fat_tree
@@ -242,6 +247,8 @@ def measure_rca(gpus: int, repeat: int = 3, background_ticks: int = 20, seed: in
         steady_ms.append(ms)
         if storm_root in ("-", sc.origin):
             storm_root = _burst_root(first, burst_t, second, t2)
+        if on_run is not None:
+            on_run()
 
     def cold_warm(ms: list[float]) -> tuple[float, float]:
         return ms[0], min(ms[1:]) if len(ms) > 1 else ms[0]
@@ -315,8 +322,17 @@ def rca_tables(rows: list[RcaRow], target_ms: float = 50.0) -> tuple[Table, Tabl
 def bench_rca(args: argparse.Namespace, console: Console) -> list[RcaRow]:
     """Root-cause ranking latency per tick at each of args.sizes GPUs; the table, and its rows."""
     rows: list[RcaRow] = []
-    for gpus in args.sizes:
-        rows.append(measure_rca(gpus, repeat=args.repeat, background_ticks=args.background_ticks, seed=args.seed))
+    with Progress(len(args.sizes) * max(1, args.repeat), "aiops bench rca", "runs") as progress:
+        for gpus in args.sizes:
+            rows.append(
+                measure_rca(
+                    gpus,
+                    repeat=args.repeat,
+                    background_ticks=args.background_ticks,
+                    seed=args.seed,
+                    on_run=progress.advance,
+                )
+            )
     for table in rca_tables(rows):
         console.print(table)
     return rows

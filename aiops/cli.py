@@ -4,14 +4,16 @@ nothing here holds logic worth testing on its own."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from aiops import cli_rca, cli_scheduler, cli_topology
+from aiops import cli_rca, cli_report, cli_scheduler, cli_topology
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 if TYPE_CHECKING:
@@ -133,8 +135,42 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def meta_ticks(folder: Path) -> int | None:
+    """How many ticks a recorded folder holds, when its meta.json says (aiops gen writes it)."""
+    try:
+        ticks = json.loads((folder / "meta.json").read_text())["ticks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return int(ticks) if isinstance(ticks, int | float) else None
+
+
+@contextmanager
+def folder_progress(folder: Path, what: str, counts_ticks: bool = True) -> Iterator[Callable[[int], None]]:
+    """Progress over a recorded folder read in chunks: in ticks when the caller counts them and
+    meta.json says how many there are, else in MB of telemetry.lp. The callback is called after
+    each chunk, with the ticks done so far (ignored when counting MB)."""
+    from aiops.progress import Progress
+    from detectors.runner import CHUNK_BYTES
+
+    ticks = meta_ticks(folder) if counts_ticks else None
+    try:
+        size_mb = (folder / "telemetry.lp").stat().st_size / 1e6
+    except OSError:
+        size_mb = 0.0
+    with Progress(ticks if ticks is not None else size_mb, what, "ticks" if ticks is not None else "MB") as progress:
+
+        def step(done: int) -> None:
+            if ticks is not None:
+                progress.update(completed=done)
+            else:  # one chunk more read
+                progress.update(completed=min(progress.done + CHUNK_BYTES / 1e6, size_mb))
+
+        yield step
+
+
 def cmd_gen(args: argparse.Namespace) -> int:
-    from telemetry_gen.emit import to_kafka, write_folder
+    from aiops.progress import Progress
+    from telemetry_gen.emit import EmitStats, to_kafka, write_folder
     from telemetry_gen.faults import FaultSpecError
     from telemetry_gen.generator import GenConfig, Generation, write_jsonl, write_meta
     from telemetry_gen.topology import TopologyError
@@ -161,16 +197,20 @@ def cmd_gen(args: argparse.Namespace) -> int:
         gen = Generation(config)
     except (TopologyError, FaultSpecError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    progress = Progress(gen.sim.steps, "aiops gen", "ticks")
+
+    def ticked(_: EmitStats) -> None:
+        progress.advance()
+
     if args.out:
         out = Path(args.out)
-        stats = write_folder(gen, out, speed=args.speed)
+        with progress:
+            stats = write_folder(gen, out, speed=args.speed, on_tick=ticked)
         where = str(out)
         if args.site_formats:
-            import json as _json
-
             from telemetry_gen.site_formats import write_site_formats
 
-            if not write_site_formats(_json.loads((out / "topology.json").read_text()), out / "site"):
+            if not write_site_formats(json.loads((out / "topology.json").read_text()), out / "site"):
                 print(f"aiops: no site formats for a {args.topology} (fat-trees only)", file=sys.stderr)
     else:
         from ingest.kafka_io import ensure_topics
@@ -182,7 +222,10 @@ def cmd_gen(args: argparse.Namespace) -> int:
             folder.mkdir(parents=True, exist_ok=True)
             gen.topology.write(folder / "topology.json")
             write_meta(folder / "meta.json", gen)
-        stats = to_kafka(gen, settings.kafka.bootstrap, settings.kafka.telemetry_topic, speed=args.speed)
+        with progress:
+            stats = to_kafka(
+                gen, settings.kafka.bootstrap, settings.kafka.telemetry_topic, speed=args.speed, on_tick=ticked
+            )
         where = f"{settings.kafka.telemetry_topic} at {settings.kafka.bootstrap}"
         if folder is not None:  # events and truth last: the stream adds events as it goes
             write_jsonl(folder / "events.jsonl", gen.events())
@@ -230,7 +273,15 @@ def cmd_detect(args: argparse.Namespace) -> int:
         raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT")
     source, out = Path(args.input), Path(args.out)
     try:
-        stats = detect_folder(source, out, interval, predictor=predictor, detector_settings=settings.detectors)
+        with folder_progress(source, "aiops detect", counts_ticks=False) as step:
+            stats = detect_folder(
+                source,
+                out,
+                interval,
+                on_tick=lambda: step(0),
+                predictor=predictor,
+                detector_settings=settings.detectors,
+            )
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
     print(
@@ -240,8 +291,6 @@ def cmd_detect(args: argparse.Namespace) -> int:
     )
     truth = source / "truth.jsonl"
     if args.eval and truth.is_file():  # scoring only: detection never reads the truth
-        import json
-
         records = [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
         topology = json.loads((source / "topology.json").read_text())
         gpus = int(topology["graph"]["gpus"])
@@ -262,6 +311,7 @@ def _first_time(folder: Path) -> float:
 
 def cmd_predictor(args: argparse.Namespace) -> int:
     from aiops.default_model import default_model_path, train_default
+    from aiops.progress import Progress
     from detectors.predict.model import Dataset, ModelError, card_path, collect, load, save, train
     from detectors.runner import IntervalUnknownError, scrape_interval, ticks_from_folder
 
@@ -270,7 +320,7 @@ def cmd_predictor(args: argparse.Namespace) -> int:
             raise CliError("give --data DIR [DIR ...] and --out MODEL")
         from detectors.predict.failure_log import FailureLogError, read_failure_log
 
-        dataset = Dataset()
+        histories: list[tuple[Path, float, list[dict[str, Any]]]] = []
         for folder in map(Path, args.data):
             # a site's own history: its telemetry as line protocol, its failure log in the truth
             # format (failures.jsonl, or truth.jsonl as aiops gen writes it)
@@ -290,7 +340,12 @@ def cmd_predictor(args: argparse.Namespace) -> int:
                 f"{folder}: {len(failures.records)} failures that announce themselves"
                 + (f" (kept out, no precursor: {kept_out})" if kept_out else "")
             )
-            collect(ticks_from_folder(folder, interval), failures.records, dataset)
+            histories.append((folder, interval, failures.records))
+        counts = [meta_ticks(folder) for folder, _, _ in histories]
+        dataset = Dataset()
+        with Progress(None if None in counts else sum(c or 0 for c in counts), "aiops predictor train", "ticks") as bar:
+            for folder, interval, records in histories:
+                collect(bar.track(ticks_from_folder(folder, interval)), records, dataset)
         predictor = train(dataset, sources=[str(Path(d).resolve()) for d in args.data])
         save(predictor, Path(args.out))
         print(f"model -> {args.out}, card -> {card_path(Path(args.out))}")
@@ -308,8 +363,6 @@ def cmd_predictor(args: argparse.Namespace) -> int:
         print(card_path(path).read_text())
         return 0
     if args.action == "evaluate":
-        import json
-
         from aiops.default_model import evaluate_on_generated, load_or_train_default
         from detectors.predict.online import format_prediction_report, pool_reports
 
@@ -524,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_rca.add_parsers(sub)
     cli_topology.add_parsers(sub)
     cli_scheduler.add_parsers(sub)
+    cli_report.add_parsers(sub)
 
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
     p.add_argument("action", choices=["train", "default", "evaluate"])

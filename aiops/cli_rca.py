@@ -99,11 +99,13 @@ def _api(args: argparse.Namespace, configured: Any) -> Any:
         return None
     if configured.api_token is None:
         log.warning("HTTP API without AIOPS_API_TOKEN: reads only; ack, resolve and silences are refused")
-    return ApiOptions(args.api_host or configured.http_host, port, configured.api_token)
+    # the incident pages draw their series from InfluxDB when the daemon writes there
+    influx = configured.influx if getattr(args, "influx", None) else None
+    return ApiOptions(args.api_host or configured.http_host, port, configured.api_token, influx)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError, _settings, load_predictor, stop_on_signals
+    from aiops.cli import CliError, _settings, folder_progress, load_predictor, stop_on_signals
     from aiops.runner import run_folder, run_kafka
     from detectors.runner import IntervalUnknownError, load_events, scrape_interval
     from rca.graph import GraphError
@@ -155,16 +157,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         if not args.input or not args.out:
             raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
-        stats = run_folder(
-            Path(args.input),
-            Path(args.out),
-            interval,
-            predictor,
-            incident_sink=sink,
-            detector_settings=thresholds,
-            notice_sink=notice_sink,
-            notifier=notifier,
-        )
+        with folder_progress(Path(args.input), "aiops run") as step:
+            stats = run_folder(
+                Path(args.input),
+                Path(args.out),
+                interval,
+                predictor,
+                on_tick=lambda pipeline: step(pipeline.detect.stats.ticks),
+                incident_sink=sink,
+                detector_settings=thresholds,
+                notice_sink=notice_sink,
+                notifier=notifier,
+            )
+            step(stats.ticks)
     except (FileNotFoundError, GraphError) as exc:
         raise CliError(str(exc)) from None
     finally:

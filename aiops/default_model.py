@@ -14,11 +14,15 @@ import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from aiops.progress import Progress
 from detectors.predict.model import Dataset, ModelError, Predictor, collect, fingerprint, load, save, train
 from detectors.predict.online import OnlinePredictor, PredictionReport, evaluate_predictions
 from ingest.frames import Frame
+
+if TYPE_CHECKING:
+    from telemetry_gen.generator import Generation
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +43,13 @@ def default_model_path() -> Path:
 def generated_history(
     seed: int, config: dict[str, Any] = DEFAULT_TRAINING
 ) -> tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]:
+    return _history(_generation(seed, config))
+
+
+def _generation(seed: int, config: dict[str, Any]) -> Generation:
     from telemetry_gen.generator import GenConfig, Generation
 
-    gen = Generation(
+    return Generation(
         GenConfig(
             realism=str(config.get("realism", "clean")),
             gpus=int(config["gpus"]),
@@ -51,6 +59,9 @@ def generated_history(
             faults=str(config["faults"]),
         )
     )
+
+
+def _history(gen: Generation) -> tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]:
     truth = gen.truth()  # fault times are fixed at scheduling; jobs are filled in while running
 
     def ticks() -> Iterator[tuple[float, dict[str, Frame]]]:
@@ -60,13 +71,26 @@ def generated_history(
     return ticks(), truth
 
 
+def _histories(
+    seeds: list[int], config: dict[str, Any], progress: Progress
+) -> Iterator[tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]]:
+    """Each seed's history, its ticks counted by `progress` (whose total the first one sets)."""
+    for seed in seeds:
+        gen = _generation(seed, config)
+        if progress.total is None:  # every history has the same length
+            progress.update(total=gen.sim.steps * len(seeds))
+        ticks, truth = _history(gen)
+        yield progress.track(ticks), truth
+
+
 def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRAINING) -> Predictor:
-    """Train on generated histories (deterministic: fixed seeds, fixed model seeds) and save."""
+    """Train on generated histories (deterministic: fixed seeds, fixed model seeds) and save.
+    The histories' ticks show as progress on stderr (one line when it is not a terminal)."""
     dataset = Dataset()
     seeds = [int(s) for s in config["seeds"]]
-    for seed in seeds:
-        ticks, truth = generated_history(seed, config)
-        collect(ticks, truth, dataset)
+    with Progress(None, "training the default failure predictor", "ticks") as progress:
+        for ticks, truth in _histories(seeds, config, progress):
+            collect(ticks, truth, dataset)
     predictor = train(dataset, sources=[f"generated seed {s}: {config}" for s in seeds])
     _with_evaluation(predictor, config)
     save(predictor, path or default_model_path())
@@ -103,15 +127,18 @@ def evaluate_on_generated(
     for seed in seeds:
         if seed in DEFAULT_TRAINING["seeds"]:
             raise ValueError(f"seed {seed} is a training seed")
-        ticks, truth = generated_history(seed)
-        online = OnlinePredictor(predictor) if threshold is None else OnlinePredictor(predictor, threshold=threshold)
-        loop = DetectLoop(interval=float(DEFAULT_TRAINING["interval"]), predictor=online)
-        start: float | None = None
-        for t, frames in ticks:
-            start = t if start is None else start
-            loop.analyse(t, frames)
-        assert start is not None
-        reports.append(evaluate_predictions(loop.predictions, truth, earliest=start + online.warmup_s))
+    with Progress(None, "held-out histories", "ticks") as progress:
+        for ticks, truth in _histories(seeds, DEFAULT_TRAINING, progress):
+            online = (
+                OnlinePredictor(predictor) if threshold is None else OnlinePredictor(predictor, threshold=threshold)
+            )
+            loop = DetectLoop(interval=float(DEFAULT_TRAINING["interval"]), predictor=online)
+            start: float | None = None
+            for t, frames in ticks:
+                start = t if start is None else start
+                loop.analyse(t, frames)
+            assert start is not None
+            reports.append(evaluate_predictions(loop.predictions, truth, earliest=start + online.warmup_s))
     return reports
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from aiops.progress import output_console
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink, MemoryFrameSink
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sample.lp"
@@ -29,7 +30,7 @@ def _batches(data: bytes, lines_per_batch: int = 500) -> list[bytes]:
 
 
 def run_demo(path: Path | None = None, console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or output_console()  # piped or to a file: every column whole
     path = path or SAMPLE
     if not path.is_file():
         console.print(f"[red]aiops demo: no input at {path}[/red]")

@@ -9,6 +9,7 @@ import json
 import queue
 import threading
 import time
+from contextlib import nullcontext
 from typing import Any, cast
 
 from rich.console import Console, Group
@@ -16,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from aiops.progress import output_console
 from aiops.runner import Pipeline
 from detectors.anomaly import Prediction
 from detectors.predict.online import OnlinePredictor
@@ -44,8 +46,10 @@ def run_cluster_demo(
     console: Console | None = None,
     notifier: Notifier | None = None,
 ) -> int:
-    """`speed`: simulated seconds per wall-clock second (None: as fast as it goes)."""
-    console = console or Console()
+    """`speed`: simulated seconds per wall-clock second (None: as fast as it goes). On a
+    terminal the view of open incidents is redrawn as it goes; piped or to a file, it is printed
+    once at the end, and every table keeps its columns whole."""
+    console = console or output_console()
     gen = Generation(GenConfig(realism="clean", gpus=gpus, hours=hours, interval=interval, seed=seed, faults=faults))
     console.print(
         f"[bold]aiops demo[/bold]: {gpus} GPUs ({gen.topology.entity_count:,} entities), {hours:g} h at "
@@ -72,7 +76,8 @@ def run_cluster_demo(
     predictions: list[Prediction] = []
     started = drawn = time.perf_counter()
     threading.Thread(target=exporter, name="demo-exporter", daemon=True).start()
-    with Live(console=console, auto_refresh=False, transient=False) as live:
+    live = Live(console=console, auto_refresh=False, transient=False) if console.is_interactive else None
+    with live if live is not None else nullcontext():
         while True:
             data = inbox.get()
             if data == _DONE:
@@ -82,17 +87,26 @@ def run_cluster_demo(
             new_predictions, changes = pipeline.take()
             predictions += new_predictions
             states += [json.loads(state) for _, state in changes]
-            if data == _DONE or time.perf_counter() - drawn >= 0.2:  # drawing costs more than a tick
+            # drawing costs more than a tick: a few frames a second
+            if live is not None and (data == _DONE or time.perf_counter() - drawn >= 0.2):
                 live.update(_view(pipeline, predictions, started, gen.workload.t0), refresh=True)
                 drawn = time.perf_counter()
             if data == _DONE:
                 break
+    if live is None:  # a pipe or a file: the last view once, not a frame per redraw
+        console.print(_view(pipeline, predictions, started, gen.workload.t0))
     elapsed = time.perf_counter() - started
     values = pipeline.detect.stats.values
     console.print(f"{values:,} values in {elapsed:.1f} s ({values / elapsed:,.0f} values/s)")
     earliest = gen.workload.t0 + predictor.warmup_s if predictor is not None else None
     _report(console, gen, states, predictions, interval, earliest)
     return 0
+
+
+def gpu_days(gen: Generation) -> float:
+    """The GPU-days the run covered: the false-incident rate's base, as `aiops eval` takes it from
+    meta.json (GPUs × the simulated window)."""
+    return gen.config.gpus * gen.sim.steps * gen.config.interval / 86_400
 
 
 def _view(pipeline: Pipeline, predictions: list[Prediction], started: float, t0: float) -> Group:
@@ -148,7 +162,14 @@ def _report(
             f"{d.ttd_s / interval:.1f}" if d else "—",
         )
     console.print(table)
-    result = evaluate_run(truth, incidents, [_as_dict(p) for p in predictions], interval_s=interval, earliest=earliest)
+    result = evaluate_run(
+        truth,
+        incidents,
+        [_as_dict(p) for p in predictions],
+        interval_s=interval,
+        earliest=earliest,
+        gpu_days=gpu_days(gen),
+    )
     console.print(result.format_table(), soft_wrap=True, highlight=False)
 
 

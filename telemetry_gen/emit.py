@@ -48,7 +48,10 @@ def paced(ticks: Iterable[Tick], speed: float | None, sleep: Callable[[float], N
         yield tick
 
 
-def write_folder(gen: Generation, out: Path, speed: float | None = None) -> EmitStats:
+OnTick = Callable[[EmitStats], None]  # after each tick, with the totals so far (e.g. a progress bar)
+
+
+def write_folder(gen: Generation, out: Path, speed: float | None = None, on_tick: OnTick | None = None) -> EmitStats:
     """meta.json, topology.json, telemetry.lp, events.jsonl, truth.jsonl.
 
     telemetry.lp is in tick order, as the lines would arrive; with clock offsets or jitter the
@@ -67,6 +70,8 @@ def write_folder(gen: Generation, out: Path, speed: float | None = None) -> Emit
             stats.lines += sum(len(e.lines) for e in encoded)
             stats.values += tick.value_count
             stats.bytes += len(data)
+            if on_tick is not None:
+                on_tick(stats)
     stats.seconds = time.perf_counter() - started
     write_jsonl(out / "events.jsonl", gen.events())
     write_jsonl(out / "truth.jsonl", gen.truth())
@@ -98,7 +103,9 @@ def messages_from_lines(encoded: list[Encoded], max_lines: int = 4096) -> Iterat
             yield Message(k, b"\n".join(lines[i] for i in chunk.tolist()), stamp)
 
 
-def to_kafka(gen: Generation, bootstrap: str, topic: str, speed: float | None = None) -> EmitStats:
+def to_kafka(
+    gen: Generation, bootstrap: str, topic: str, speed: float | None = None, on_tick: OnTick | None = None
+) -> EmitStats:
     producer = TelemetryProducer(bootstrap, client_id="aiops-gen")
     stats = EmitStats()
     started = time.perf_counter()
@@ -110,6 +117,8 @@ def to_kafka(gen: Generation, bootstrap: str, topic: str, speed: float | None = 
             stats.ticks += 1
             stats.values += tick.value_count
             stats.bytes += sum(len(m.value) for m in messages)
+            if on_tick is not None:
+                on_tick(stats)
         producer.flush()
     finally:
         producer.close()
