@@ -345,7 +345,7 @@ def test_switch_agent_maps_openconfig_counters(telegraf: Path, tmp_path: Path) -
 
 
 def test_readme_node_agent_is_the_shipped_file() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "collectors.md").read_text()
     section = readme[readme.index("### Pointing it at a real cluster") :]
     block = section[section.index("```toml\n") + len("```toml\n") :]
     assert block[: block.index("```")] == NODE_CONF.read_text()
