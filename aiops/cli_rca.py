@@ -125,6 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         writer = IncidentWriter(_settings(args).influx)
     sink = writer.add if writer is not None else None
     notice_sink = writer.add_notices if writer is not None else None
+    finding_sink = writer.add_findings if writer is not None else None
     notifier = _notifier(args, configured)
     try:
         if args.kafka:
@@ -149,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 checkpoint_every_s=configured.checkpoint_every_s,
                 notifier=notifier,
                 api=_api(args, configured),
+                finding_sink=finding_sink,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -168,6 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 detector_settings=thresholds,
                 notice_sink=notice_sink,
                 notifier=notifier,
+                finding_sink=finding_sink,
             )
             step(stats.ticks)
     except (FileNotFoundError, GraphError) as exc:

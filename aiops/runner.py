@@ -276,6 +276,23 @@ def _findings(graph: TopologyGraph) -> list[tuple[str, str, str, str, dict[str, 
 
 
 IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
+# a tick's anomalies and predictions, with where each entity sits (e.g. to InfluxDB)
+FindingSink = Callable[[list[Anomaly], list[Prediction], Callable[[str], dict[str, str]]], None]
+
+
+def entity_tags(graph: TopologyGraph) -> Callable[[str], dict[str, str]]:
+    """Where an entity sits, as tags a dashboard filters by: its node, rack, pod and plane."""
+    locate = topology_locate(graph)
+
+    def where(entity: str) -> dict[str, str]:
+        if entity not in graph:
+            return {}
+        node = graph.node_of(entity)
+        return {**({"node": node} if node else {}), **locate(entity)}
+
+    return where
+
+
 NoticeSink = Callable[[list[Notice]], None]  # monitoring notices as they come (e.g. to InfluxDB)
 
 
@@ -289,6 +306,7 @@ def run_folder(
     detector_settings: DetectorSettings | None = None,
     notice_sink: NoticeSink | None = None,
     notifier: Notifier | None = None,
+    finding_sink: FindingSink | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
@@ -297,6 +315,7 @@ def run_folder(
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
     graph = TopologyGraph.load(input_dir / "topology.json")
+    where = entity_tags(graph)
     events, bad_events = read_events(input_dir / "events.jsonl")
     pipeline = Pipeline(graph, interval_s, events, predictor, detector_settings=detector_settings)
     pipeline.notifier = notifier
@@ -324,6 +343,8 @@ def run_folder(
             incidents_out.writelines(state + b"\n" for _, state in incidents)
             if incident_sink is not None:
                 incident_sink([state for _, state in incidents])
+            if finding_sink is not None:
+                finding_sink(anomalies, predictions, where)
             stats.anomalies += len(anomalies)
             stats.predictions += len(predictions)
             stats.incidents += len(incidents)
@@ -363,6 +384,7 @@ def run_kafka(
     checkpoint_every_s: float = 30.0,
     notifier: Notifier | None = None,
     api: ApiOptions | None = None,
+    finding_sink: FindingSink | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
     With `api`, it serves the HTTP API (aiops.api) while it runs.
@@ -439,6 +461,7 @@ def run_kafka(
     # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
     born = guarded(lambda: until_reachable(lambda: read_incarnation(settings.bootstrap, topics), stopping))
     graph = guarded(lambda: TopologyGraph.load(topology))
+    where = entity_tags(graph)
     if pages is not None:
         pages.graph = graph
     watched = TopologyFile(topology)  # a re-imported topology is taken without a restart
@@ -552,6 +575,8 @@ def run_kafka(
         producer.flush(should_stop=stopping)
         if incident_sink is not None:
             incident_sink([state for _, state in incidents])
+        if finding_sink is not None:
+            finding_sink(anomalies, predictions, where)
         stats.anomalies += len(anomalies)
         stats.predictions += len(predictions)
         stats.incidents += len(incidents)
@@ -565,7 +590,7 @@ def run_kafka(
 
     def reload_topology() -> None:
         """The topology file changed: validated, then taken; a bad one is refused and the old stays."""
-        nonlocal graph, topology_json
+        nonlocal graph, topology_json, where
         change = watched.changed()
         if change is None:
             return
@@ -577,6 +602,7 @@ def run_kafka(
             return
         pipeline.reload(new_graph, data, topology_json, digest)
         graph, topology_json = new_graph, data
+        where = entity_tags(graph)
         if pages is not None:
             pages.graph = graph
         if notifier is not None:
@@ -644,4 +670,13 @@ def _load(pipeline: Pipeline, store: CheckpointStore | None, born: Incarnation) 
         return None
 
 
-__all__ = ["IncidentSink", "NoticeSink", "Pipeline", "RunStats", "run_folder", "run_kafka"]
+__all__ = [
+    "FindingSink",
+    "IncidentSink",
+    "NoticeSink",
+    "Pipeline",
+    "RunStats",
+    "entity_tags",
+    "run_folder",
+    "run_kafka",
+]

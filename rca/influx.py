@@ -1,5 +1,5 @@
-"""Incidents and notices into InfluxDB, for Grafana: one point per incident state change, one per
-notice.
+"""Incidents, notices, anomalies and predictions into InfluxDB, for Grafana: one point per
+incident state change, per notice, per anomaly and per prediction.
 
 Measurement `aiops_incident`, tagged by incident id, severity, status and kind, with the root,
 the blast radius and the action as fields, at the time of the change. The dashboard
@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
+from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
 from vocab.settings import InfluxSettings
@@ -22,6 +25,11 @@ log = logging.getLogger(__name__)
 
 MEASUREMENT = "aiops_incident"
 NOTICE_MEASUREMENT = "aiops_notice"
+# anomalies and predictions, tagged with where the entity sits (node, rack, pod, plane) so a panel
+# can filter and group them as it does the telemetry
+ANOMALY_MEASUREMENT = "aiops_anomaly"
+PREDICTION_MEASUREMENT = "aiops_prediction"
+Locate = Callable[[str], dict[str, str]]
 
 
 def _tag(value: str) -> str:
@@ -73,6 +81,36 @@ def notice_line(notice: Notice) -> str:
     return f"{head} {','.join(f'{k}={v}' for k, v in fields.items())} {int(notice.at * 1e9)}"
 
 
+def _number(value: float | None) -> str | None:
+    return repr(float(value)) if value is not None and math.isfinite(value) else None
+
+
+def _head(measurement: str, tags: dict[str, str]) -> str:
+    return measurement + "".join(f",{k}={_tag(v)}" for k, v in sorted(tags.items()) if v)
+
+
+def anomaly_line(a: Anomaly, where: dict[str, str]) -> str:
+    """One anomaly: tagged by entity, its measurement, metric and detector, and where it sits."""
+    tags = {"entity": a.entity, "measurement": a.measurement, "metric": a.metric, "detector": a.detector, **where}
+    fields = {"score": _number(a.score), "value": _number(a.value), "expected": _number(a.expected)}
+    fields["early"] = "1i" if a.detector.startswith("warn:") else "0i"
+    body = ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+    return f"{_head(ANOMALY_MEASUREMENT, tags)} {body} {int(a.at * 1e9)}"
+
+
+def prediction_line(p: Prediction, where: dict[str, str]) -> str:
+    """One prediction: what is expected to fail, how likely, how soon, and what to do."""
+    tags = {"entity": p.entity, "kind": p.kind, **where}
+    fields = {
+        "probability": _number(p.probability),
+        "horizon_s": _number(p.horizon_s),
+        "expected_in_s": _number(p.expected_in_s),
+        "action": _text(p.action),
+    }
+    body = ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+    return f"{_head(PREDICTION_MEASUREMENT, tags)} {body} {int(p.at * 1e9)}"
+
+
 class IncidentWriter:
     """Writes incident states as they change; a write that fails for good is logged and counted,
     never raised: Grafana being behind must not stop the analysis."""
@@ -81,6 +119,23 @@ class IncidentWriter:
         self._writer = InfluxWriter(settings)
         self.written = 0
         self.dropped = 0
+
+    def add_findings(self, anomalies: list[Anomaly], predictions: list[Prediction], where: Locate) -> None:
+        """A tick's anomalies and predictions (early warnings among them: the `warn:` detectors),
+        each tagged with where its entity sits."""
+        lines = [anomaly_line(a, where(a.entity)) for a in anomalies]
+        lines += [prediction_line(p, where(p.entity)) for p in predictions]
+        self._write(lines, "anomalies and predictions")
+
+    def _write(self, lines: list[str], what: str) -> None:
+        if not lines:
+            return
+        try:
+            self._writer.write_points("\n".join(lines).encode())
+            self.written += len(lines)
+        except (InfluxWriteError, InfluxUnavailableError) as exc:
+            self.dropped += len(lines)
+            log.error("%s not written to InfluxDB (%d points): %s", what, len(lines), exc)
 
     def add(self, states: list[bytes]) -> None:
         if not states:
@@ -107,4 +162,14 @@ class IncidentWriter:
         self._writer.close()
 
 
-__all__ = ["MEASUREMENT", "NOTICE_MEASUREMENT", "IncidentWriter", "incident_line", "notice_line"]
+__all__ = [
+    "ANOMALY_MEASUREMENT",
+    "MEASUREMENT",
+    "NOTICE_MEASUREMENT",
+    "PREDICTION_MEASUREMENT",
+    "IncidentWriter",
+    "anomaly_line",
+    "incident_line",
+    "notice_line",
+    "prediction_line",
+]

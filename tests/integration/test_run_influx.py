@@ -11,7 +11,7 @@ import pytest
 
 from aiops.cli import main
 from rca.evaluate import latest_states
-from rca.influx import MEASUREMENT, incident_line
+from rca.influx import ANOMALY_MEASUREMENT, MEASUREMENT, anomaly_line, incident_line, prediction_line
 from vocab.settings import InfluxSettings
 
 if TYPE_CHECKING:
@@ -44,6 +44,25 @@ def test_incident_states_reach_influxdb(influx_settings: InfluxSettings, tmp_pat
     expected = {s["incident_id"]: (s["root_cause"]["entity"], s["status"], s["gpus_hit"]) for s in states}
     assert stored == expected
 
+    # the anomalies too, each tagged with where its entity sits, so panels can filter them
+    anomalies = [json.loads(line) for line in (out / "anomalies.jsonl").read_text().splitlines() if line]
+    body = influxql(
+        influx_settings,
+        f'SELECT count("score") FROM "{ANOMALY_MEASUREMENT}" GROUP BY "entity", "node"',
+        influx_settings.database,
+    )
+    counted = {
+        (s["tags"]["entity"], s["tags"]["node"]): s["values"][0][1]
+        for r in body["results"]  # type: ignore[attr-defined]
+        for s in r.get("series", [])
+    }
+    per_entity: dict[str, int] = {}
+    for a in anomalies:
+        per_entity[a["entity"]] = per_entity.get(a["entity"], 0) + 1
+    assert {e: n for (e, _), n in counted.items()} == per_entity
+    gpus = [(e, node) for e, node in counted if "-gpu" in e]
+    assert gpus and all(e.startswith(node + "-") for e, node in gpus)
+
 
 @pytest.mark.parametrize(
     ("root", "action", "jobs"),
@@ -72,3 +91,21 @@ def test_incident_line_escapes_what_line_protocol_needs(root: str, action: str, 
     assert frame.fields["action"].values.tolist() == [action]
     assert frame.fields["jobs"].values.tolist() == [",".join(jobs)]
     assert frame.time_ns.tolist() == [1767225630 * 10**9]
+
+
+def test_anomaly_and_prediction_lines_decode_with_their_tags() -> None:
+    from detectors.anomaly import Anomaly, Prediction
+    from ingest.lineprotocol import decode
+
+    where = {"node": "n 1", "rack": "rack0001", "pod": "", "plane": "3"}
+    a = Anomaly(1767225600.0, "n 1-gpu0", "DCGM_FI_DEV_GPU_TEMP", "warn:job", 4.5, 88.0, float("nan"), "gpu")
+    p = Prediction("n 1-gpu0", 1767225630.0, "gpu_thermal", 0.7, 21600.0, None, 'drain, then "check"')
+    batch = decode((anomaly_line(a, where) + "\n" + prediction_line(p, where) + "\n").encode())
+    assert not batch.rejects, batch.rejects
+    anomaly = batch.frames[ANOMALY_MEASUREMENT]
+    assert anomaly.tag("node").tolist() == ["n 1"] and anomaly.tag("detector").tolist() == ["warn:job"]
+    assert "pod" not in anomaly.tags and "expected" not in anomaly.fields  # empty and NaN left out
+    assert anomaly.fields["early"].values.tolist() == [1]
+    prediction = batch.frames["aiops_prediction"]
+    assert prediction.fields["action"].values.tolist() == ['drain, then "check"']
+    assert "expected_in_s" not in prediction.fields
