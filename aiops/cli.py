@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiops import cli_rca, cli_report, cli_scheduler, cli_topology
+from aiops import cli_dashboards, cli_rca, cli_report, cli_scheduler, cli_topology
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 if TYPE_CHECKING:
@@ -578,6 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_topology.add_parsers(sub)
     cli_scheduler.add_parsers(sub)
     cli_report.add_parsers(sub)
+    cli_dashboards.add_parsers(sub)
 
     p = sub.add_parser("predictor", help="the failure predictor: train one, or make the default ready")
     p.add_argument("action", choices=["train", "default", "evaluate"])
