@@ -288,7 +288,12 @@ def entity_tags(graph: TopologyGraph) -> Callable[[str], dict[str, str]]:
         if entity not in graph:
             return {}
         node = graph.node_of(entity)
-        return {**({"node": node} if node else {}), **locate(entity)}
+        tags = {**({"node": node} if node else {}), **locate(entity)}
+        if "rack" not in tags and graph.kind(entity) == "cooling":  # a loop is filed under the rack it cools
+            racks = graph.dependents(entity, kinds=["rack"])
+            if racks:
+                tags["rack"] = racks[0]
+        return tags
 
     return where
 

@@ -20,8 +20,8 @@ import requests
 
 from ingest.pipeline import IngestStats
 from ingest.service import STATS_MEASUREMENT, stats_line
+from rca.influx import ANOMALY_MEASUREMENT, NOTICE_MEASUREMENT, PREDICTION_MEASUREMENT
 from rca.influx import MEASUREMENT as INCIDENT_MEASUREMENT
-from rca.influx import NOTICE_MEASUREMENT
 from vocab.catalog import MEASUREMENTS
 from vocab.settings import InfluxSettings
 
@@ -143,6 +143,36 @@ def notice_lines() -> list[str]:
     return [notice_line(n) for n in notices]
 
 
+def finding_lines() -> list[str]:
+    """aiops_anomaly and aiops_prediction as `aiops run --influx` writes them, tagged by the real
+    topology (node, rack, pod, plane): anomalies of a leaf's NICs and a PSU, an early warning, and
+    predictions of an HBM failure and a cooling loop."""
+    from aiops.runner import entity_tags
+    from detectors.anomaly import Anomaly, Prediction
+    from rca.graph import TopologyGraph
+    from rca.influx import anomaly_line, prediction_line
+    from telemetry_gen.topology import build_fat_tree
+
+    where = entity_tags(TopologyGraph.from_json(build_fat_tree(256).to_json()))
+    t0 = START_NS / 1e9
+    lines = []
+    for tick in range(TICKS):
+        t = t0 + tick * TICK_NS / 1e9
+        found = [
+            Anomaly(t, f"n{n:05d}-nic3", "link_downed", "rule:error_counter", 1.0, 1.0, 0.0, "nic") for n in range(4)
+        ]
+        found.append(Anomaly(t, "n00007-gpu2", "DCGM_FI_DEV_GPU_TEMP", "warn:job", 3.2, 84.0, 71.0, "gpu"))
+        lines += [anomaly_line(a, where(a.entity)) for a in found]
+        if tick % 10 == 0:
+            for p in (
+                Prediction("n00002-gpu2", t, "gpu_hbm_ecc", 0.8, 6 * 3600.0, 7200.0, "drain at the next checkpoint"),
+                Prediction("rack0001-cdu", t, "rack_cooling", 0.6, 6 * 3600.0, None, "check the loop"),
+            ):
+                lines.append(prediction_line(p, where(p.entity)))
+    assert all(",rack=" in line for line in lines)
+    return lines
+
+
 def write_lines(settings: InfluxSettings, lines: list[str]) -> None:
     response = requests.post(
         f"{settings.url}/write",
@@ -160,6 +190,7 @@ def telemetry_db(influx_settings: InfluxSettings) -> InfluxSettings:
     write_lines(influx_settings, ingest_counter_lines())
     write_lines(influx_settings, incident_lines())
     write_lines(influx_settings, notice_lines())
+    write_lines(influx_settings, finding_lines())
     return influx_settings
 
 
@@ -262,6 +293,8 @@ def test_sample_data_is_in_influxdb(telemetry_db: InfluxSettings) -> None:
         STATS_MEASUREMENT,
         INCIDENT_MEASUREMENT,
         NOTICE_MEASUREMENT,
+        ANOMALY_MEASUREMENT,
+        PREDICTION_MEASUREMENT,
     }
     body = influxql(telemetry_db, 'SELECT count("DCGM_FI_DEV_GPU_TEMP") FROM "gpu"', telemetry_db.database)
     assert series_of(body)[0]["values"][0][1] == 16 * TICKS
