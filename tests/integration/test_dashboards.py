@@ -323,7 +323,13 @@ def test_every_panel_query_returns_data(telemetry_db: InfluxSettings, path: Path
     dashboard = json.loads(path.read_text(encoding="utf-8"))
     values, failures = resolve_variables(telemetry_db, dashboard)
     checked = 0
-    for panel in panels(dashboard["panels"]):
+    # annotations (incidents drawn on the telemetry) are queries as much as the panels' targets
+    annotations = [
+        {"title": f"annotation {a.get('name')}", "targets": [a["target"]]}
+        for a in dashboard.get("annotations", {}).get("list", [])
+        if isinstance(a.get("target"), dict)
+    ]
+    for panel in [*panels(dashboard["panels"]), *annotations]:
         for target in panel.get("targets", []):
             title = f"{panel.get('title')!r} [{target.get('refId')}]"
             query = target.get("query")
