@@ -8,11 +8,9 @@ token typed into it and is refused without. Screenshots go to tests/artifacts/."
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import pytest
 from show.report import write_report
 from tests.browser import Browser, artifacts_dir
 from tests.faults.daemons import reaped, replay
-from tests.faults.test_notify_kill import _free_port
+from tests.faults.test_notify_kill import _free_port, _get
 from tests.show_run import KINDS, ShownRun, shown_run  # noqa: F401 (a fixture)
 from vocab.settings import KafkaSettings
 
@@ -77,11 +75,6 @@ def test_report_pages_render_in_chromium(
         marks = browser.execute("return document.querySelectorAll('svg.timeline rect.fault').length")
         assert marks == len(shown_run.truth)
         browser.screenshot(artifacts_dir() / "report-index.png")
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
 
 
 def test_the_daemon_serves_a_live_incident_page_that_acknowledges_with_the_token(

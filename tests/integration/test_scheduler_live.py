@@ -22,6 +22,7 @@ import pytest
 from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
 from aiops.cli_scheduler import KafkaSink
+from tests.integration.test_run_kafka import _consume
 from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services
@@ -132,16 +133,7 @@ def test_live_events_topic_gives_the_offline_incidents(
     finally:
         if daemon.poll() is None:
             daemon.kill()
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
-        kafka_settings.incidents_topic,
-        bootstrap_servers=kafka_settings.bootstrap,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=5000,
-    )
-    streamed = [json.loads(m.value) for m in consumer]
-    consumer.close()
+    streamed = _consume(kafka_settings, kafka_settings.incidents_topic)
     assert incident_differences(by_incident(streamed), by_incident(offline)) == []
     if restart:
         assert "resuming from the checkpoint" in log.read_text()
