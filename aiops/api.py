@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from aiops.daemon_metrics import DaemonMetrics
 from aiops.incident_index import IncidentIndex
 from aiops.incident_index import Query as IncidentQuery
 from notify.config import Match
@@ -69,39 +70,6 @@ class PageContext:
     grafana_url: str | None = None
 
 
-@dataclass
-class DaemonMetrics:
-    """What the daemon loop reports as it goes; read by /metrics and the probes."""
-
-    values: int = 0
-    ticks: int = 0
-    tick_seconds_sum: float = 0.0  # wall time spent analysing ticks
-    last_tick: float | None = None  # event time of the newest analysed tick
-    lag: int = 0  # telemetry messages on the broker not taken yet
-    assigned: bool = False
-    standing_by: bool = False
-    heartbeat: float = field(default_factory=time.monotonic)
-    started: float = field(default_factory=time.time)
-    _rate: list[tuple[float, int]] = field(default_factory=list)
-
-    def beat(self) -> None:
-        self.heartbeat = time.monotonic()
-
-    def took(self, values: int) -> None:
-        self.values += values
-        now = time.monotonic()
-        self._rate.append((now, self.values))
-        while len(self._rate) > 2 and now - self._rate[0][0] > 60.0:
-            self._rate.pop(0)
-
-    def samples_per_s(self) -> float:
-        """Over the last minute."""
-        if len(self._rate) < 2:
-            return 0.0
-        (t0, v0), (t1, v1) = self._rate[0], self._rate[-1]
-        return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
-
-
 class _Collector(Collector):
     def __init__(self, metrics: DaemonMetrics, index: IncidentIndex, notifier: Notifier | None) -> None:
         self.m, self.index, self.notifier = metrics, index, notifier
@@ -118,8 +86,9 @@ class _Collector(Collector):
         delay = GaugeMetricFamily(
             "aiops_tick_delay_seconds", "Wall time now minus the event time of the newest analysed tick"
         )
-        if m.last_tick is not None:
-            delay.add_metric([], time.time() - m.last_tick)
+        behind = m.tick_delay_s()
+        if behind is not None:
+            delay.add_metric([], behind)
         yield delay
         yield GaugeMetricFamily("aiops_assigned", "1 when this member holds the telemetry partitions", m.assigned)
         incidents = GaugeMetricFamily(

@@ -173,6 +173,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
     from telemetry_gen.emit import EmitStats, to_kafka, write_folder
     from telemetry_gen.faults import FaultSpecError
     from telemetry_gen.generator import GenConfig, Generation, write_jsonl, write_meta
+    from telemetry_gen.simulate import T0
     from telemetry_gen.topology import TopologyError
 
     if bool(args.out) == bool(args.kafka):
@@ -192,6 +193,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
         single_field=True if args.one_field_per_line else None,
         job_shapes=args.job_shapes,
         schedule_gpu_indices=not args.schedule_nodes_only,
+        start=args.start if args.start is not None else T0,
     )
     try:
         gen = Generation(config)
@@ -505,6 +507,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hours", type=float, default=6.0, help="simulated hours")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between ticks")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--start",
+        type=float,
+        metavar="UNIX_S",
+        help="event time of the first tick (default 2026-01-01T00:00:00Z, so runs compare); "
+        "e.g. $(( $(date +%%s) - 6*3600 )) for a history that ends now",
+    )
     p.add_argument(
         "--faults", metavar="SPEC", help="e.g. gpu_hbm_ecc=3,leaf_down=1 or all=2; default: the published rate"
     )

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiops.daemon_metrics import DaemonMetrics
+    from aiops.runner import HealthSink
+    from rca.influx import IncidentWriter
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +110,24 @@ def _api(args: argparse.Namespace, configured: Any) -> Any:
     return ApiOptions(args.api_host or configured.http_host, port, configured.api_token, influx)
 
 
+def _health_sink(writer: IncidentWriter, group: str) -> HealthSink:
+    """The daemon's metrics as aiops_service points, tagged by host (the member) and group."""
+    import socket
+
+    from rca.influx import service_line
+
+    instance = socket.gethostname().replace(" ", "_").replace(",", "_")
+
+    def write(m: DaemonMetrics) -> None:
+        writer.add_service(
+            service_line(
+                instance, group, m.values, m.ticks, m.lag, m.tick_delay_s(), m.tick_seconds_sum, time.time_ns()
+            )
+        )
+
+    return write
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli import CliError, _settings, folder_progress, load_predictor, stop_on_signals
     from aiops.runner import run_folder, run_kafka
@@ -151,6 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 notifier=notifier,
                 api=_api(args, configured),
                 finding_sink=finding_sink,
+                health_sink=_health_sink(writer, kafka.run_group) if writer is not None else None,
+                schedule_sink=writer.add_schedule if writer is not None else None,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -171,6 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 notice_sink=notice_sink,
                 notifier=notifier,
                 finding_sink=finding_sink,
+                schedule_sink=writer.add_schedule if writer is not None else None,
             )
             step(stats.ticks)
     except (FileNotFoundError, GraphError) as exc:

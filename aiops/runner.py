@@ -29,6 +29,7 @@ from aiops.checkpoint import (
     read_incarnation,
     topic_ends,
 )
+from aiops.daemon_metrics import DaemonMetrics
 from aiops.events_feed import EventsFeed
 from aiops.incident_index import IncidentIndex
 from context.watch import TopologyFile
@@ -45,7 +46,7 @@ from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
 if TYPE_CHECKING:
-    from aiops.api import ApiOptions, DaemonMetrics
+    from aiops.api import ApiOptions
 
 T = TypeVar("T")
 
@@ -278,10 +279,13 @@ def _findings(graph: TopologyGraph) -> list[tuple[str, str, str, str, dict[str, 
 IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
 # a tick's anomalies and predictions, with where each entity sits (e.g. to InfluxDB)
 FindingSink = Callable[[list[Anomaly], list[Prediction], Callable[[str], dict[str, str]]], None]
+ScheduleSink = Callable[[list[dict[str, Any]]], None]  # scheduler events as they are taken (e.g. to InfluxDB)
+HealthSink = Callable[[DaemonMetrics], None]  # the daemon's own metrics, now and then (e.g. to InfluxDB)
 
 
 def entity_tags(graph: TopologyGraph) -> Callable[[str], dict[str, str]]:
-    """Where an entity sits, as tags a dashboard filters by: its node, rack, pod and plane."""
+    """Where an entity sits, as tags a dashboard filters by: its node, rack, pod (a dragonfly
+    group, or a fat-tree's pod of leaves), rail and plane."""
     locate = topology_locate(graph)
 
     def where(entity: str) -> dict[str, str]:
@@ -289,6 +293,11 @@ def entity_tags(graph: TopologyGraph) -> Callable[[str], dict[str, str]]:
             return {}
         node = graph.node_of(entity)
         tags = {**({"node": node} if node else {}), **locate(entity)}
+        rail, pod = graph.rail_and_pod(entity)
+        if rail >= 0:
+            tags["rail"] = str(rail)
+        if pod >= 0 and "pod" not in tags:
+            tags["pod"] = f"pod{pod}"
         if "rack" not in tags and graph.kind(entity) == "cooling":  # a loop is filed under the rack it cools
             racks = graph.dependents(entity, kinds=["rack"])
             if racks:
@@ -312,6 +321,7 @@ def run_folder(
     notice_sink: NoticeSink | None = None,
     notifier: Notifier | None = None,
     finding_sink: FindingSink | None = None,
+    schedule_sink: ScheduleSink | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
@@ -322,6 +332,8 @@ def run_folder(
     graph = TopologyGraph.load(input_dir / "topology.json")
     where = entity_tags(graph)
     events, bad_events = read_events(input_dir / "events.jsonl")
+    if schedule_sink is not None:
+        schedule_sink(events)
     pipeline = Pipeline(graph, interval_s, events, predictor, detector_settings=detector_settings)
     pipeline.notifier = notifier
     if notifier is not None and notifier.router.locate is None:
@@ -390,9 +402,13 @@ def run_kafka(
     notifier: Notifier | None = None,
     api: ApiOptions | None = None,
     finding_sink: FindingSink | None = None,
+    health_sink: HealthSink | None = None,
+    health_every_s: float = 10.0,
+    schedule_sink: ScheduleSink | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
-    With `api`, it serves the HTTP API (aiops.api) while it runs.
+    With `api`, it serves the HTTP API (aiops.api) while it runs; `health_sink` gets its own
+    metrics (values, ticks, lag, tick delay) every `health_every_s` and on stopping.
     With `state_dir`, it checkpoints its state with the offsets it belongs to every
     `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.checkpoint).
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
@@ -417,16 +433,15 @@ def run_kafka(
         settings.notices_topic,
         settings.deadletter_topic,
     ]
-    metrics: DaemonMetrics | None = None
+    metrics = DaemonMetrics()
     index: IncidentIndex | None = None
     to_close: deque[str] = deque()
     server = None  # served from the start: /healthz while it waits for the broker
     pages = None  # what the incident pages draw from (the graph, once loaded)
     if api is not None:
-        from aiops.api import ApiServer, DaemonMetrics, PageContext, build_app
+        from aiops.api import ApiServer, PageContext, build_app
         from show.series import InfluxSeries
 
-        metrics = DaemonMetrics()
         index = IncidentIndex(state_dir / f"incidents-{settings.run_group}.sqlite" if state_dir else None)
         to_close.extend(index.operator_resolved())  # asked for before a restart: closed if still open
         token = api.token.get_secret_value() if api.token else None
@@ -439,13 +454,22 @@ def run_kafka(
         server.start()
     live: list[TelemetryConsumer] = []  # the consumer, once there is one
 
+    last_health = time.monotonic()
+
+    def report_health(force: bool = False) -> None:
+        nonlocal last_health
+        if health_sink is not None and (force or time.monotonic() - last_health >= health_every_s):
+            last_health = time.monotonic()
+            health_sink(metrics)
+
     def stopping() -> bool:
-        """Asked whenever the daemon waits or loops: the API's liveness and lag come from here."""
-        if metrics is not None:
-            metrics.beat()
-            if live:
-                metrics.assigned, metrics.standing_by = live[0].assigned, live[0].standing_by
-                metrics.lag = live[0].lag()
+        """Asked whenever the daemon waits or loops: the API's liveness and lag come from here,
+        and the health written to InfluxDB (idle or not)."""
+        metrics.beat()
+        if live:
+            metrics.assigned, metrics.standing_by = live[0].assigned, live[0].standing_by
+            metrics.lag = live[0].lag()
+        report_health()
         return should_stop()
 
     def stop_api() -> None:
@@ -613,6 +637,8 @@ def run_kafka(
         if notifier is not None:
             notifier.router.locate = topology_locate(graph)
 
+    if schedule_sink is not None and events:  # written again on a restart: the same points, overwritten
+        schedule_sink(list(events))
     feed = EventsFeed(settings.bootstrap, settings.events_topic)
 
     def hear_scheduler() -> None:
@@ -620,6 +646,8 @@ def run_kafka(
         events, refused, pipeline.events_offsets = feed.take(pipeline.events_offsets)
         if events:
             pipeline.add_events(events)
+            if schedule_sink is not None:
+                schedule_sink(events)
         dead.add(refused)
 
     try:
@@ -629,8 +657,7 @@ def run_kafka(
             values_before = pipeline.detect.stats.values
             anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
             consumer.hold_back(pipeline.detect.ahead_partitions())
-            if metrics is not None:
-                metrics.took(pipeline.detect.stats.values - values_before)
+            metrics.took(pipeline.detect.stats.values - values_before)
             dead.add(letters)
             publish(anomalies)
             dead.flush(stopping)
@@ -644,6 +671,7 @@ def run_kafka(
         # asked to stop: ticks still open are not analysed half-full; their messages are not
         # committed, so the next start reads them again
         checkpoint()
+        report_health(force=True)
     except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
         log.warning("%s", exc)
     finally:
@@ -677,10 +705,12 @@ def _load(pipeline: Pipeline, store: CheckpointStore | None, born: Incarnation) 
 
 __all__ = [
     "FindingSink",
+    "HealthSink",
     "IncidentSink",
     "NoticeSink",
     "Pipeline",
     "RunStats",
+    "ScheduleSink",
     "entity_tags",
     "run_folder",
     "run_kafka",

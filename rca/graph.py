@@ -29,6 +29,10 @@ KINDS = frozenset(
 )
 
 
+def _label(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else -1
+
+
 class GraphError(ValueError):
     """A topology that cannot be used; the message names the entity or edge at fault."""
 
@@ -50,6 +54,10 @@ class TopologyGraph:
             self.index[entity] = len(self.ids)
             self.ids.append(entity)
         self.kinds: list[str] = [node["kind"] for node in entities]  # a list: indexing numpy strings is slow
+        # the labels a topology gives its NICs and switches (a rail-optimised fabric's rail, a
+        # fat-tree's pod of leaves): what dashboards group by; -1 where the file says nothing
+        self._rail = np.array([_label(node.get("rail")) for node in entities], dtype=np.int32)
+        self._pod = np.array([_label(node.get("pod")) for node in entities], dtype=np.int32)
         up_src: list[int] = []
         up_dst: list[int] = []
         self._parent = np.full(len(self.ids), -1, dtype=np.int64)  # container, by "contains"
@@ -198,6 +206,30 @@ class TopologyGraph:
             if self.kind(up) in ("leaf", "spine"):
                 return up
         return None
+
+    def rail_and_pod(self, entity: str) -> tuple[int, int]:
+        """The rail and the fabric pod `entity` sits in (-1 for either the topology does not
+        give): a NIC's or switch's own labels; an optic's, port's or link's through its NIC or
+        switch; a GPU's or node's pod through the leaf its first NIC is cabled to."""
+        i = self._i(entity)
+        kind = self.kinds[i]
+        if kind in ("gpu", "node", "nvswitch", "psu"):
+            node = entity if kind == "node" else self.ancestor(entity, "node")
+            nics = sorted(self.children(node, "nic")) if node else []
+            if not nics:
+                return -1, -1
+            switch = self.switch_of(nics[0])
+            return -1, int(self._pod[self.index[switch]]) if switch else -1
+        rail, pod = int(self._rail[i]), int(self._pod[i])
+        if rail < 0 and kind == "optic":
+            nic = self.ancestor(entity, "nic")
+            rail = int(self._rail[self.index[nic]]) if nic else -1
+        switch = self.switch_of(entity) if kind in ("nic", "optic", "port", "link") else None
+        if switch is not None:
+            s = self.index[switch]
+            rail = rail if rail >= 0 else int(self._rail[s])
+            pod = pod if pod >= 0 else int(self._pod[s])
+        return rail, pod
 
     def nic_of_port(self, port: str) -> str | None:
         """The NIC at the far end of a downlink port (None for switch-to-switch ports)."""

@@ -29,6 +29,12 @@ NOTICE_MEASUREMENT = "aiops_notice"
 # can filter and group them as it does the telemetry
 ANOMALY_MEASUREMENT = "aiops_anomaly"
 PREDICTION_MEASUREMENT = "aiops_prediction"
+# the daemon's own health (wall-clock data by nature, like aiops_ingest): what it has taken, how
+# far behind the broker and the cluster it runs; the overview's lag and tick-delay panels
+SERVICE_MEASUREMENT = "aiops_service"
+# which job holds which node, as the scheduler said: telemetry carries no job tag unless the
+# exporter maps jobs (a stock dcgm-exporter does not), so a dashboard's job picks its nodes here
+JOB_MEASUREMENT = "aiops_job"
 Locate = Callable[[str], dict[str, str]]
 
 
@@ -59,6 +65,7 @@ def incident_line(state: dict[str, Any]) -> str:
         "affected": f"{int(state.get('affected_count', len(state.get('affected', []))))}i",
         "gpus_hit": f"{int(state.get('gpus_hit', 0))}i",
         "jobs": _text(",".join(state.get("jobs", []))),
+        "jobs_hit": f"{len(state.get('jobs', []))}i",
         "action": _text(state.get("action", "")),
         "opened": repr(float(state["opened"])),
     }
@@ -111,6 +118,52 @@ def prediction_line(p: Prediction, where: dict[str, str]) -> str:
     return f"{_head(PREDICTION_MEASUREMENT, tags)} {body} {int(p.at * 1e9)}"
 
 
+def service_line(
+    instance: str,
+    role: str,
+    values: int,
+    ticks: int,
+    lag: int,
+    tick_delay_s: float | None,
+    analysis_s: float,
+    time_ns: int,
+) -> str:
+    """The daemon's counters (values taken, ticks analysed, seconds spent analysing: cumulative,
+    so a panel takes their rate) and gauges (messages not taken yet, seconds behind the newest
+    analysed tick's event time) as one line."""
+    fields = {
+        "values": f"{int(values)}i",
+        "ticks": f"{int(ticks)}i",
+        "lag": f"{int(lag)}i",
+        "tick_delay_s": _number(tick_delay_s),
+        "analysis_s": _number(analysis_s),
+    }
+    body = ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+    return f"{_head(SERVICE_MEASUREMENT, {'instance': instance, 'role': role})} {body} {time_ns}"
+
+
+def job_lines(events: list[dict[str, Any]]) -> list[str]:
+    """Scheduler events (already validated: vocab.schedule) as one point per job and node it
+    holds (`running` 1, the GPUs it holds there), and one per job that ended (`running` 0)."""
+    lines = []
+    for e in events:
+        kind, job, at = e.get("type"), e.get("job"), e.get("time")
+        if not isinstance(job, str) or not isinstance(at, int | float):
+            continue
+        stamp = int(float(at) * 1e9)
+        if kind in ("job_start", "job_running"):
+            held = e.get("gpus_by_node") or {}
+            nodes = e.get("nodes") or []
+            each = int(e.get("gpus") or 0) // max(len(nodes), 1)
+            for node in nodes:
+                gpus = len(held[node]) if node in held else each
+                lines.append(f"{_head(JOB_MEASUREMENT, {'job': job, 'node': node})} running=1i,gpus={gpus}i {stamp}")
+        elif kind == "job_end":
+            reason = _text(str(e.get("reason", "")))
+            lines.append(f"{_head(JOB_MEASUREMENT, {'job': job})} running=0i,reason={reason} {stamp}")
+    return lines
+
+
 class IncidentWriter:
     """Writes incident states as they change; a write that fails for good is logged and counted,
     never raised: Grafana being behind must not stop the analysis."""
@@ -136,6 +189,12 @@ class IncidentWriter:
         except (InfluxWriteError, InfluxUnavailableError) as exc:
             self.dropped += len(lines)
             log.error("%s not written to InfluxDB (%d points): %s", what, len(lines), exc)
+
+    def add_schedule(self, events: list[dict[str, Any]]) -> None:
+        self._write(job_lines(events), "jobs")
+
+    def add_service(self, line: str) -> None:
+        self._write([line], "service health")
 
     def add(self, states: list[bytes]) -> None:
         if not states:
@@ -164,12 +223,16 @@ class IncidentWriter:
 
 __all__ = [
     "ANOMALY_MEASUREMENT",
+    "JOB_MEASUREMENT",
     "MEASUREMENT",
     "NOTICE_MEASUREMENT",
     "PREDICTION_MEASUREMENT",
+    "SERVICE_MEASUREMENT",
     "IncidentWriter",
     "anomaly_line",
     "incident_line",
+    "job_lines",
     "notice_line",
     "prediction_line",
+    "service_line",
 ]

@@ -58,6 +58,9 @@ class GenConfig:
     # whether the events name the GPU indices such jobs hold (Slurm's gres_detail) or only their
     # nodes (a scheduler, or a history, that says no more)
     schedule_gpu_indices: bool = True
+    # event time of the first tick: every run starts at T0 unless asked (a history that ends now,
+    # for dashboards shown over "the last hours"); the physics is the same at any start
+    start: float = T0
     # Each host's clock is off by a constant drawn uniformly from [0, clock_offset_s] seconds.
     clock_offset_s: float | None = None
     # Each host's samples of one tick are stamped up to jitter_s seconds late (uniform, per tick).
@@ -86,10 +89,10 @@ class Generation:
             raise ValueError(f"--realism must be one of {', '.join(LEVELS)}, got {config.realism!r}")
         self.config = config
         self.topology: Topology = build(config.topology, config.gpus)
-        t_end = T0 + config.hours * HOUR
+        t_end = config.start + config.hours * HOUR
         self.workload = Workload(
             nodes=self.topology.count("node"),
-            t0=T0,
+            t0=config.start,
             t_end=t_end,
             rng=np.random.default_rng([config.seed, 1]),
             node_ids=self.topology.ids["node"],
