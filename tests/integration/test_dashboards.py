@@ -69,8 +69,8 @@ REGEX_LITERAL = re.compile(r"(?P<op>[=!]~\s*)/(?P<body>(?:[^/\\]|\\.)*)/")
 REGEX_SPECIAL = re.compile(r"([\\^$*+?.()|\[\]{}/])")
 
 Values = dict[str, list[str]]
-TOPICS = ("telemetry_topic", "anomalies_topic", "predictions_topic", "incidents_topic", "notices_topic")
-TOPICS += ("deadletter_topic", "events_topic")
+TOPICS: tuple[str, ...] = ("telemetry_topic", "anomalies_topic", "predictions_topic", "incidents_topic")
+TOPICS += ("notices_topic", "deadletter_topic", "events_topic")
 
 
 # ---------------------------------------------------------------- the run

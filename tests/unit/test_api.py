@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from aiops.api import ApiServer, DaemonMetrics, build_app
+from aiops.api import ApiServer, build_app
+from aiops.daemon_metrics import DaemonMetrics
 from aiops.incident_index import IncidentIndex
 from notify.config import parse
 from notify.service import Notifier

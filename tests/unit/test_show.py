@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aiops.api import ApiServer, DaemonMetrics, PageContext, build_app
+from aiops.api import ApiServer, PageContext, build_app
+from aiops.daemon_metrics import DaemonMetrics
 from aiops.incident_index import IncidentIndex
 from rca.graph import TopologyGraph
 from show.report import write_report
