@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("vocab", "ingest", "context", "detectors", "rca", "notify", "show", "telemetry_gen", "aiops")
+PACKAGES = ("vocab", "ingest", "context", "detectors", "rca", "notify", "show", "act", "telemetry_gen", "aiops")
 
 
 def _module_name(path: Path) -> str:
@@ -80,7 +80,7 @@ def _offenders(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]
 STAGES_MUST_NOT_IMPORT = ("telemetry_gen", "aiops")
 
 
-@pytest.mark.parametrize("stage", ["ingest", "context", "detectors", "rca", "notify", "show"])
+@pytest.mark.parametrize("stage", ["ingest", "context", "detectors", "rca", "notify", "show", "act"])
 def test_stages_import_neither_the_generator_nor_the_program(stage: str) -> None:
     assert _offenders(stage, STAGES_MUST_NOT_IMPORT) == {}
 
@@ -108,6 +108,12 @@ def test_notifications_read_incident_records_not_the_stages_before_them() -> Non
 def test_pages_read_records_the_topology_and_telemetry_not_detection() -> None:
     # the incident page and the report draw what the engine wrote; they run no detector
     assert _offenders("show", ("detectors", "notify")) == {}
+
+
+def test_actions_read_incident_records_and_policies_not_the_stages_before_them() -> None:
+    # what to do is decided on the engine's records (and done through the site's tools): no
+    # detector, engine or notifier is needed to act
+    assert _offenders("act", ("ingest", "detectors", "rca", "notify", "show")) == {}
 
 
 def test_the_generator_is_a_telemetry_source_and_nothing_more() -> None:

@@ -1,0 +1,150 @@
+"""The audit log of every plan and action (SQLite beside the outbox): what was planned for which
+incident, what was decided (dry run, executed, blocked by the breaker, waiting for approval, ...),
+who or what approved it, and how it ended. A plan's id is a digest of (incident, policy, action,
+target), so planning the same thing again (a repeated incident state, a restart replaying the
+topic) finds the row that is there and does nothing twice.
+
+States: planned -> executing -> done | failed; or planned and held (dry_run, blocked, excluded,
+awaiting_approval). `executing` is committed before the executor runs: a SIGKILL between the two
+leaves a row the next start settles (act.executors.settle) instead of running it blind again."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS actions (
+    plan_id TEXT PRIMARY KEY,
+    incident_id TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    state TEXT NOT NULL,
+    approved_by TEXT,
+    detail TEXT NOT NULL DEFAULT '',
+    planned_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    event_time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
+"""
+
+HELD = ("dry_run", "blocked", "excluded", "awaiting_approval")
+
+
+def plan_id(incident_id: str, policy: str, action: str, target: str) -> str:
+    return hashlib.sha256(f"{incident_id}\x1f{policy}\x1f{action}\x1f{target}".encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Row:
+    plan_id: str
+    incident_id: str
+    policy: str
+    action: str
+    target: str
+    reason: str
+    decision: str
+    state: str
+    approved_by: str | None
+    detail: str
+    event_time: float
+
+
+class AuditLog:
+    def __init__(self, path: Path | None = None) -> None:
+        self._db = sqlite3.connect(str(path) if path is not None else ":memory:", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def get(self, pid: str) -> Row | None:
+        row = self._db.execute(
+            "SELECT plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail,"
+            " event_time FROM actions WHERE plan_id = ?",
+            (pid,),
+        ).fetchone()
+        return Row(*row) if row else None
+
+    def add(self, row: Row) -> bool:
+        """Record a new plan; False when it is there already (nothing changes)."""
+        now = time.time()
+        cursor = self._db.execute(
+            "INSERT OR IGNORE INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.plan_id,
+                row.incident_id,
+                row.policy,
+                row.action,
+                row.target,
+                row.reason,
+                row.decision,
+                row.state,
+                row.approved_by,
+                row.detail,
+                now,
+                now,
+                row.event_time,
+            ),
+        )
+        return cursor.rowcount == 1
+
+    def move(
+        self, pid: str, state: str, detail: str = "", approved_by: str | None = None, decision: str | None = None
+    ) -> None:
+        self._db.execute(
+            "UPDATE actions SET state = ?, detail = ?, updated_at = ?,"
+            " approved_by = COALESCE(?, approved_by), decision = COALESCE(?, decision) WHERE plan_id = ?",
+            (state, detail, time.time(), approved_by, decision, pid),
+        )
+
+    def rows(self, state: str | None = None) -> list[Row]:
+        query = (
+            "SELECT plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail,"
+            " event_time FROM actions"
+        )
+        args: tuple[str, ...] = ()
+        if state is not None:
+            query += " WHERE state = ?"
+            args = (state,)
+        return [Row(*r) for r in self._db.execute(query + " ORDER BY planned_at, plan_id", args)]
+
+    def attempts(self, target: str, since: float) -> int:
+        """Actions done (or under way) on `target` since event time `since`: what the limit counts."""
+        (n,) = self._db.execute(
+            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ?"
+            " AND state IN ('executing', 'done', 'failed')",
+            (target, since),
+        ).fetchone()
+        return int(n)
+
+    def out_of_service(self, since: float) -> set[str]:
+        """Nodes this service drained (or is draining) since `since` and has not resumed."""
+        drained = {
+            t
+            for (t,) in self._db.execute(
+                "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot') AND event_time >= ?"
+                " AND state IN ('executing', 'done')",
+                (since,),
+            )
+        }
+        resumed_after = {
+            t
+            for (t,) in self._db.execute(
+                "SELECT r.target FROM actions r WHERE r.action = 'resume' AND r.state = 'done' AND r.event_time >="
+                " (SELECT MAX(d.event_time) FROM actions d WHERE d.target = r.target"
+                " AND d.action IN ('drain', 'reboot') AND d.state IN ('executing', 'done'))"
+            )
+        }
+        return drained - resumed_after
+
+
+__all__ = ["HELD", "AuditLog", "Row", "plan_id"]

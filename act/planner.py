@@ -1,0 +1,169 @@
+"""From incident states to plans: which policy matches, what it would do to which target, and
+whether that may be done now (dry run, the breaker, attempt limits, exclusions, the blast radius,
+approval). Every plan is written to the audit log before anything else happens; a plan already
+there (the same incident, policy, action and target) is not planned again."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from act.audit import AuditLog, Row, plan_id
+from act.policy import ActConfig, Policy
+
+NODE_ACTIONS = frozenset({"drain", "reboot", "resume"})
+
+
+@dataclass(frozen=True)
+class Plan:
+    row: Row
+    execute: bool  # do it now (not a dry run, nothing holds it)
+    page: str | None = None  # what a person must hear (the breaker tripped, a node keeps failing)
+
+
+def matches(policy: Policy, state: dict[str, Any]) -> bool:
+    m = policy.match
+    warning = state.get("status") == "warning"
+    if (m.source == "incident" and warning) or (m.source == "prediction" and not warning):
+        return False
+    root = state.get("root_cause") or {}
+    if m.kinds and root.get("kind") not in m.kinds:
+        return False
+    if m.severities and state.get("severity") not in m.severities:
+        return False
+    confidence = float(root.get("confidence") or 0.0)  # a warning's is the prediction's probability
+    if confidence < (m.min_probability if warning else m.min_confidence):
+        return False
+    return not (m.entity and not fnmatch.fnmatchcase(str(root.get("entity", "")), m.entity))
+
+
+class Planner:
+    """`node_of(entity)` finds the node a root sits in (None for a switch, a link, a rack);
+    `scope_of(node)` the rack or pod the breaker counts per, and `scope_size` its nodes."""
+
+    def __init__(
+        self,
+        config: ActConfig,
+        audit: AuditLog,
+        node_of: Callable[[str], str | None],
+        scope_size: Callable[[str | None], int],
+        scope_of: Callable[[str], str | None] = lambda node: None,
+    ) -> None:
+        self.config, self.audit = config, audit
+        self.node_of, self.scope_size, self.scope_of = node_of, scope_size, scope_of
+
+    def consider(self, state: dict[str, Any], t: float) -> list[Plan]:
+        """The plans for one incident state, at event time t (new ones only)."""
+        incident = str(state.get("incident_id"))
+        if state.get("status") == "resolved":
+            return self._resume(incident, state, t)
+        plans = []
+        for policy in self.config.policies:
+            if policy.action.type == "resume" or not matches(policy, state):
+                continue
+            plan = self._plan(policy, incident, state, t)
+            if plan is not None:
+                plans.append(plan)
+        return plans
+
+    # ------------------------------------------------------------------ internals
+
+    def _target(self, policy: Policy, root: str) -> str | None:
+        if policy.action.type in NODE_ACTIONS:
+            return self.node_of(root)
+        return root  # reset_gpu, ticket, route_around: the root itself
+
+    def _plan(self, policy: Policy, incident: str, state: dict[str, Any], t: float) -> Plan | None:
+        action = policy.action
+        root = str((state.get("root_cause") or {}).get("entity", ""))
+        target = self._target(policy, root)
+        reason = f"aiops {incident}: {(state.get('root_cause') or {}).get('kind')} on {root} ({policy.name})"
+        pid = plan_id(incident, policy.name, action.type, target or root)
+        if self.audit.get(pid) is not None:
+            return None  # planned before (a repeated state, a restart): nothing twice
+        decision, detail, page = self._decide(policy, state, target, root, t)
+        execute = decision == "execute"
+        row = Row(pid, incident, policy.name, action.type, target or root, reason, decision, "planned", None, detail, t)
+        self.audit.add(row)
+        return Plan(row, execute, page)
+
+    def _decide(
+        self, policy: Policy, state: dict[str, Any], target: str | None, root: str, t: float
+    ) -> tuple[str, str, str | None]:
+        """(decision, why, page): execute | dry_run | blocked | excluded | awaiting_approval."""
+        action, config = policy.action, self.config
+        if target is None:
+            # a leaf, a spine, a link, a rack: draining "its" nodes would take out every node
+            # behind it for one part; a person decides (or a route_around policy acts on it)
+            return "blocked", f"{root} is not part of a node: {action.type} needs a node", None
+        excluded = config.excluded(target)
+        if excluded:
+            return "excluded", excluded, None
+        done = self.audit.attempts(target, t - config.attempts.window_s)
+        if done >= config.attempts.max:
+            why = (
+                f"{target} acted on {done} times in {config.attempts.window_s / 3600:g} h: a person takes it from here"
+            )
+            return "blocked", why, why
+        if action.type in ("drain", "reboot"):
+            tripped = self._breaker(target, t)
+            if tripped:
+                return "blocked", tripped, tripped
+        gpus = sum(int(n) for n in (state.get("job_gpus") or {}).values())
+        if action.max_job_gpus is not None and gpus > action.max_job_gpus:
+            return (
+                "awaiting_approval",
+                f"the jobs hit hold {gpus} GPUs, over {action.max_job_gpus}: approve first",
+                None,
+            )
+        if policy.approval:
+            return "awaiting_approval", "the policy asks for approval", None
+        if config.dry_run or not policy.execute:
+            why = (
+                "dry run (the policy file's dry_run)" if config.dry_run else "dry run (the policy has no execute: true)"
+            )
+            return "dry_run", why, None
+        return "execute", "", None
+
+    def _breaker(self, target: str, t: float) -> str | None:
+        """Why taking `target` out of service would exceed the breaker, or None."""
+        breaker = self.config.breaker
+        out = self.audit.out_of_service(t - breaker.window_s)
+        if target in out:
+            return None
+        scope = None if breaker.per == "cluster" else self.scope_of(target)
+        in_scope = {n for n in out if scope is None or self.scope_of(n) == scope}
+        size = max(self.scope_size(scope), 1)
+        where = f"{breaker.per} {scope}" if scope else "the cluster"
+        if len(in_scope) + 1 > breaker.max_nodes:
+            return f"breaker: {len(in_scope)} nodes of {where} already out of service, at most {breaker.max_nodes}"
+        if (len(in_scope) + 1) / size > breaker.max_fraction:
+            return (
+                f"breaker: {len(in_scope) + 1} of {size} nodes of {where} out of service would exceed "
+                f"{breaker.max_fraction:.0%}"
+            )
+        return None
+
+    def _resume(self, incident: str, state: dict[str, Any], t: float) -> list[Plan]:
+        """The incident resolved: the nodes drained for it come back, under the policy that drained them."""
+        plans = []
+        by_name = {p.name: p for p in self.config.policies}
+        for row in self.audit.rows("done"):
+            if row.incident_id != incident or row.action not in ("drain", "reboot"):
+                continue
+            policy = by_name.get(row.policy)
+            pid = plan_id(incident, row.policy, "resume", row.target)
+            if self.audit.get(pid) is not None:
+                continue
+            execute = policy is not None and policy.execute and not self.config.dry_run
+            decision = "execute" if execute else "dry_run"
+            reason = f"aiops {incident} resolved: {row.target} back in service"
+            resume = Row(pid, incident, row.policy, "resume", row.target, reason, decision, "planned", None, "", t)
+            self.audit.add(resume)
+            plans.append(Plan(resume, execute))
+        return plans
+
+
+__all__ = ["Plan", "Planner", "matches"]

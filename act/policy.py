@@ -1,0 +1,150 @@
+"""The action policies (YAML beside the routing file), validated on load: an unknown key, kind,
+severity or action stops the daemon with the line at fault rather than acting on a guess.
+
+    dry_run: true               # the default: plans are logged, shown and audited, never done
+    breaker: {max_nodes: 8, max_fraction: 0.02, per: cluster, window_s: 3600}
+    attempts: {max: 2, window_s: 86400}
+    exclude: ["login*", "n000[0-3]"]
+    policies:
+      - name: drain-predicted-hbm
+        match: {source: prediction, kinds: [gpu_hbm_ecc], min_probability: 0.7}
+        action: {type: drain, when: checkpoint}
+        execute: true
+      - name: drain-failed-gpu
+        match: {source: incident, kinds: [gpu_fell_off_bus, gpu_hbm_ecc], severities: [critical]}
+        action: {type: drain}
+        execute: true
+        approval: false
+
+A policy without `execute: true` only plans, whatever the top-level `dry_run` says; a top-level
+`dry_run: true` (the default) overrides every policy's `execute`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from vocab import registry
+
+ACTIONS = ("drain", "resume", "reset_gpu", "reboot", "ticket", "route_around")
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message says where."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Match(_Strict):
+    source: Literal["incident", "prediction", "any"] = "any"
+    kinds: tuple[str, ...] = ()  # empty: any kind
+    severities: tuple[str, ...] = ()
+    min_confidence: float = Field(default=0.0, ge=0.0, le=1.0)  # an incident's root-cause confidence
+    min_probability: float = Field(default=0.0, ge=0.0, le=1.0)  # a prediction's
+    entity: str | None = None  # a glob on the root (incident) or the entity (prediction)
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in kinds if k not in registry.KINDS]
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown} (known: {sorted(registry.KINDS)})")
+        return kinds
+
+    @field_validator("severities")
+    @classmethod
+    def _known_severities(cls, severities: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [s for s in severities if s not in registry.SEVERITIES]
+        if unknown:
+            raise ValueError(f"unknown severities {unknown} (known: {list(registry.SEVERITIES)})")
+        return severities
+
+
+class Action(_Strict):
+    type: Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"]
+    # now: at once (a part that failed); checkpoint: right after the job's next checkpoint, for a
+    # failure expected hours ahead (the job loses only its restart, not the steps since the last)
+    when: Literal["now", "checkpoint"] = "now"
+    # a job larger than this is not drained without a person's approval: its restart costs more
+    # than most faults (a 2,048-GPU job for a warning below its policy's confidence)
+    max_job_gpus: int | None = Field(default=None, gt=0)
+
+
+class Policy(_Strict):
+    name: str = Field(min_length=1)
+    match: Match
+    action: Action
+    execute: bool = False
+    approval: bool = False  # a person approves (API or the signed link) before it is done
+
+
+class Breaker(_Strict):
+    """At most `max_nodes` nodes, and at most `max_fraction` of the scope's nodes, taken out of
+    service by this service within `window_s`; beyond it, stop acting and page. NVSentinel's
+    breaker is a percentage of nodes per window; both bounds hold here, the tighter one wins."""
+
+    max_nodes: int = Field(default=8, ge=0)
+    max_fraction: float = Field(default=0.02, ge=0.0, le=1.0)
+    per: Literal["cluster", "rack", "pod"] = "cluster"
+    window_s: float = Field(default=3600.0, gt=0)
+
+
+class Attempts(_Strict):
+    """A node acted on `max` times within `window_s` goes to a person, not round the loop again."""
+
+    max: int = Field(default=2, ge=1)
+    window_s: float = Field(default=86_400.0, gt=0)
+
+
+class ActConfig(_Strict):
+    dry_run: bool = True
+    breaker: Breaker = Field(default_factory=Breaker)
+    attempts: Attempts = Field(default_factory=Attempts)
+    exclude: tuple[str, ...] = ()  # globs on node (or entity) names never acted on
+    exclude_labels: tuple[str, ...] = ()  # topology labels (e.g. "login", "storage") never acted on
+    policies: tuple[Policy, ...] = ()
+
+    def excluded(self, target: str, labels: frozenset[str] = frozenset()) -> str | None:
+        """Why `target` is never acted on, or None."""
+        for pattern in self.exclude:
+            if fnmatch.fnmatchcase(target, pattern):
+                return f"excluded by pattern {pattern!r}"
+        hit = sorted(labels & set(self.exclude_labels))
+        return f"excluded by label {hit[0]!r}" if hit else None
+
+
+def parse(data: object, source: str = "policies") -> ActConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: a policy file is a mapping, got {type(data).__name__}")
+    try:
+        config = ActConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise PolicyError(f"{source}: {where}: {first['msg']}") from None
+    names = [p.name for p in config.policies]
+    if len(names) != len(set(names)):
+        raise PolicyError(f"{source}: policy names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    return config
+
+
+def load(path: Path) -> ActConfig:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PolicyError(f"no policy file at {path}") from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not YAML ({exc})") from None
+    return parse(data, str(path))
+
+
+__all__ = ["ACTIONS", "ActConfig", "Action", "Attempts", "Breaker", "Match", "Policy", "PolicyError", "load", "parse"]
