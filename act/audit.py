@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS actions (
     detail TEXT NOT NULL DEFAULT '',
     planned_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    event_time REAL NOT NULL
+    event_time REAL NOT NULL,
+    acted_at REAL
 );
 CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
 """
@@ -54,7 +55,8 @@ class Row:
     state: str
     approved_by: str | None
     detail: str
-    event_time: float
+    event_time: float  # when it was planned (event time)
+    acted_at: float | None = None  # when it was started (event time)
 
 
 class AuditLog:
@@ -69,7 +71,7 @@ class AuditLog:
     def get(self, pid: str) -> Row | None:
         row = self._db.execute(
             "SELECT plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail,"
-            " event_time FROM actions WHERE plan_id = ?",
+            " event_time, acted_at FROM actions WHERE plan_id = ?",
             (pid,),
         ).fetchone()
         return Row(*row) if row else None
@@ -78,7 +80,7 @@ class AuditLog:
         """Record a new plan; False when it is there already (nothing changes)."""
         now = time.time()
         cursor = self._db.execute(
-            "INSERT OR IGNORE INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.plan_id,
                 row.incident_id,
@@ -93,23 +95,30 @@ class AuditLog:
                 now,
                 now,
                 row.event_time,
+                row.acted_at,
             ),
         )
         return cursor.rowcount == 1
 
     def move(
-        self, pid: str, state: str, detail: str = "", approved_by: str | None = None, decision: str | None = None
+        self,
+        pid: str,
+        state: str,
+        detail: str = "",
+        approved_by: str | None = None,
+        decision: str | None = None,
+        at: float | None = None,
     ) -> None:
         self._db.execute(
-            "UPDATE actions SET state = ?, detail = ?, updated_at = ?,"
-            " approved_by = COALESCE(?, approved_by), decision = COALESCE(?, decision) WHERE plan_id = ?",
-            (state, detail, time.time(), approved_by, decision, pid),
+            "UPDATE actions SET state = ?, detail = ?, updated_at = ?, approved_by = COALESCE(?, approved_by),"
+            " decision = COALESCE(?, decision), acted_at = COALESCE(?, acted_at) WHERE plan_id = ?",
+            (state, detail, time.time(), approved_by, decision, at, pid),
         )
 
     def rows(self, state: str | None = None) -> list[Row]:
         query = (
             "SELECT plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail,"
-            " event_time FROM actions"
+            " event_time, acted_at FROM actions"
         )
         args: tuple[str, ...] = ()
         if state is not None:
@@ -118,21 +127,25 @@ class AuditLog:
         return [Row(*r) for r in self._db.execute(query + " ORDER BY planned_at, plan_id", args)]
 
     def attempts(self, target: str, since: float) -> int:
-        """Actions done (or under way) on `target` since event time `since`: what the limit counts."""
+        """Actions done (or under way) on `target` since event time `since`, putting it back in
+        service aside: what the limit counts."""
         (n,) = self._db.execute(
-            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ?"
+            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ? AND action != 'resume'"
             " AND state IN ('executing', 'done', 'failed')",
             (target, since),
         ).fetchone()
         return int(n)
 
     def out_of_service(self, since: float) -> set[str]:
-        """Nodes this service drained (or is draining) since `since` and has not resumed."""
+        """Nodes this service drained (or is draining, or will drain at a checkpoint) since `since`
+        and has not resumed: a plan waiting for its checkpoint counts, or ten of them planned at
+        once would each pass the breaker."""
         drained = {
             t
             for (t,) in self._db.execute(
                 "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot') AND event_time >= ?"
-                " AND state IN ('executing', 'done')",
+                " AND (state IN ('waiting', 'executing', 'done')"
+                " OR (state = 'planned' AND decision IN ('execute', 'at_checkpoint')))",
                 (since,),
             )
         }

@@ -94,8 +94,14 @@ class SiteCommand:
             "target": row.target,
             "incident": row.incident_id,
             "reason": row.reason,
+            "action": row.action,
         }
-        argv = [part.format_map(values) for part in self.argv]
+        try:
+            argv = [part.format_map(values) for part in self.argv]
+        except (KeyError, ValueError) as exc:
+            raise ActionError(
+                f"the site command {self.argv!r} names {exc}, which is not one of {sorted(values)}"
+            ) from None
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -114,7 +120,7 @@ class Actor:
     def __init__(self, audit: AuditLog, executors: Mapping[str, Executor], page: Callable[[str], None]) -> None:
         self.audit, self.executors, self.page = audit, executors, page
 
-    def take(self, plans: Sequence[Plan]) -> None:
+    def take(self, plans: Sequence[Plan], at: float | None = None) -> None:
         for plan in plans:
             row = plan.row
             log.info(
@@ -128,21 +134,24 @@ class Actor:
             )
             if plan.page:
                 self.page(plan.page)
+            if row.decision == "at_checkpoint":
+                self.audit.move(row.plan_id, "waiting", row.detail)  # act.loop runs it after the checkpoint
+                continue
             if not plan.execute:
                 self.audit.move(row.plan_id, "held", row.detail)
                 continue
-            self.run(row)
+            self.run(row, at if at is not None else row.event_time)
 
-    def run(self, row: Row) -> None:
+    def run(self, row: Row, at: float | None = None) -> None:
         executor = self.executors.get(row.action)
         if executor is None:
             self.audit.move(row.plan_id, "failed", f"no executor configured for {row.action}")
             self.page(f"{row.action} {row.target} for {row.incident_id}: no executor configured")
             return
-        self.audit.move(row.plan_id, "executing")  # committed before anything is done
+        self.audit.move(row.plan_id, "executing", at=at)  # committed before anything is done
         try:
             detail = executor.run(row)
-        except ActionError as exc:
+        except Exception as exc:  # whatever went wrong, it is recorded, paged, and not left "executing"
             self.audit.move(row.plan_id, "failed", str(exc))
             self.page(f"{row.action} {row.target} for {row.incident_id} failed: {exc}")
             return

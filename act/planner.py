@@ -6,6 +6,7 @@ there (the same incident, policy, action and target) is not planned again."""
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +51,11 @@ class Planner:
         node_of: Callable[[str], str | None],
         scope_size: Callable[[str | None], int],
         scope_of: Callable[[str], str | None] = lambda node: None,
+        jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
     ) -> None:
         self.config, self.audit = config, audit
         self.node_of, self.scope_size, self.scope_of = node_of, scope_size, scope_of
+        self.jobs_on = jobs_on  # the jobs running on a node at t, and the GPUs each holds in all
 
     def consider(self, state: dict[str, Any], t: float) -> list[Plan]:
         """The plans for one incident state, at event time t (new ones only)."""
@@ -92,7 +95,8 @@ class Planner:
     def _decide(
         self, policy: Policy, state: dict[str, Any], target: str | None, root: str, t: float
     ) -> tuple[str, str, str | None]:
-        """(decision, why, page): execute | dry_run | blocked | excluded | awaiting_approval."""
+        """(decision, why, page): execute | at_checkpoint | dry_run | already_done | blocked | excluded |
+        awaiting_approval."""
         action, config = policy.action, self.config
         if target is None:
             # a leaf, a spine, a link, a rack: draining "its" nodes would take out every node
@@ -107,11 +111,16 @@ class Planner:
                 f"{target} acted on {done} times in {config.attempts.window_s / 3600:g} h: a person takes it from here"
             )
             return "blocked", why, why
+        if action.type == "drain" and target in self.audit.out_of_service(-math.inf):  # until resumed
+            return "already_done", f"{target} is out of service already (drained by this service)", None
         if action.type in ("drain", "reboot"):
             tripped = self._breaker(target, t)
             if tripped:
                 return "blocked", tripped, tripped
-        gpus = sum(int(n) for n in (state.get("job_gpus") or {}).values())
+        # the jobs a drain interrupts: those the incident hit, or (a warning, which hits nothing
+        # yet) those the scheduler says run on the node now
+        jobs = {str(j): int(n) for j, n in (state.get("job_gpus") or {}).items()} or self.jobs_on(target, t)
+        gpus = sum(jobs.values())
         if action.max_job_gpus is not None and gpus > action.max_job_gpus:
             return (
                 "awaiting_approval",
@@ -125,6 +134,8 @@ class Planner:
                 "dry run (the policy file's dry_run)" if config.dry_run else "dry run (the policy has no execute: true)"
             )
             return "dry_run", why, None
+        if action.when == "checkpoint" and jobs and action.type in NODE_ACTIONS:
+            return "at_checkpoint", f"after the next checkpoint of {', '.join(sorted(jobs))}", None
         return "execute", "", None
 
     def _breaker(self, target: str, t: float) -> str | None:

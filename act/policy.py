@@ -75,6 +75,10 @@ class Action(_Strict):
     # a job larger than this is not drained without a person's approval: its restart costs more
     # than most faults (a 2,048-GPU job for a warning below its policy's confidence)
     max_job_gpus: int | None = Field(default=None, gt=0)
+    # with `when: checkpoint`, how long to wait for the jobs' next checkpoint before acting anyway
+    # (an hour: large jobs are told to checkpoint at least that often; a prediction's lead time is
+    # hours, so waiting costs little)
+    max_wait_s: float = Field(default=3600.0, gt=0)
 
 
 class Policy(_Strict):
@@ -103,6 +107,21 @@ class Attempts(_Strict):
     window_s: float = Field(default=86_400.0, gt=0)
 
 
+class Executors(_Strict):
+    """How actions are done here. Slurm through its CLI on this host (`scontrol`, with the env it
+    needs, e.g. SLURM_CONF); the rest through site commands: an argv per action type, `{node}`,
+    `{target}`, `{incident}`, `{reason}` filled in, run without a shell. An action with no
+    executor is planned and audited, and fails with "no executor" when a policy executes it."""
+
+    slurm: bool = False
+    scontrol: str = "scontrol"
+    slurm_env: dict[str, str] = Field(default_factory=dict)
+    # a site may drain and resume through its own tool too (a wrapper round its scheduler)
+    commands: dict[Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"], tuple[str, ...]] = (
+        Field(default_factory=dict)
+    )
+
+
 class ActConfig(_Strict):
     dry_run: bool = True
     breaker: Breaker = Field(default_factory=Breaker)
@@ -110,6 +129,7 @@ class ActConfig(_Strict):
     exclude: tuple[str, ...] = ()  # globs on node (or entity) names never acted on
     exclude_labels: tuple[str, ...] = ()  # topology labels (e.g. "login", "storage") never acted on
     policies: tuple[Policy, ...] = ()
+    executors: Executors = Field(default_factory=Executors)
 
     def excluded(self, target: str, labels: frozenset[str] = frozenset()) -> str | None:
         """Why `target` is never acted on, or None."""
@@ -147,4 +167,16 @@ def load(path: Path) -> ActConfig:
     return parse(data, str(path))
 
 
-__all__ = ["ACTIONS", "ActConfig", "Action", "Attempts", "Breaker", "Match", "Policy", "PolicyError", "load", "parse"]
+__all__ = [
+    "ACTIONS",
+    "ActConfig",
+    "Action",
+    "Attempts",
+    "Breaker",
+    "Executors",
+    "Match",
+    "Policy",
+    "PolicyError",
+    "load",
+    "parse",
+]

@@ -54,6 +54,11 @@ def add_parsers(sub: Any) -> None:
         help="receivers and routes for chat notifications, YAML (default AIOPS_NOTIFY_CONFIG; none: send nothing)",
     )
     p.add_argument(
+        "--actions",
+        metavar="FILE",
+        help="action policies, YAML (default AIOPS_ACTIONS_CONFIG; none: act on nothing); a dry run unless it says",
+    )
+    p.add_argument(
         "--api-port",
         type=int,
         metavar="PORT",
@@ -128,6 +133,23 @@ def _health_sink(writer: IncidentWriter, group: str) -> HealthSink:
     return write
 
 
+def _actions(args: argparse.Namespace, configured: Any) -> Any:
+    """The action policies, when a file is given (validated: a bad one stops the run here)."""
+    from act.policy import PolicyError, load
+    from aiops.cli import CliError
+
+    path = getattr(args, "actions", None) or configured.actions_config
+    if not path:
+        return None
+    try:
+        config = load(Path(path))
+    except PolicyError as exc:
+        raise CliError(str(exc)) from None
+    mode = "dry run" if config.dry_run else "executing where a policy says execute: true"
+    log.warning("acting on incidents per %s (%d policies; %s)", path, len(config.policies), mode)
+    return config
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli import CliError, _settings, folder_progress, load_predictor, stop_on_signals
     from aiops.runner import run_folder, run_kafka
@@ -151,6 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     notice_sink = writer.add_notices if writer is not None else None
     finding_sink = writer.add_findings if writer is not None else None
     notifier = _notifier(args, configured)
+    actions = _actions(args, configured)
     try:
         if args.kafka:
             if not args.topology:
@@ -177,6 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 finding_sink=finding_sink,
                 health_sink=_health_sink(writer, kafka.run_group) if writer is not None else None,
                 schedule_sink=writer.add_schedule if writer is not None else None,
+                actions=actions,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -198,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 notifier=notifier,
                 finding_sink=finding_sink,
                 schedule_sink=writer.add_schedule if writer is not None else None,
+                actions=actions,
             )
             step(stats.ticks)
     except (FileNotFoundError, GraphError) as exc:

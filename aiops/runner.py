@@ -46,6 +46,8 @@ from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
 if TYPE_CHECKING:
+    from act.loop import ActLoop
+    from act.policy import ActConfig
     from aiops.api import ApiOptions
 
 T = TypeVar("T")
@@ -102,6 +104,7 @@ class Pipeline:
         self.last_tick: float | None = None
         self.engine_errors = 0
         self.notifier: Notifier | None = None  # chat and webhooks, when configured
+        self.acting: ActLoop | None = None  # drains and the rest, when a policy file is given
         # the daemon's API: incidents it serves, what it counts, incidents operators resolved
         self.index: IncidentIndex | None = None
         self.metrics: DaemonMetrics | None = None
@@ -152,6 +155,7 @@ class Pipeline:
             detect.predictor.model = given.model
         detect.tick_listener = self._on_tick
         self.detect, self.engine = detect, engine
+        detect.track_jobs = self.acting is not None
         self.first_tick, self.last_tick = state["ticks"]
         self._topology_notices = []  # said before the checkpoint
         taken_with = state.get("topology")
@@ -211,10 +215,37 @@ class Pipeline:
             self.notifier.offer([s for _, s in states], t)
         if self.index is not None:
             self.index.add([s for _, s in states])
+        if self.acting is not None:
+            self._act(t, [s for _, s in states])
         if self.metrics is not None:
             self.metrics.ticks += 1
             self.metrics.last_tick = t
             self.metrics.tick_seconds_sum += time.perf_counter() - started
+
+    def act_on(self, acting: ActLoop, t: float | None = None) -> None:
+        """Act on incidents from now on: the loop reads each job's utilisation (its checkpoints)."""
+        self.acting = acting
+        self.detect.track_jobs = True
+        acting.restore(t if t is not None else (self.last_tick or 0.0))
+
+    def _act(self, t: float, states: list[bytes]) -> None:
+        assert self.acting is not None
+        try:  # in event time: a drain waits for the checkpoint the telemetry shows
+            self.acting.tick(t, self.detect.job_utilisation)
+            self.acting.offer(states, t)
+        except Exception:  # acting must never stop the analysis; what it did is in the audit log
+            log.exception("acting failed on tick %s; the analysis goes on", t)
+
+    def jobs_on(self, node: str, t: float) -> dict[str, int]:
+        """The jobs running on `node` at t, as the scheduler said, and the GPUs each holds in all."""
+        return {j.job: j.gpus for j in self.schedule.jobs_on([node], t, ended_within_s=0.0)}
+
+    def page(self, message: str, subject: str) -> None:
+        """What the acting loop says a person must hear: a notice at the tick's event time,
+        published (and written to InfluxDB) with the tick's other notices, and logged."""
+        log.error("action: %s", message)
+        at = self.last_tick or 0.0
+        self.detect.notices.append(Notice(at, "action", subject or "actions", "page", message, {}))
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         return self.detect.feed(data)
@@ -322,10 +353,12 @@ def run_folder(
     notifier: Notifier | None = None,
     finding_sink: FindingSink | None = None,
     schedule_sink: ScheduleSink | None = None,
+    actions: ActConfig | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
-    run.json (with every fault kind's coverage)."""
+    run.json (with every fault kind's coverage); with `actions`, acts on incidents as the policies
+    say (dry run unless they say execute), auditing every plan in actions.sqlite."""
     telemetry = input_dir / "telemetry.lp"
     if not telemetry.is_file():
         raise FileNotFoundError(f"no telemetry.lp in {input_dir}")
@@ -339,6 +372,11 @@ def run_folder(
     if notifier is not None and notifier.router.locate is None:
         notifier.router.locate = topology_locate(graph)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if actions is not None:
+        from aiops.acting import act_loop
+
+        loop = act_loop(actions, graph, out_dir / "actions.sqlite", pipeline.page, jobs_on=pipeline.jobs_on)
+        pipeline.act_on(loop)
     stats = RunStats()
     started = time.perf_counter()
     with (
@@ -405,6 +443,7 @@ def run_kafka(
     health_sink: HealthSink | None = None,
     health_every_s: float = 10.0,
     schedule_sink: ScheduleSink | None = None,
+    actions: ActConfig | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
     With `api`, it serves the HTTP API (aiops.api) while it runs; `health_sink` gets its own
@@ -498,11 +537,27 @@ def run_kafka(
     if notifier is not None and notifier.router.locate is None:
         notifier.router.locate = topology_locate(graph)
 
+    acting = None
+    if actions is not None:  # one loop and one audit log, whichever pipeline holds the partitions
+        from aiops.acting import act_loop
+
+        audit = state_dir / f"actions-{settings.run_group}.sqlite" if state_dir is not None else None
+
+        def page(message: str, subject: str) -> None:  # through whichever pipeline holds the partitions now
+            pipeline.page(message, subject)
+
+        def jobs_on(node: str, t: float) -> dict[str, int]:
+            return pipeline.jobs_on(node, t)
+
+        acting = act_loop(actions, graph, audit, page, jobs_on=jobs_on)
+
     def fresh() -> Pipeline:
         pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
         pipeline.topology_digest = watched.digest
         pipeline.notifier = notifier
         pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
+        if acting is not None:
+            pipeline.act_on(acting)
         return pipeline
 
     pipeline = fresh()

@@ -160,6 +160,10 @@ class DetectLoop:
         self.stats = DetectStats()
         # called once per analysed tick with its anomalies and predictions (the RCA engine)
         self.tick_listener: Callable[[float, list[Anomaly], list[Prediction]], None] | None = None
+        # with track_jobs, each tick's mean GPU utilisation per job (%), the GPUs each job holds as
+        # the schedule says: what acting reads a job's checkpoints from (act.checkpoints)
+        self.track_jobs = False
+        self.job_utilisation: dict[str, float] = {}
 
     def forget_partitions(self, partitions: AbstractSet[tuple[str, int]]) -> None:
         """A rebalance took partitions away: their held messages and clocks are the new owner's."""
@@ -370,6 +374,8 @@ class DetectLoop:
         self.coverage.observe(frames)
         self.notices += self.coverage.notices(t)
         frames = self._with_jobs(t, frames)
+        if self.track_jobs:
+            self.job_utilisation = job_utilisation(frames.get("gpu"))
         found = self.stack.process(t, frames)
         for gap in self.stack.presence.gaps:  # an exporter restarting: one notice, not N anomalies
             message = (
@@ -392,6 +398,19 @@ class DetectLoop:
         if self.tick_listener is not None:
             self.tick_listener(t, found, self.predictions[predicted:])
         return found
+
+
+def job_utilisation(gpu: Frame | None) -> dict[str, float]:
+    """Mean GPU utilisation per job over the GPUs it holds this tick (idle and shared GPUs left out)."""
+    if gpu is None or "job" not in gpu.tags or BUSY_FIELD not in gpu.fields:
+        return {}
+    jobs = gpu.tags["job"]
+    util = gpu.fields[BUSY_FIELD].as_float()
+    keep = (jobs != IDLE) & (jobs != "") & ~np.isnan(util)
+    if not keep.any():
+        return {}
+    means = pd.Series(util[keep]).groupby(jobs[keep]).mean()
+    return {str(j): float(v) for j, v in means.items()}
 
 
 class IntervalUnknownError(ValueError):

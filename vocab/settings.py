@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     checkpoint_every_s: float = Field(default=30.0, gt=0)
     # Receivers and routes for chat notifications (notify/config.py); none: nothing is sent.
     notify_config: Path | None = None
+    # what the service may do about incidents (act/policy.py; config/actions.yml): dry run unless
+    # the file says otherwise; none: no acting at all
+    actions_config: Path | None = None
 
 
 def load_settings(**overrides: object) -> Settings:

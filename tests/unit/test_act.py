@@ -11,6 +11,7 @@ import pytest
 
 from act.audit import AuditLog, Row
 from act.executors import Actor
+from act.loop import ActLoop
 from act.planner import Planner
 from act.policy import ActConfig, PolicyError, load, parse
 
@@ -42,7 +43,7 @@ def state(
         "status": status,
         "severity": "critical",
         "root_cause": {"entity": f"n{node:05d}-gpu3", "kind": kind, "confidence": 0.9},
-        "job_gpus": {"job-1": 8},
+        "job_gpus": {} if status == "warning" else {"job-1": 8},  # a warning hits no job yet
         **extra,
     }
 
@@ -114,9 +115,10 @@ def test_a_node_that_keeps_failing_goes_to_a_person() -> None:
     planner, actor, recorder, pages = setup(
         {"dry_run": False, "breaker": LOOSE, "attempts": {"max": 2}, "policies": [DRAIN]}
     )
-    for n in range(3):  # three incidents, one node
-        actor.take(planner.consider(state(n, node=7), 100.0 + n))
-    assert recorder.done == [("drain", "n00007")] * 2
+    for n in range(3):  # three incidents on one node, each repaired and put back in service
+        actor.take(planner.consider(state(n, node=7), 100.0 + 10 * n))
+        actor.take(planner.consider(state(n, node=7, status="resolved"), 105.0 + 10 * n))
+    assert recorder.done == [("drain", "n00007"), ("resume", "n00007")] * 2
     assert "a person takes it from here" in pages[0]
 
 
@@ -236,3 +238,65 @@ def test_a_bad_policy_file_says_where(tmp_path: Path) -> None:
             load(path)
     assert load(Path(__file__).resolve().parents[2] / "config" / "actions.yml").dry_run is True
     assert isinstance(parse(None), ActConfig)
+
+
+def loop_with(policies: dict[str, Any], jobs: dict[str, int]) -> tuple[ActLoop, Recorder]:
+    recorder = Recorder()
+    loop = ActLoop(
+        parse(policies),
+        AuditLog(),
+        {"drain": recorder},
+        lambda message, subject: None,
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+        jobs_on=lambda node, t: jobs,
+    )
+    return loop, recorder
+
+
+CHECKPOINTED = {**DRAIN, "match": {"source": "prediction"}, "action": {"type": "drain", "when": "checkpoint"}}
+
+
+def test_a_predicted_failure_is_drained_right_after_the_jobs_next_checkpoint() -> None:
+    loop, recorder = loop_with({"dry_run": False, "breaker": LOOSE, "policies": [CHECKPOINTED]}, {"job-7": 256})
+    busy, dip = {"job-7": 96.0}, {"job-7": 4.0}
+    for t in range(0, 300, 10):
+        loop.tick(float(t), busy)
+    loop.offer([state(1, status="warning")], 300.0)
+    assert recorder.done == [] and loop.audit.rows()[0].state == "waiting"
+    for t in range(310, 900, 10):  # mid-interval: the job computes on; nothing is done
+        loop.tick(float(t), busy)
+    assert recorder.done == []
+    loop.tick(900.0, dip)  # the whole job stops to write its checkpoint
+    loop.tick(910.0, dip)
+    assert recorder.done == []  # not during the write either
+    loop.tick(920.0, busy)  # the write is over
+    assert recorder.done == [("drain", "n00001")]
+    row = loop.audit.rows()[0]
+    assert (row.state, row.acted_at) == ("done", 920.0)
+
+
+def test_no_checkpoint_within_the_deadline_acts_anyway() -> None:
+    policy = {**CHECKPOINTED, "action": {"type": "drain", "when": "checkpoint", "max_wait_s": 600}}
+    loop, recorder = loop_with({"dry_run": False, "breaker": LOOSE, "policies": [policy]}, {"job-7": 256})
+    loop.tick(0.0, {"job-7": 96.0})
+    loop.offer([state(1, status="warning")], 0.0)
+    for t in range(10, 600, 10):
+        loop.tick(float(t), {"job-7": 96.0})
+    assert recorder.done == []
+    loop.tick(600.0, {"job-7": 96.0})
+    assert recorder.done == [("drain", "n00001")]
+
+
+def test_a_node_without_a_job_is_drained_at_once() -> None:
+    loop, recorder = loop_with({"dry_run": False, "breaker": LOOSE, "policies": [CHECKPOINTED]}, {})
+    loop.offer([state(1, status="warning")], 0.0)
+    assert recorder.done == [("drain", "n00001")]
+
+
+def test_plans_waiting_for_a_checkpoint_count_against_the_breaker() -> None:
+    loop, _ = loop_with(
+        {"dry_run": False, "breaker": {"max_nodes": 2, "max_fraction": 1.0}, "policies": [CHECKPOINTED]}, {"job-7": 8}
+    )
+    loop.offer([state(n, status="warning") for n in range(4)], 0.0)
+    assert [r.decision for r in loop.audit.rows()] == ["at_checkpoint", "at_checkpoint", "blocked", "blocked"]

@@ -1,0 +1,94 @@
+"""The acting loop the daemon runs tick by tick, in event time: incident states in, plans made and
+audited, actions done now or right after the affected jobs' next checkpoint.
+
+`offer(states, t)` plans for each incident state; `tick(t, utilisation)` reads each job's
+checkpoints from its mean GPU utilisation and runs what waited for them (or whose deadline
+passed, or whose jobs ended). On a start, `restore()` settles what a SIGKILL interrupted and takes
+the plans still waiting back (their checkpoint clock starts afresh: it relearns a job's dips
+within one cadence)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from act.audit import AuditLog, Row
+from act.checkpoints import CheckpointClock
+from act.executors import Actor, Executor
+from act.planner import Planner
+from act.policy import ActConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Waiting:
+    row: Row
+    jobs: tuple[str, ...]
+    since: float
+    deadline: float
+
+
+class ActLoop:
+    def __init__(
+        self,
+        config: ActConfig,
+        audit: AuditLog,
+        executors: Mapping[str, Executor],
+        page: Callable[[str, str], None],
+        node_of: Callable[[str], str | None],
+        scope_size: Callable[[str | None], int],
+        scope_of: Callable[[str], str | None] = lambda node: None,
+        jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
+    ) -> None:
+        self.config, self.audit = config, audit
+        self.planner = Planner(config, audit, node_of, scope_size, scope_of, jobs_on)
+        self.actor = Actor(audit, executors, lambda message: page(message, ""))
+        self.clock = CheckpointClock()
+        self.waiting: dict[str, Waiting] = {}
+
+    def restore(self, t: float) -> None:
+        self.actor.settle()
+        for row in self.audit.rows("waiting"):
+            self.waiting[row.plan_id] = Waiting(row, self._jobs_of(row), t, t + self._max_wait(row))
+
+    def offer(self, states: list[bytes] | list[dict[str, Any]], t: float) -> None:
+        for raw in states:
+            state = json.loads(raw) if isinstance(raw, bytes | str) else raw
+            plans = self.planner.consider(state, t)
+            self.actor.take(plans, t)
+            for plan in plans:
+                if plan.row.decision == "at_checkpoint":
+                    jobs = self._jobs_of(plan.row)
+                    self.waiting[plan.row.plan_id] = Waiting(plan.row, jobs, t, t + self._max_wait(plan.row))
+
+    def tick(self, t: float, utilisation: dict[str, float]) -> None:
+        """One tick's mean GPU utilisation per job: checkpoints read, what waited for them done."""
+        self.clock.observe(t, utilisation)
+        for pid, w in list(self.waiting.items()):
+            pending = [j for j in w.jobs if self.clock.known(j) and (self.clock.last_checkpoint(j) or -1.0) <= w.since]
+            if pending and t < w.deadline:
+                continue
+            if pending:
+                why = f"no checkpoint of {', '.join(pending)} within {w.deadline - w.since:.0f} s: acting anyway"
+            else:
+                why = "after the job's checkpoint" if w.jobs else "no job to wait for"
+            del self.waiting[pid]
+            log.info("%s %s for %s: %s", w.row.action, w.row.target, w.row.incident_id, why)
+            self.audit.move(pid, "planned", why, decision="execute")
+            self.actor.run(w.row, t)
+
+    def _max_wait(self, row: Row) -> float:
+        policy = next((p for p in self.config.policies if p.name == row.policy), None)
+        return policy.action.max_wait_s if policy is not None else 3600.0
+
+    @staticmethod
+    def _jobs_of(row: Row) -> tuple[str, ...]:
+        detail = row.detail.removeprefix("after the next checkpoint of ")
+        return tuple(j for j in detail.split(", ") if j) if detail != row.detail else ()
+
+
+__all__ = ["ActLoop", "Waiting"]

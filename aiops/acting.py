@@ -1,0 +1,63 @@
+"""The acting loop wired to the daemon: the topology says which node a root sits in and how many
+nodes a rack or pod has (the breaker's scope), the policy file says how actions are done, pages
+become notices (published, written to InfluxDB, logged at ERROR)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from act.audit import AuditLog
+from act.executors import Executor, SiteCommand, SlurmCli
+from act.loop import ActLoop
+from act.policy import ActConfig
+from rca.graph import TopologyGraph
+
+log = logging.getLogger(__name__)
+
+
+def executors_of(config: ActConfig) -> dict[str, Executor]:
+    out: dict[str, Executor] = {}
+    if config.executors.slurm:
+        slurm = SlurmCli(config.executors.slurm_env, config.executors.scontrol)
+        out["drain"] = out["resume"] = slurm
+    for action, argv in config.executors.commands.items():  # a site's own tool wins over scontrol
+        out[action] = SiteCommand(argv)
+    return out
+
+
+def act_loop(
+    config: ActConfig,
+    graph: TopologyGraph,
+    audit_path: Path | None,
+    page: Callable[[str, str], None],
+    executors: dict[str, Executor] | None = None,
+    jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
+) -> ActLoop:
+    per = config.breaker.per
+    nodes = [e for e in graph.ids if graph.kind(e) == "node"]
+
+    def scope_of(node: str) -> str | None:
+        if per == "rack":
+            return graph.ancestor(node, "rack")
+        if per == "pod":
+            _, pod = graph.rail_and_pod(node)
+            return f"pod{pod}" if pod >= 0 else graph.ancestor(node, "group")
+        return None
+
+    sizes = Counter(scope_of(n) for n in nodes)
+
+    def scope_size(scope: str | None) -> int:
+        return len(nodes) if scope is None else sizes.get(scope, 0)
+
+    def node_of(entity: str) -> str | None:
+        return graph.node_of(entity) if entity in graph else None
+
+    audit = AuditLog(audit_path)
+    chosen = executors if executors is not None else executors_of(config)
+    return ActLoop(config, audit, chosen, page, node_of, scope_size, scope_of, jobs_on)
+
+
+__all__ = ["act_loop", "executors_of"]
