@@ -38,6 +38,17 @@ class Executor(Protocol):
     def confirmed(self, row: Row) -> bool | None: ...  # whether it took effect (None: cannot say)
 
 
+def parse_node(text: str) -> dict[str, str]:
+    """`scontrol show node` (one line with -o, or the indented block): Key=Value pairs, the
+    Reason last and running to the end (it holds spaces), without its " [user@time]" stamp."""
+    flat = " ".join(text.split())
+    head, _, reason = flat.partition(" Reason=")
+    fields = dict(part.split("=", 1) for part in head.split() if "=" in part)
+    if reason:
+        fields["Reason"] = reason.rsplit(" [", 1)[0]
+    return fields
+
+
 class SlurmCli:
     def __init__(self, env: Mapping[str, str] | None = None, scontrol: str = "scontrol") -> None:
         self.env = {**os.environ, **(env or {})}
@@ -55,13 +66,7 @@ class SlurmCli:
         return done.stdout
 
     def node(self, node: str) -> dict[str, str]:
-        """`scontrol show node -o`: one line of Key=Value pairs (Reason= runs to the end of the line)."""
-        line = self._run("show", "node", "-o", node).strip()
-        head, _, reason = line.partition(" Reason=")
-        fields = dict(part.split("=", 1) for part in head.split() if "=" in part)
-        if reason:
-            fields["Reason"] = reason.rsplit(" [", 1)[0]  # "text [user@time]"
-        return fields
+        return parse_node(self._run("show", "node", "-o", node))
 
     def run(self, row: Row) -> str:
         if row.action == "drain":
@@ -181,4 +186,4 @@ class Actor:
                 self.page(f"{row.action} {row.target} for {row.incident_id} was interrupted: check it by hand")
 
 
-__all__ = ["ActionError", "Actor", "Executor", "SiteCommand", "SlurmCli"]
+__all__ = ["ActionError", "Actor", "Executor", "SiteCommand", "SlurmCli", "parse_node"]

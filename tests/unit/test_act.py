@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from act.audit import AuditLog, Row
-from act.executors import Actor
+from act.executors import Actor, parse_node
 from act.loop import ActLoop
 from act.planner import Planner
 from act.policy import ActConfig, PolicyError, load, parse
@@ -300,3 +300,10 @@ def test_plans_waiting_for_a_checkpoint_count_against_the_breaker() -> None:
     )
     loop.offer([state(n, status="warning") for n in range(4)], 0.0)
     assert [r.decision for r in loop.audit.rows()] == ["at_checkpoint", "at_checkpoint", "blocked", "blocked"]
+
+
+def test_scontrol_show_node_as_slurm_22_05_writes_it() -> None:
+    recorded = Path(__file__).resolve().parents[1] / "data" / "slurm-22.05-live" / "scontrol-show-node.txt"
+    node = parse_node(recorded.read_text().split("\n\n")[0])
+    assert node["Reason"] == "ECC memory error"
+    assert "DRAIN" in node["State"]

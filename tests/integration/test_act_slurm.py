@@ -1,0 +1,133 @@
+"""Acting on a real slurmctld (Debian's Slurm 22.05, started by scripts/services): a predicted HBM
+failure drains the node, with a reason naming the incident, right after its job's next
+checkpoint; a dry run leaves it alone; the breaker stops at its limit and pages; the node is
+resumed when the incident resolves; a drain interrupted by a SIGKILL is read back, not redone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from act.audit import AuditLog
+from act.executors import SlurmCli
+from act.loop import ActLoop
+from act.policy import parse
+
+if TYPE_CHECKING:
+    from tests.slurm_site import SlurmSite
+else:
+    try:
+        from tests.slurm_site import SlurmSite
+    except ModuleNotFoundError:
+        from slurm_site import SlurmSite
+
+pytestmark = pytest.mark.services
+
+POLICY = {
+    "name": "drain-predicted-hbm",
+    "match": {"source": "prediction", "kinds": ["gpu_hbm_ecc"], "min_probability": 0.7},
+    "action": {"type": "drain", "when": "checkpoint"},
+    "execute": True,
+}
+
+
+@pytest.fixture
+def site() -> Iterator[SlurmSite]:
+    site = SlurmSite.find()
+    yield site
+    for node in site.node_names():
+        site.resume(node)
+
+
+def warning(n: int, node: str) -> dict[str, Any]:
+    return {
+        "incident_id": f"inc-test-{n}",
+        "status": "warning",
+        "severity": "critical",
+        "root_cause": {"entity": f"{node}-gpu3", "kind": "gpu_hbm_ecc", "confidence": 0.85},
+        "job_gpus": {},
+    }
+
+
+def loop_on(site: SlurmSite, policies: dict[str, Any], job: str | None, pages: list[str]) -> ActLoop:
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    return ActLoop(
+        parse(policies),
+        AuditLog(),
+        {"drain": slurm, "resume": slurm},
+        lambda message, subject: pages.append(message),
+        node_of=lambda entity: entity.split("-")[0],
+        scope_size=lambda scope: len(site.node_names()),
+        jobs_on=lambda node, t: {job: 8} if job else {},
+    )
+
+
+def test_a_predicted_failure_drains_the_node_after_the_jobs_checkpoint(site: SlurmSite) -> None:
+    node = site.node_names()[1]
+    job = site.sbatch("-w", node, "--gres=gpu:8")
+    try:
+        site.wait_for([job], {"RUNNING"})
+        pages: list[str] = []
+        loop = loop_on(
+            site, {"dry_run": False, "breaker": {"max_nodes": 2, "max_fraction": 1.0}, "policies": [POLICY]}, job, pages
+        )
+        busy, dip = {job: 96.0}, {job: 4.0}
+        loop.tick(0.0, busy)
+        loop.offer([warning(1, node)], 10.0)
+        for t in (20.0, 30.0, 40.0):
+            loop.tick(t, busy)
+        assert "DRAIN" not in SlurmCli({"SLURM_CONF": str(site.conf)}).node(node)["State"]  # mid-step: not yet
+        loop.tick(50.0, dip)  # the job writes its checkpoint
+        loop.tick(60.0, busy)
+        state = SlurmCli({"SLURM_CONF": str(site.conf)}).node(node)
+        assert "DRAIN" in state["State"], state  # DRAINING while the job runs on: Slurm lets it finish
+        assert state["Reason"].startswith("aiops inc-test-1: gpu_hbm_ecc")
+        (row,) = loop.audit.rows()
+        assert (row.state, row.acted_at) == ("done", 60.0) and pages == []
+
+        # resolved: the node comes back
+        loop.offer([{**warning(1, node), "status": "resolved"}], 900.0)
+        assert "DRAIN" not in SlurmCli({"SLURM_CONF": str(site.conf)}).node(node)["State"]
+    finally:
+        site.cancel(job)
+
+
+def test_a_dry_run_leaves_the_node_alone(site: SlurmSite) -> None:
+    node = site.node_names()[2]
+    pages: list[str] = []
+    loop = loop_on(site, {"breaker": {"max_nodes": 4, "max_fraction": 1.0}, "policies": [POLICY]}, None, pages)
+    loop.offer([warning(2, node)], 0.0)
+    assert "DRAIN" not in SlurmCli({"SLURM_CONF": str(site.conf)}).node(node)["State"]
+    (row,) = loop.audit.rows()
+    assert (row.decision, row.state) == ("dry_run", "held")
+
+
+def test_the_breaker_stops_at_its_limit_and_pages(site: SlurmSite) -> None:
+    first, second = site.node_names()[2:4]
+    pages: list[str] = []
+    loop = loop_on(
+        site, {"dry_run": False, "breaker": {"max_nodes": 1, "max_fraction": 1.0}, "policies": [POLICY]}, None, pages
+    )
+    loop.offer([warning(3, first), warning(4, second)], 0.0)
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    assert "DRAIN" in slurm.node(first)["State"]
+    assert "DRAIN" not in slurm.node(second)["State"]
+    assert len(pages) == 1 and "breaker" in pages[0]
+
+
+def test_a_drain_interrupted_by_a_kill_is_read_back_not_redone(site: SlurmSite) -> None:
+    node = site.node_names()[3]
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    pages: list[str] = []
+    loop = loop_on(
+        site, {"dry_run": False, "breaker": {"max_nodes": 4, "max_fraction": 1.0}, "policies": [POLICY]}, None, pages
+    )
+    plan = loop.planner.consider(warning(5, node), 0.0)[0]
+    loop.audit.move(plan.row.plan_id, "executing")
+    slurm.run(plan.row)  # the drain went through ... and the daemon died before writing "done"
+    loop.restore(10.0)  # the next start
+    row = loop.audit.get(plan.row.plan_id)
+    assert row is not None and (row.state, row.detail) == ("done", "confirmed after a restart")
+    assert "DRAIN" in slurm.node(node)["State"]
