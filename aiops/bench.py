@@ -7,10 +7,12 @@ Tests check behaviour; this is where speed is measured. Every figure is the best
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -423,6 +425,13 @@ def run_bench(args: argparse.Namespace) -> int:
         # a phase passes when what it published equals offline and its last daemon exited 0 (the
         # SIGKILLed one of run-killed exits -9 by design)
         return 0 if not any(p.differences or p.exit_codes[-1] for p in backlogged.phases) else 1
+    if args.bench == "goodput":
+        from aiops.bench_goodput import bench_goodput
+
+        figures = bench_goodput(args, console)
+        if args.out:
+            Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+        return 0
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

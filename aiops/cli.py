@@ -648,6 +648,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=3, help="runs per size, fresh engine each (first: cold caches)")
     b.add_argument("--background-ticks", type=int, default=20, help="ticks of unrelated anomalies before a burst")
     b.add_argument("--seed", type=int, default=1)
+    b = bench.add_parser("goodput", help="GPU-hours lost with and without acting (drains on failures, on predictions)")
+    b.add_argument("--gpus", type=int, default=4096)
+    b.add_argument("--hours", type=float, default=48.0)
+    b.add_argument("--interval", type=float, default=60.0)
+    b.add_argument("--seeds", type=int, nargs="+", default=[2801, 2802])
+    b.add_argument("--restart-s", type=float, default=600.0, help="a job's restart after an interruption (assumed)")
+    b.add_argument("--human-s", type=float, default=1800.0, help="none: a person drains a failed node this long after")
+    b.add_argument("--horizon-h", type=float, default=12.0, help="a drain with no fault this long after it is wrong")
+    b.add_argument("--max-nodes", type=int, default=8, help="the breaker: nodes out of service per hour")
+    b.add_argument("--max-fraction", type=float, default=0.02, help="the breaker: share of the cluster per hour")
+    b.add_argument("--out", help="also write the figures as JSON here")
     b = bench.add_parser(
         "soak", help="the daemons under a 10,000-GPU stream for 30 min, with kills and a broker restart (services)"
     )

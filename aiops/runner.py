@@ -104,7 +104,7 @@ class Pipeline:
         self.last_tick: float | None = None
         self.engine_errors = 0
         self.notifier: Notifier | None = None  # chat and webhooks, when configured
-        self.acting: ActLoop | None = None  # drains and the rest, when a policy file is given
+        self.acting: list[ActLoop] = []  # drains and the rest, when a policy file is given (a bench: several)
         # the daemon's API: incidents it serves, what it counts, incidents operators resolved
         self.index: IncidentIndex | None = None
         self.metrics: DaemonMetrics | None = None
@@ -155,7 +155,7 @@ class Pipeline:
             detect.predictor.model = given.model
         detect.tick_listener = self._on_tick
         self.detect, self.engine = detect, engine
-        detect.track_jobs = self.acting is not None
+        detect.track_jobs = bool(self.acting)
         self.first_tick, self.last_tick = state["ticks"]
         self._topology_notices = []  # said before the checkpoint
         taken_with = state.get("topology")
@@ -215,7 +215,7 @@ class Pipeline:
             self.notifier.offer([s for _, s in states], t)
         if self.index is not None:
             self.index.add([s for _, s in states])
-        if self.acting is not None:
+        if self.acting:
             self._act(t, [s for _, s in states])
         if self.metrics is not None:
             self.metrics.ticks += 1
@@ -224,17 +224,17 @@ class Pipeline:
 
     def act_on(self, acting: ActLoop, t: float | None = None) -> None:
         """Act on incidents from now on: the loop reads each job's utilisation (its checkpoints)."""
-        self.acting = acting
+        self.acting.append(acting)
         self.detect.track_jobs = True
         acting.restore(t if t is not None else (self.last_tick or 0.0))
 
     def _act(self, t: float, states: list[bytes]) -> None:
-        assert self.acting is not None
-        try:  # in event time: a drain waits for the checkpoint the telemetry shows
-            self.acting.tick(t, self.detect.job_utilisation)
-            self.acting.offer(states, t)
-        except Exception:  # acting must never stop the analysis; what it did is in the audit log
-            log.exception("acting failed on tick %s; the analysis goes on", t)
+        for acting in self.acting:
+            try:  # in event time: a drain waits for the checkpoint the telemetry shows
+                acting.tick(t, self.detect.job_utilisation)
+                acting.offer(states, t)
+            except Exception:  # acting must never stop the analysis; what it did is in the audit log
+                log.exception("acting failed on tick %s; the analysis goes on", t)
 
     def jobs_on(self, node: str, t: float) -> dict[str, int]:
         """The jobs running on `node` at t, as the scheduler said, and the GPUs each holds in all."""
@@ -354,6 +354,7 @@ def run_folder(
     finding_sink: FindingSink | None = None,
     schedule_sink: ScheduleSink | None = None,
     actions: ActConfig | None = None,
+    acting: Sequence[Callable[[Pipeline], ActLoop]] = (),
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
@@ -377,6 +378,8 @@ def run_folder(
 
         loop = act_loop(actions, graph, out_dir / "actions.sqlite", pipeline.page, jobs_on=pipeline.jobs_on)
         pipeline.act_on(loop)
+    for build in acting:  # loops made by the caller (a bench comparing policies on one replay)
+        pipeline.act_on(build(pipeline))
     stats = RunStats()
     started = time.perf_counter()
     with (
