@@ -4,8 +4,6 @@ fault behind it is wrong and counted."""
 
 from __future__ import annotations
 
-import pytest
-
 from act.audit import Row
 from aiops.bench_goodput import JobTimes, cost_of
 
@@ -31,13 +29,13 @@ def test_the_last_checkpoint_is_the_end_of_the_last_write() -> None:
 def test_what_each_mode_costs() -> None:
     lost = 16 * (5000 - 3660 + RESTART)
     # no action: the failure, then two more restarts on the broken node before a person drains it
-    assert cost("none", []) == (pytest.approx(lost + 2 * 16 * RESTART), 3, 0)
+    assert cost("none", []) == (lost + 2 * 16 * RESTART, 3, 0)
     # drained 30 s after the failure: the restarted job lands elsewhere
-    assert cost("failures", [drain(5030.0)]) == (pytest.approx(lost + 16 * 0.0), 1, 0)
+    assert cost("failures", [drain(5030.0)]) == (lost, 1, 0)
     # drained right after the checkpoint before: the restart only, and no failure under a job
-    assert cost("predictions", [drain(3670.0)]) == (pytest.approx(16 * (10 + RESTART)), 1, 0)
+    assert cost("predictions", [drain(3670.0)]) == (16 * (10 + RESTART), 1, 0)
 
 
 def test_a_drain_with_no_fault_behind_it_is_wrong() -> None:
-    gpu_s, interruptions, wrong = cost("predictions", [drain(3670.0), drain(200.0, node="n2")])
+    _, interruptions, wrong = cost("predictions", [drain(3670.0), drain(200.0, node="n2")])
     assert wrong == 1 and interruptions == 1  # n2 ran no job: nothing interrupted, still wrong
