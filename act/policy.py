@@ -107,6 +107,16 @@ class Attempts(_Strict):
     window_s: float = Field(default=86_400.0, gt=0)
 
 
+class KubernetesApi(_Strict):
+    """The API server a Kubernetes site drains through (cordon, taint, evict; act/kubernetes.py):
+    in-cluster (the pod's service account), or a server with a token file and a CA file."""
+
+    in_cluster: bool = False
+    server: str | None = None
+    token_file: str | None = None
+    ca_file: str | None = None
+
+
 class Executors(_Strict):
     """How actions are done here. Slurm through its CLI on this host (`scontrol`, with the env it
     needs, e.g. SLURM_CONF); the rest through site commands: an argv per action type, `{node}`,
@@ -115,6 +125,7 @@ class Executors(_Strict):
 
     slurm: bool = False
     scontrol: str = "scontrol"
+    kubernetes: KubernetesApi | None = None  # drains and resumes through the API server instead
     slurm_env: dict[str, str] = Field(default_factory=dict)
     # a site may drain and resume through its own tool too (a wrapper round its scheduler)
     commands: dict[Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"], tuple[str, ...]] = (
@@ -174,6 +185,7 @@ __all__ = [
     "Attempts",
     "Breaker",
     "Executors",
+    "KubernetesApi",
     "Match",
     "Policy",
     "PolicyError",

@@ -23,6 +23,22 @@ def executors_of(config: ActConfig) -> dict[str, Executor]:
     if config.executors.slurm:
         slurm = SlurmCli(config.executors.slurm_env, config.executors.scontrol)
         out["drain"] = out["resume"] = slurm
+    k8s = config.executors.kubernetes
+    if k8s is not None:
+        from act.kubernetes import KubernetesNodes
+        from context.scheduler.kubernetes import ApiConfig
+
+        if k8s.in_cluster:
+            api = ApiConfig.in_cluster()
+        elif k8s.server:
+            api = ApiConfig(
+                k8s.server,
+                Path(k8s.token_file) if k8s.token_file else None,
+                Path(k8s.ca_file) if k8s.ca_file else None,
+            )
+        else:
+            raise ValueError("executors.kubernetes needs in_cluster: true or a server")
+        out["drain"] = out["resume"] = KubernetesNodes(api)
     for action, argv in config.executors.commands.items():  # a site's own tool wins over scontrol
         out[action] = SiteCommand(argv)
     return out

@@ -579,6 +579,29 @@ class ApiClient:
             raise KubernetesFormatError(f"GET {path}: a JSON {type(doc).__name__}, not an object")
         return doc
 
+    def send_json(
+        self, method: str, path: str, body: Mapping[str, Any], content_type: str = "application/json"
+    ) -> tuple[int, dict[str, Any]]:
+        """A write (PATCH, POST): the body as JSON with the content type the API documents for it
+        (a merge or strategic-merge patch names its own); the status and the JSON answer. A
+        status the caller must act on (409 conflict, 429 an eviction a disruption budget refuses)
+        comes back to it; other errors raise ApiError."""
+        conn = self._connect(self.config.request_timeout_s)
+        try:
+            headers = {**self._headers(), "Content-Type": content_type}
+            conn.request(method, f"{self._prefix}{path}", body=json.dumps(body).encode(), headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            self._release(conn)
+        if resp.status >= 400 and resp.status not in (409, 429):
+            raise _status_message(resp.status, raw)
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            raise KubernetesFormatError(f"{method} {path}: the body is not JSON: {raw[:80]!r}") from None
+        return resp.status, doc if isinstance(doc, dict) else {}
+
     @contextlib.contextmanager
     def stream(self, path: str, query: Mapping[str, str], read_timeout: float) -> Iterator[Iterator[bytes]]:
         """The lines of a watch; the iterator ends when the server ends the stream and raises

@@ -1,0 +1,206 @@
+"""Draining and resuming a Kubernetes node through the API as it documents the requests, against
+a local server that checks each one (no API server runs here): cordon by strategic merge patch,
+taint by a merge patch of the whole list with the node's resourceVersion (a stale one is 409),
+evictions as policy/v1 Eviction objects (a disruption budget's 429 is honoured, never forced),
+DaemonSet and mirror pods left alone, the bearer token on every request. The node is a real
+`kubectl get nodes -o json` item (a GPU node with its own taints)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+
+from act.audit import Row
+from act.executors import ActionError
+from act.kubernetes import TAINT_KEY, KubernetesNodes
+from context.scheduler.kubernetes import ApiConfig
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "real-formats" / "kubernetes"
+NODE = json.loads((REAL / "edgexr_kubectl_nodes" / "gpu_node_nori_kubectl_get_nodes.json").read_text())["items"][0]
+NAME = NODE["metadata"]["name"]
+TOKEN = "t0ken"
+
+
+def pod(name: str, ns: str = "train", owner: str = "Job", **extra: Any) -> dict[str, Any]:
+    meta = {"name": name, "namespace": ns, "ownerReferences": [{"kind": owner, "name": "x"}], **extra}
+    return {"metadata": meta, "spec": {"nodeName": NAME}, "status": {"phase": "Running"}}
+
+
+class Api:
+    """Nodes and pods; each request checked against the API's documented shape or refused."""
+
+    def __init__(self, pods: list[dict[str, Any]], budgeted: set[str]) -> None:
+        self.node = copy.deepcopy(NODE)
+        self.rv = int(self.node["metadata"]["resourceVersion"])
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.budgeted = budgeted  # pods a PodDisruptionBudget protects: eviction answered 429
+        self.seen: list[tuple[str, str, str]] = []  # method, path, content type
+        self.stale_once = False
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, doc: dict[str, Any]) -> None:
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict[str, Any]:
+                return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+            def _handle(self, method: str) -> None:
+                url = urlsplit(self.path)
+                outer.seen.append((method, url.path, self.headers.get("Content-Type", "")))
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._send(401, {"kind": "Status", "code": 401})
+                code, doc = outer.answer(method, unquote(url.path), parse_qs(url.query), self)
+                self._send(code, doc)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_PATCH(self) -> None:
+                self._handle("PATCH")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, method: str, path: str, query: dict[str, list[str]], req: Any) -> tuple[int, dict[str, Any]]:
+        bad = (400, {"kind": "Status", "code": 400, "reason": "BadRequest"})
+        if path == f"/api/v1/nodes/{NAME}":
+            if method == "GET":
+                return 200, self.node
+            body = req._body()
+            kind = req.headers.get("Content-Type")
+            if method == "PATCH" and kind == "application/strategic-merge-patch+json" and set(body) == {"spec"}:
+                assert set(body["spec"]) == {"unschedulable"}  # a cordon touches nothing else
+                self.node["spec"]["unschedulable"] = body["spec"]["unschedulable"] or None
+                return self._changed()
+            if method == "PATCH" and kind == "application/merge-patch+json":
+                if self.stale_once or body["metadata"]["resourceVersion"] != self.node["metadata"]["resourceVersion"]:
+                    self.stale_once = False
+                    self._changed()
+                    return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
+                self.node["spec"]["taints"] = body["spec"]["taints"]
+                return self._changed()
+            return bad
+        if path == "/api/v1/pods" and method == "GET":
+            assert query["fieldSelector"] == [f"spec.nodeName={NAME}"]
+            return 200, {"kind": "PodList", "items": list(self.pods.values())}
+        parts = path.split("/")
+        if (
+            method == "POST"
+            and len(parts) == 8
+            and (parts[3], parts[5], parts[7]) == ("namespaces", "pods", "eviction")
+        ):
+            ns, name = parts[4], parts[6]
+            body = req._body()
+            if (body.get("apiVersion"), body.get("kind"), body.get("metadata")) != (
+                "policy/v1",
+                "Eviction",
+                {"name": name, "namespace": ns},
+            ):
+                return bad
+            if name in self.budgeted:
+                return 429, {
+                    "kind": "Status",
+                    "code": 429,
+                    "reason": "TooManyRequests",
+                    "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                }
+            self.pods.pop(name)
+            return 201, {"kind": "Status", "status": "Success"}
+        return 404, {"kind": "Status", "code": 404}
+
+    def _changed(self) -> tuple[int, dict[str, Any]]:
+        self.rv += 1
+        self.node["metadata"]["resourceVersion"] = str(self.rv)
+        return 200, self.node
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> Path:
+    path = tmp_path / "token"
+    path.write_text(TOKEN)
+    return path
+
+
+def serve(pods: list[dict[str, Any]], budgeted: frozenset[str] = frozenset()) -> Iterator[Api]:
+    api = Api(pods, set(budgeted))
+    yield api
+    api.close()
+
+
+def row(action: str) -> Row:
+    return Row(
+        "p",
+        "inc-20260101T011430Z-7fd42d346f",
+        "policy",
+        action,
+        NAME,
+        "aiops inc: hbm",
+        "execute",
+        "planned",
+        None,
+        "",
+        0.0,
+    )
+
+
+def test_drain_cordons_taints_and_evicts_then_resume_undoes_it(token: Path) -> None:
+    for api in serve([pod("trainer-0"), pod("dcgm-exporter-x", "gpu-operator", owner="DaemonSet")]):
+        nodes = KubernetesNodes(ApiConfig(api.url, token))
+        theirs = list(api.node["spec"].get("taints") or [])
+        api.stale_once = True  # someone else changes the node once between our read and write
+        detail = nodes.run(row("drain"))
+        assert "1 pods evicted" in detail
+        assert api.node["spec"]["unschedulable"] is True
+        taints = api.node["spec"]["taints"]
+        assert taints[:-1] == theirs and taints[-1] == {
+            "key": TAINT_KEY,
+            "value": "inc-20260101T011430Z-7fd42d346f",
+            "effect": "NoSchedule",
+        }
+        assert set(api.pods) == {"dcgm-exporter-x"}  # the DaemonSet's pod stays with its node
+        assert nodes.confirmed(row("drain")) is True
+        nodes.run(row("resume"))
+        assert not api.node["spec"].get("unschedulable") and (api.node["spec"]["taints"] or []) == theirs
+        assert nodes.confirmed(row("resume")) is True
+        assert all(kind != "" or method == "GET" for method, _, kind in api.seen)
+
+
+def test_a_disruption_budget_is_honoured_not_forced(token: Path) -> None:
+    for api in serve([pod("trainer-0"), pod("db-0", "infra")], budgeted=frozenset({"db-0"})):
+        with pytest.raises(ActionError, match="1 refused: infra/db-0: Cannot evict"):
+            KubernetesNodes(ApiConfig(api.url, token)).run(row("drain"))
+        assert "db-0" in api.pods and "trainer-0" not in api.pods
+
+
+def test_without_the_token_nothing_changes(tmp_path: Path) -> None:
+    wrong = tmp_path / "token"
+    wrong.write_text("nope")
+    for api in serve([pod("trainer-0")]):
+        with pytest.raises(ActionError, match=r"401|Unauthorized"):
+            KubernetesNodes(ApiConfig(api.url, wrong)).run(row("drain"))
+        assert not api.node["spec"].get("unschedulable") and "trainer-0" in api.pods
