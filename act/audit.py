@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +60,46 @@ class Row:
     acted_at: float | None = None  # when it was started (event time)
 
 
+class _Locked:
+    """A sqlite3 connection whose statements run one at a time, whichever thread asks."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db, self._lock = db, threading.Lock()
+
+    def execute(self, sql: str, args: tuple[object, ...] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            cursor = self._db.execute(sql, args)
+            if cursor.description is not None:  # a query: read it whole under the lock
+                rows = cursor.fetchall()
+                return _Rows(rows, cursor.rowcount)  # type: ignore[return-value]
+            return cursor
+
+    def executescript(self, sql: str) -> None:
+        with self._lock:
+            self._db.executescript(sql)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Rows(list):  # type: ignore[type-arg]
+    def __init__(self, rows: list[tuple[object, ...]], rowcount: int) -> None:
+        super().__init__(rows)
+        self.rowcount = rowcount
+
+    def fetchone(self) -> tuple[object, ...] | None:
+        return self[0] if self else None
+
+
 class AuditLog:
     def __init__(self, path: Path | None = None) -> None:
-        self._db = sqlite3.connect(str(path) if path is not None else ":memory:", isolation_level=None)
+        # one connection, shared with the API's thread (which reads it and nothing else) under a lock
+        self._db = _Locked(
+            sqlite3.connect(
+                str(path) if path is not None else ":memory:", isolation_level=None, check_same_thread=False
+            )
+        )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
 

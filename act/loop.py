@@ -9,8 +9,12 @@ within one cadence)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +53,27 @@ class ActLoop:
         self.actor = Actor(audit, executors, lambda message: page(message, ""))
         self.clock = CheckpointClock()
         self.waiting: dict[str, Waiting] = {}
+        # approvals asked for through the API (another thread): taken at the next tick, in order
+        self.approvals: deque[tuple[str, str]] = deque()
+        self._approvals_lock = threading.Lock()
+
+    def approve(self, plan_id: str, who: str) -> None:
+        """Asked from the API: the plan runs at the next tick if it is still awaiting approval."""
+        with self._approvals_lock:
+            self.approvals.append((plan_id, who))
+
+    def _take_approvals(self, t: float) -> None:
+        with self._approvals_lock:
+            asked = list(self.approvals)
+            self.approvals.clear()
+        for pid, who in asked:
+            row = self.audit.get(pid)
+            if row is None or row.decision != "awaiting_approval" or row.state != "held":
+                log.warning("approval of %s by %s ignored: %s", pid, who, "no such plan" if row is None else row.state)
+                continue
+            log.warning("%s %s for %s approved by %s", row.action, row.target, row.incident_id, who)
+            self.audit.move(pid, "planned", f"approved by {who}", approved_by=who, decision="execute")
+            self.actor.run(row, t)
 
     def restore(self, t: float) -> None:
         self.actor.settle()
@@ -67,6 +92,7 @@ class ActLoop:
 
     def tick(self, t: float, utilisation: dict[str, float]) -> None:
         """One tick's mean GPU utilisation per job: checkpoints read, what waited for them done."""
+        self._take_approvals(t)
         self.clock.observe(t, utilisation)
         for pid, w in list(self.waiting.items()):
             pending = [j for j in w.jobs if self.clock.known(j) and (self.clock.last_checkpoint(j) or -1.0) <= w.since]
@@ -91,4 +117,15 @@ class ActLoop:
         return tuple(j for j in detail.split(", ") if j) if detail != row.detail else ()
 
 
-__all__ = ["ActLoop", "Waiting"]
+def sign(secret: bytes, plan_id: str) -> str:
+    """The signature of an approval link for one plan (HMAC-SHA256, hex): whoever holds the link
+    may approve that plan and no other; the link opens a page, and only its form's POST acts (a
+    chat client unfurling the link must not approve anything)."""
+    return hmac.new(secret, f"approve:{plan_id}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def signed(secret: bytes, plan_id: str, signature: str) -> bool:
+    return hmac.compare_digest(sign(secret, plan_id), signature)
+
+
+__all__ = ["ActLoop", "Waiting", "sign", "signed"]

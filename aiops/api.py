@@ -18,12 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from html import escape
+from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, generate_latest
@@ -31,6 +33,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from act.audit import AuditLog, Row
+from act.loop import signed
 from aiops.daemon_metrics import DaemonMetrics
 from aiops.incident_index import IncidentIndex
 from aiops.incident_index import Query as IncidentQuery
@@ -58,6 +62,44 @@ class ApiOptions:
     port: int  # 0: any free port (tests)
     token: SecretStr | None
     influx: InfluxSettings | None = None  # where the incident pages read their series, if written
+
+
+@dataclass
+class ActionsApi:
+    """What the API reads and asks of the acting loop: the audit log (its own connection: the
+    loop writes from the daemon's thread) and approvals, queued for the loop's next tick."""
+
+    audit_path: Path | None
+    approve_in_loop: Callable[[str, str], None]
+    secret: bytes
+    audit: AuditLog | None = None  # in memory (no state directory): the loop's own log, read here
+
+    def _log(self) -> AuditLog:
+        return AuditLog(self.audit_path) if self.audit_path is not None else (self.audit or AuditLog())
+
+    def rows(self, state: str | None = None) -> list[Row]:
+        log_ = self._log()
+        try:
+            return log_.rows(state)
+        finally:
+            if self.audit_path is not None:
+                log_.close()
+
+    def row(self, plan_id: str) -> dict[str, Any]:
+        found = next((r for r in self.rows() if r.plan_id == plan_id), None)
+        if found is None:
+            raise HTTPException(404, f"no plan {plan_id}")
+        return asdict(found)
+
+    def signed(self, plan_id: str, signature: str) -> bool:
+        return signed(self.secret, plan_id, signature)
+
+    def approve(self, plan_id: str, who: str) -> dict[str, str]:
+        row = self.row(plan_id)
+        if row["decision"] != "awaiting_approval" or row["state"] != "held":
+            raise HTTPException(409, f"plan {plan_id} is {row['decision']}, {row['state']}: nothing to approve")
+        self.approve_in_loop(plan_id, who)
+        return {"plan_id": plan_id, "status": "approved: acted on at the next tick", "by": who}
 
 
 @dataclass
@@ -146,6 +188,7 @@ def build_app(
     token: str | None,
     request_resolve: Callable[[str], None],
     pages: PageContext | None = None,
+    actions: ActionsApi | None = None,
 ) -> FastAPI:
     app = FastAPI(title="aiops", summary="Incidents, silences and health of the GPU-cluster AIOps daemon")
     registry = CollectorRegistry(auto_describe=True)
@@ -197,6 +240,45 @@ def build_app(
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
         return found
+
+    def acting() -> ActionsApi:
+        if actions is None:
+            raise HTTPException(404, "acting is not configured (--actions): no plans")
+        return actions
+
+    @app.get("/api/actions")
+    def list_actions(state: str | None = None) -> list[dict[str, Any]]:
+        """Every plan and action in the audit log (newest last), optionally of one state."""
+        return [asdict(r) for r in acting().rows(state)]
+
+    @app.post("/api/actions/{plan_id}/approve", status_code=202, dependencies=[Depends(operator)])
+    def approve_action(plan_id: str, by: str = "api") -> dict[str, str]:
+        return acting().approve(plan_id, f"{by} (API token)")
+
+    @app.get("/actions/{plan_id}", response_class=HTMLResponse)
+    def approval_page(plan_id: str, sig: str) -> str:
+        """What a signed link in a notification opens: the plan and a button. Opening it (or a
+        chat client unfurling it) changes nothing; the button's POST does."""
+        api = acting()
+        if not api.signed(plan_id, sig):
+            raise HTTPException(403, "this link is not signed for this plan")
+        row = api.row(plan_id)
+        return (
+            "<!doctype html><meta charset=utf-8><title>approve</title>"
+            f"<p>{escape(row['action'])} <b>{escape(row['target'])}</b> for {escape(row['incident_id'])}: "
+            f"{escape(row['reason'])}</p><p>now: {escape(row['decision'])}, {escape(row['state'])}</p>"
+            f'<form method=post action="/actions/{quote(plan_id)}/approve?sig={quote(sig)}">'
+            "<label>your name <input name=by required></label> <button>approve</button></form>"
+        )
+
+    @app.post("/actions/{plan_id}/approve", status_code=202)
+    async def approve_signed(plan_id: str, sig: str, request: Request) -> dict[str, str]:
+        api = acting()
+        if not api.signed(plan_id, sig):
+            raise HTTPException(403, "this link is not signed for this plan")
+        form = parse_qs((await request.body()).decode())
+        who = (form.get("by") or ["?"])[0][:80]
+        return api.approve(plan_id, f"{who} (signed link)")
 
     @app.post("/api/incidents/{incident_id}/ack", dependencies=[Depends(operator)])
     def acknowledge(incident_id: str, body: Acknowledge) -> dict[str, Any]:

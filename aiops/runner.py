@@ -476,10 +476,12 @@ def run_kafka(
         settings.deadletter_topic,
     ]
     metrics = DaemonMetrics()
+    acting_holder: list[ActLoop] = []  # the acting loop, once made (the API may be up before it)
     index: IncidentIndex | None = None
     to_close: deque[str] = deque()
     server = None  # served from the start: /healthz while it waits for the broker
     pages = None  # what the incident pages draw from (the graph, once loaded)
+    approvals = None  # what the API reads and asks of the acting loop
     if api is not None:
         from aiops.api import ApiServer, PageContext, build_app
         from show.series import InfluxSeries
@@ -492,7 +494,24 @@ def run_kafka(
             series=InfluxSeries(influx.url, influx.database, influx.token.get_secret_value()) if influx else None,
             grafana_url=notifier.router.config.grafana_url if notifier is not None else None,
         )
-        server = ApiServer(build_app(index, metrics, notifier, token, to_close.append, pages), api.host, api.port)
+        approvals = None
+        if actions is not None:  # approvals wait for the loop (made once the topology is read)
+            import hashlib
+            import secrets
+
+            from aiops.api import ActionsApi
+
+            # approval links are signed with the API token (rotating it voids them); without a
+            # token, with a secret of this run's own (links die with a restart)
+            secret = hashlib.sha256(token.encode()).digest() if token else secrets.token_bytes(32)
+            audit_file = state_dir / f"actions-{settings.run_group}.sqlite" if state_dir is not None else None
+
+            def approve(plan_id: str, who: str) -> None:  # the loop is made later: looked up when asked
+                acting_holder[0].approve(plan_id, who)
+
+            approvals = ActionsApi(audit_file, approve, secret)
+        app = build_app(index, metrics, notifier, token, to_close.append, pages, approvals)
+        server = ApiServer(app, api.host, api.port)
         server.start()
     live: list[TelemetryConsumer] = []  # the consumer, once there is one
 
@@ -553,6 +572,9 @@ def run_kafka(
             return pipeline.jobs_on(node, t)
 
         acting = act_loop(actions, graph, audit, page, jobs_on=jobs_on)
+        acting_holder.append(acting)
+        if approvals is not None and audit is None:
+            approvals.audit = acting.audit  # in memory: the API reads the loop's own log
 
     def fresh() -> Pipeline:
         pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
