@@ -59,7 +59,8 @@ class Api:
                 self.wfile.write(data)
 
             def _body(self) -> dict[str, Any]:
-                return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body: dict[str, Any] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                return body
 
             def _handle(self, method: str) -> None:
                 url = urlsplit(self.path)
