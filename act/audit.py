@@ -11,9 +11,11 @@ leaves a row the next start settles (act.executors.settle) instead of running it
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +104,19 @@ class AuditLog:
         )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        # told the plan's row after every change (a Grafana panel, through InfluxDB); its failure
+        # must not undo the change, which is already committed
+        self.listener: Callable[[Row], None] | None = None
+
+    def _tell(self, pid: str) -> None:
+        if self.listener is None:
+            return
+        row = self.get(pid)
+        if row is not None:
+            try:
+                self.listener(row)
+            except Exception:  # the audit log is the record; the panel can lag
+                logging.getLogger(__name__).exception("could not tell the change of plan %s", pid)
 
     def close(self) -> None:
         self._db.close()
@@ -136,6 +151,8 @@ class AuditLog:
                 row.acted_at,
             ),
         )
+        if cursor.rowcount == 1:
+            self._tell(row.plan_id)
         return cursor.rowcount == 1
 
     def move(
@@ -152,6 +169,7 @@ class AuditLog:
             " decision = COALESCE(?, decision), acted_at = COALESCE(?, acted_at) WHERE plan_id = ?",
             (state, detail, time.time(), approved_by, decision, at, pid),
         )
+        self._tell(pid)
 
     def rows(self, state: str | None = None) -> list[Row]:
         query = (

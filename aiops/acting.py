@@ -51,6 +51,7 @@ def act_loop(
     page: Callable[[str, str], None],
     executors: dict[str, Executor] | None = None,
     jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
+    action_sink: Callable[[str], None] | None = None,
 ) -> ActLoop:
     per = config.breaker.per
     nodes = [e for e in graph.ids if graph.kind(e) == "node"]
@@ -72,6 +73,11 @@ def act_loop(
         return graph.node_of(entity) if entity in graph else None
 
     audit = AuditLog(audit_path)
+    if action_sink is not None:  # every change of a plan as an aiops_action point (InfluxDB)
+        from act.influx import action_line
+
+        sink = action_sink
+        audit.listener = lambda row: sink(action_line(row))
     chosen = executors if executors is not None else executors_of(config)
     return ActLoop(config, audit, chosen, page, node_of, scope_size, scope_of, jobs_on)
 

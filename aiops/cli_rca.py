@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +151,18 @@ def _actions(args: argparse.Namespace, configured: Any) -> Any:
     return config
 
 
+def _lines_to(writer: IncidentWriter | None) -> Callable[[str], None] | None:
+    """Audit points of the acting loop into the same InfluxDB as the incidents."""
+    if writer is None:
+        return None
+    sink = writer
+
+    def write(line: str) -> None:
+        sink.add_lines([line], "actions")
+
+    return write
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli import CliError, _settings, folder_progress, load_predictor, stop_on_signals
     from aiops.runner import run_folder, run_kafka
@@ -201,6 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 health_sink=_health_sink(writer, kafka.run_group) if writer is not None else None,
                 schedule_sink=writer.add_schedule if writer is not None else None,
                 actions=actions,
+                action_sink=_lines_to(writer),
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
@@ -223,6 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 finding_sink=finding_sink,
                 schedule_sink=writer.add_schedule if writer is not None else None,
                 actions=actions,
+                action_sink=_lines_to(writer),
             )
             step(stats.ticks)
     except (FileNotFoundError, GraphError) as exc:

@@ -355,6 +355,7 @@ def run_folder(
     schedule_sink: ScheduleSink | None = None,
     actions: ActConfig | None = None,
     acting: Sequence[Callable[[Pipeline], ActLoop]] = (),
+    action_sink: Callable[[str], None] | None = None,
 ) -> RunStats:
     """Reads topology.json, telemetry.lp and events.jsonl (never truth.jsonl); writes
     incidents.jsonl, anomalies.jsonl, predictions.jsonl, notices.jsonl, deadletters.jsonl and
@@ -376,7 +377,8 @@ def run_folder(
     if actions is not None:
         from aiops.acting import act_loop
 
-        loop = act_loop(actions, graph, out_dir / "actions.sqlite", pipeline.page, jobs_on=pipeline.jobs_on)
+        audit = out_dir / "actions.sqlite"
+        loop = act_loop(actions, graph, audit, pipeline.page, jobs_on=pipeline.jobs_on, action_sink=action_sink)
         pipeline.act_on(loop)
     for build in acting:  # loops made by the caller (a bench comparing policies on one replay)
         pipeline.act_on(build(pipeline))
@@ -447,6 +449,7 @@ def run_kafka(
     health_every_s: float = 10.0,
     schedule_sink: ScheduleSink | None = None,
     actions: ActConfig | None = None,
+    action_sink: Callable[[str], None] | None = None,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
     With `api`, it serves the HTTP API (aiops.api) while it runs; `health_sink` gets its own
@@ -571,7 +574,7 @@ def run_kafka(
         def jobs_on(node: str, t: float) -> dict[str, int]:
             return pipeline.jobs_on(node, t)
 
-        acting = act_loop(actions, graph, audit, page, jobs_on=jobs_on)
+        acting = act_loop(actions, graph, audit, page, jobs_on=jobs_on, action_sink=action_sink)
         acting_holder.append(acting)
         if approvals is not None and audit is None:
             approvals.audit = acting.audit  # in memory: the API reads the loop's own log

@@ -190,6 +190,10 @@ class IncidentWriter:
             self.dropped += len(lines)
             log.error("%s not written to InfluxDB (%d points): %s", what, len(lines), exc)
 
+    def add_lines(self, lines: list[str], what: str) -> None:
+        """Lines another stage made (the acting loop's audit points)."""
+        self._write(lines, what)
+
     def add_schedule(self, events: list[dict[str, Any]]) -> None:
         self._write(job_lines(events), "jobs")
 

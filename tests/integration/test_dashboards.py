@@ -6,8 +6,8 @@ hours at 10 s, faults of six kinds, the typical fleet's noise, a history that en
 nodes on the stock dcgm-exporter counters (as a site mid-rollout runs them) and one NVLink
 counter nowhere; its telemetry goes
 through real Kafka into the real ingest service (raw lines into InfluxDB) and the real daemon
-(`aiops run --kafka --influx`: anomalies, predictions, incidents, notices, jobs and its own
-health). Then each dashboard's variables are resolved by running their queries in order, the
+(`aiops run --kafka --influx --actions config/actions.yml`: anomalies, predictions, incidents,
+notices, jobs, its own health, and the plans of a dry run). Then each dashboard's variables are resolved by running their queries in order, the
 macros ($timeFilter, $__interval, ...) and variables are substituted as Grafana substitutes them
 (values regex-escaped inside regex literals, several values as an alternation), and every query
 must answer without error and with at least one series holding a value: an unknown measurement
@@ -121,7 +121,9 @@ def run_db(
         assert main(["ingest", *common, "--group", f"test-ingest-{suffix}", *to_influx, "--stop-when-idle", "5"]) == 0
         daemon = ["run", *common, "--topology", str(folder / "topology.json"), "--interval", str(INTERVAL_S)]
         daemon += ["--events", str(folder / "events.jsonl"), "--group", f"test-run-{suffix}", "--stop-when-idle", "8"]
-        assert main([*daemon, *to_influx]) == 0
+        # acting on it as the shipped policy file says: a dry run, every plan audited
+        actions = ["--actions", str(ROOT / "config" / "actions.yml")]
+        assert main([*daemon, *to_influx, *actions]) == 0
     end_ns = (time.time_ns() // 10**9 + 1) * 10**9  # the wall-clock points (health, ingest) end now
     start_ns = start * 10**9
     macros = {
@@ -285,6 +287,7 @@ def test_the_run_wrote_what_the_dashboards_read(run_db: tuple[InfluxSettings, di
     measurements = {row[0] for s in series_of(body) for row in s["values"]}
     wanted = {"gpu", "nic", "switch", "optic", "psu", "cooling", "aiops_ingest"}
     wanted |= {"aiops_incident", "aiops_anomaly", "aiops_prediction", "aiops_notice", "aiops_job", "aiops_service"}
+    wanted |= {"aiops_action"}
     assert wanted <= measurements
     for key, allowed in (("rail", {str(r) for r in range(8)}), ("pod", {"pod0"})):  # 256 GPUs: one pod of 8 rails
         body = influxql(settings, f'SHOW TAG VALUES FROM "aiops_anomaly" WITH KEY = "{key}"', settings.database)
