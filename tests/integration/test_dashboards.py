@@ -7,8 +7,8 @@ nodes on the stock dcgm-exporter counters (as a site mid-rollout runs them) and 
 counter nowhere; its telemetry goes
 through real Kafka into the real ingest service (raw lines into InfluxDB) and the real daemon
 (`aiops run --kafka --influx --actions config/actions.yml`: anomalies, predictions, incidents,
-notices, jobs, its own health, and the plans of a dry run). Then each dashboard's variables are resolved by running their queries in order, the
-macros ($timeFilter, $__interval, ...) and variables are substituted as Grafana substitutes them
+notices, jobs, its own health, and the plans of a dry run). Then each dashboard's variables are
+resolved by running their queries in order, the macros ($timeFilter, $__interval, ...) and variables are substituted as Grafana substitutes them
 (values regex-escaped inside regex literals, several values as an alternation), and every query
 must answer without error and with at least one series holding a value: an unknown measurement
 or field is no error in InfluxQL, only an empty answer.

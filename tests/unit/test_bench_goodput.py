@@ -16,8 +16,12 @@ def drain(at: float, node: str = "n1") -> Row:
     return Row("p", "inc", "policy", "drain", node, "r", "execute", "done", None, "", at, at)
 
 
+def resume(at: float, node: str) -> Row:
+    return Row("q", "inc", "policy", "resume", node, "r", "execute", "done", None, "", at, at)
+
+
 def cost(mode: str, rows: list[Row]) -> tuple[float, int, int]:
-    c = cost_of(mode, [FAULT], rows, [JOB], lambda e: e.split("-")[0], RESTART, HUMAN, 12 * 3600, WRITE)
+    c = cost_of(mode, [FAULT], rows, [JOB], lambda e: e.split("-")[0], RESTART, HUMAN, 12 * 3600, WRITE, 8, 20_000.0)
     return c.gpu_s, c.interruptions, c.wrong
 
 
@@ -36,6 +40,9 @@ def test_what_each_mode_costs() -> None:
     assert cost("predictions", [drain(3670.0)]) == (16 * (10 + RESTART), 1, 0)
 
 
-def test_a_drain_with_no_fault_behind_it_is_wrong() -> None:
-    _, interruptions, wrong = cost("predictions", [drain(3670.0), drain(200.0, node="n2")])
+def test_a_drain_with_no_fault_behind_it_is_wrong_and_its_node_idle_until_resumed() -> None:
+    gpu_s, interruptions, wrong = cost("predictions", [drain(3670.0), drain(200.0, node="n2"), resume(1200.0, "n2")])
     assert wrong == 1 and interruptions == 1  # n2 ran no job: nothing interrupted, still wrong
+    assert gpu_s == 16 * (10 + RESTART) + 8 * 1000.0  # its 8 GPUs out of service for 1,000 s
+    never_back, _, _ = cost("predictions", [drain(3670.0), drain(200.0, node="n2")])
+    assert never_back == 16 * (10 + RESTART) + 8 * (20_000.0 - 200.0)  # out until the history ends
