@@ -1,17 +1,17 @@
 """Every Grafana panel, template variable and annotation query, run against the real InfluxDB on
 what a real pipeline run wrote.
 
-Grafana cannot run here, so this does what Grafana would. A cluster is generated (256 GPUs, three
-hours at 10 s, faults of six kinds, the typical fleet's noise, a history that ends now) with two
-nodes on the stock dcgm-exporter counters (as a site mid-rollout runs them) and one NVLink
-counter nowhere; its telemetry goes
-through real Kafka into the real ingest service (raw lines into InfluxDB) and the real daemon
-(`aiops run --kafka --influx --actions config/actions.yml`: anomalies, predictions, incidents,
-notices, jobs, its own health, and the plans of a dry run). Then each dashboard's variables are
-resolved by running their queries in order, the macros ($timeFilter, $__interval, ...) and variables are substituted as Grafana substitutes them
-(values regex-escaped inside regex literals, several values as an alternation), and every query
-must answer without error and with at least one series holding a value: an unknown measurement
-or field is no error in InfluxQL, only an empty answer.
+Grafana cannot run here, so this does what Grafana would. A cluster is generated (256 GPUs,
+three hours at 10 s, faults of six kinds, the typical fleet's noise, a history that ends now)
+with two nodes on the stock dcgm-exporter counters (as a site mid-rollout runs them) and one
+NVLink counter nowhere; its telemetry goes through real Kafka into the real ingest service (raw
+lines into InfluxDB) and the real daemon (`aiops run --kafka --influx --actions
+config/actions.yml`: anomalies, predictions, incidents, notices, jobs, its own health, and the
+plans of a dry run). Then each dashboard's variables are resolved by running their queries in
+order, the macros ($timeFilter, $__interval, ...) and variables are substituted as Grafana
+substitutes them (values regex-escaped inside regex literals, several values as an alternation),
+and every query must answer without error and with at least one series holding a value: an
+unknown measurement or field is no error in InfluxQL, only an empty answer.
 
 Each query runs three ways: every variable at "All", every variable at one value (a query must
 answer for each value tried, and with data for at least one of them: a value with no data, such
