@@ -112,6 +112,7 @@ class Pipeline:
         # notices about the topology (the importer's findings, what a reload changed), said with
         # the next tick's event time: findings with the first tick only (a restart said them)
         self._topology_notices: list[tuple[str, str, str, str, dict[str, list[str]]]] = _findings(graph)
+        self.early_pages: list[tuple[str, str]] = []  # acting's pages before the first tick
         self.topology_digest: str | None = None  # of the file the graph came from
 
     def state(self) -> dict[str, Any]:
@@ -195,6 +196,9 @@ class Pipeline:
         if self._topology_notices:
             self.detect.notices += [Notice(t, *notice) for notice in self._topology_notices]
             self._topology_notices = []
+        if self.early_pages:
+            self.detect.notices += [Notice(t, "action", subject, "page", m, {}) for subject, m in self.early_pages]
+            self.early_pages.clear()  # cleared, not replaced: the daemon shares it between pipelines
         self.first_tick = t if self.first_tick is None else self.first_tick
         self.last_tick = t
         started = time.perf_counter()
@@ -242,10 +246,14 @@ class Pipeline:
 
     def page(self, message: str, subject: str) -> None:
         """What the acting loop says a person must hear: a notice at the tick's event time,
-        published (and written to InfluxDB) with the tick's other notices, and logged."""
+        published (and written to InfluxDB) with the tick's other notices, and logged. Said
+        before the first tick, it waits for it (kept outside the detectors' state, which a
+        checkpoint being loaded replaces)."""
         log.error("action: %s", message)
-        at = self.last_tick or 0.0
-        self.detect.notices.append(Notice(at, "action", subject or "actions", "page", message, {}))
+        if self.last_tick is None:  # said before any tick (settling after a restart): with the first
+            self.early_pages.append((subject or "actions", message))
+            return
+        self.detect.notices.append(Notice(self.last_tick, "action", subject or "actions", "page", message, {}))
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
         return self.detect.feed(data)
@@ -563,16 +571,18 @@ def run_kafka(
         notifier.router.locate = topology_locate(graph)
 
     acting = None
+    current: list[Pipeline] = []  # the pipeline that holds the partitions now
+    early_pages: list[tuple[str, str]] = []
     if actions is not None:  # one loop and one audit log, whichever pipeline holds the partitions
         from aiops.acting import act_loop
 
         audit = state_dir / f"actions-{settings.run_group}.sqlite" if state_dir is not None else None
 
         def page(message: str, subject: str) -> None:  # through whichever pipeline holds the partitions now
-            pipeline.page(message, subject)
+            current[0].page(message, subject)
 
         def jobs_on(node: str, t: float) -> dict[str, int]:
-            return pipeline.jobs_on(node, t)
+            return current[0].jobs_on(node, t)
 
         acting = act_loop(actions, graph, audit, page, jobs_on=jobs_on, action_sink=action_sink)
         acting_holder.append(acting)
@@ -584,6 +594,8 @@ def run_kafka(
         pipeline.topology_digest = watched.digest
         pipeline.notifier = notifier
         pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
+        current[:] = [pipeline]  # before acting restores: what it settles may page
+        pipeline.early_pages = early_pages  # pages said before a tick outlive a pipeline replaced
         if acting is not None:
             pipeline.act_on(acting)
         return pipeline
