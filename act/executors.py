@@ -119,6 +119,37 @@ class SiteCommand:
         return None  # a reboot or a reset cannot be read back: never run twice on a guess
 
 
+class Webhook:
+    """POSTs the plan as JSON ({"plan_id", "incident_id", "action", "target", "reason", "policy"})
+    to a site's endpoint (a ticketing system, a fabric manager's route-around hook); any 2xx is
+    done. The plan id lets the receiver drop a repeat."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.url, self.timeout_s = url, timeout_s
+
+    def run(self, row: Row) -> str:
+        import requests
+
+        body = {
+            "plan_id": row.plan_id,
+            "incident_id": row.incident_id,
+            "action": row.action,
+            "target": row.target,
+            "reason": row.reason,
+            "policy": row.policy,
+        }
+        try:
+            response = requests.post(self.url, json=body, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise ActionError(f"POST {self.url}: {exc}") from None
+        if not 200 <= response.status_code < 300:
+            raise ActionError(f"POST {self.url}: {response.status_code} {response.text[:200]}")
+        return f"POST {self.url}: {response.status_code}"
+
+    def confirmed(self, row: Row) -> bool | None:
+        return None  # the receiver alone knows; it is told the plan id to drop a repeat
+
+
 class Actor:
     """Runs the plans a Planner made that may run, with the executor for each action type."""
 
@@ -186,4 +217,4 @@ class Actor:
                 self.page(f"{row.action} {row.target} for {row.incident_id} was interrupted: check it by hand")
 
 
-__all__ = ["ActionError", "Actor", "Executor", "SiteCommand", "SlurmCli", "parse_node"]
+__all__ = ["ActionError", "Actor", "Executor", "SiteCommand", "SlurmCli", "Webhook", "parse_node"]

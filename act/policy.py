@@ -131,6 +131,10 @@ class Executors(_Strict):
     commands: dict[Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"], tuple[str, ...]] = (
         Field(default_factory=dict)
     )
+    # or a webhook per action (a ticketing system, a fabric manager's hook): the plan as JSON, POSTed
+    webhooks: dict[Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"], str] = Field(
+        default_factory=dict
+    )
 
 
 class ActConfig(_Strict):
@@ -138,17 +142,15 @@ class ActConfig(_Strict):
     breaker: Breaker = Field(default_factory=Breaker)
     attempts: Attempts = Field(default_factory=Attempts)
     exclude: tuple[str, ...] = ()  # globs on node (or entity) names never acted on
-    exclude_labels: tuple[str, ...] = ()  # topology labels (e.g. "login", "storage") never acted on
     policies: tuple[Policy, ...] = ()
     executors: Executors = Field(default_factory=Executors)
 
-    def excluded(self, target: str, labels: frozenset[str] = frozenset()) -> str | None:
+    def excluded(self, target: str) -> str | None:
         """Why `target` is never acted on, or None."""
         for pattern in self.exclude:
             if fnmatch.fnmatchcase(target, pattern):
                 return f"excluded by pattern {pattern!r}"
-        hit = sorted(labels & set(self.exclude_labels))
-        return f"excluded by label {hit[0]!r}" if hit else None
+        return None
 
 
 def parse(data: object, source: str = "policies") -> ActConfig:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from act.audit import AuditLog
-from act.executors import Executor, SiteCommand, SlurmCli
+from act.executors import Executor, SiteCommand, SlurmCli, Webhook
 from act.loop import ActLoop
 from act.policy import ActConfig
 from rca.graph import TopologyGraph
@@ -41,6 +41,8 @@ def executors_of(config: ActConfig) -> dict[str, Executor]:
         out["drain"] = out["resume"] = KubernetesNodes(api)
     for action, argv in config.executors.commands.items():  # a site's own tool wins over scontrol
         out[action] = SiteCommand(argv)
+    for action, url in config.executors.webhooks.items():
+        out[action] = Webhook(url)
     return out
 
 

@@ -307,3 +307,26 @@ def test_scontrol_show_node_as_slurm_22_05_writes_it() -> None:
     node = parse_node(recorded.read_text().split("\n\n")[0])
     assert node["Reason"] == "ECC memory error"
     assert "DRAIN" in node["State"]
+
+
+def test_a_ticket_goes_to_a_webhook_with_the_plan() -> None:
+    from act.executors import Webhook
+    from tests.http_endpoint import Endpoint
+
+    endpoint = Endpoint("/tickets")
+    try:
+        ticket = {**DRAIN, "name": "ticket-leaf", "match": {"kinds": ["leaf_down"]}, "action": {"type": "ticket"}}
+        config = parse({"dry_run": False, "policies": [ticket]})
+        audit = AuditLog()
+        planner = Planner(config, audit, node_of=lambda e: None, scope_size=lambda s: 64)
+        actor = Actor(audit, {"ticket": Webhook(endpoint.url)}, lambda m: None)
+        leaf = state(1, "leaf_down")
+        leaf["root_cause"]["entity"] = "leaf-p0-r1"
+        actor.take(planner.consider(leaf, 100.0))
+        (body,) = endpoint.bodies
+        assert (body["action"], body["target"], body["incident_id"]) == ("ticket", "leaf-p0-r1", "INC-1")
+        endpoint.plan = [503]
+        actor.take(planner.consider({**leaf, "incident_id": "INC-2"}, 200.0))
+        assert [r.state for r in audit.rows()] == ["done", "failed"]
+    finally:
+        endpoint.close()
