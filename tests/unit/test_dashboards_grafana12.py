@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.unit.test_dashboards_schema import _panels
+
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "dashboards" / "json").glob("*.json"))
 PACKAGE = "@grafana/schema@12.3.0"
@@ -56,14 +58,6 @@ def interfaces() -> dict[str, set[str]]:
 
 def _unknown(obj: dict[str, Any], declared: set[str], where: str) -> list[str]:
     return [f"{where}.{k}" for k in obj if k not in declared]
-
-
-def _panels(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for p in items:
-        out.append(p)
-        out += _panels(p.get("panels", []))
-    return out
 
 
 def test_the_schema_is_read(interfaces: dict[str, set[str]]) -> None:
