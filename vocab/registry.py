@@ -16,7 +16,7 @@ from typing import Any
 from vocab.catalog import MEASUREMENT_BY_NAME
 
 SEVERITIES = ("critical", "major", "minor")
-XID_CLASSES = ("hardware", "application", "driver", "unknown")
+XID_CLASSES = ("hardware", "application", "driver", "memory", "fabric", "unknown")
 COVERAGES = ("", "cables", "node_gpus", "rack_nodes")
 ROOT_KINDS = ("gpu", "nic", "optic", "leaf", "spine", "switch", "psu", "cooling")
 
@@ -54,6 +54,12 @@ class Xid:
     severity: str
     action: str
     suggests: str  # the fault kind it most often points to
+    mnemonic: str = ""
+    in_catalog: bool = False  # listed in NVIDIA's table (xid_catalog.tsv)
+    used: bool = True  # not "Unused" there (seen on A100/H100/B100/GB200)
+    # (count, window_s): an alarm only when seen this often on one GPU; None: an alarm at once
+    repeat: tuple[int, float] | None = None
+    cancels: int | None = None  # the Xid it undoes (seen after it, that one is no alarm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +142,46 @@ DEFAULT_SEVERITY: str = _DEFAULTS["severity"]
 EARLY_SIGNS: dict[str, EarlySign] = {
     family: EarlySign(family, raw["kind"], raw["action"]) for family, raw in _RAW["early_signs"].items()
 }
-XIDS: dict[int, Xid] = {int(c): _xid(c, raw, _RAW["actions"]) for c, raw in _RAW["xids"].items()}
+
+
+_CLASS_SUGGESTS: dict[str, str] = dict(_RAW["xid_class_suggests"])
+
+
+def _catalog_xids(hand: dict[int, Xid]) -> dict[int, Xid]:
+    """Every Xid of NVIDIA's catalog: what faults.toml says of it (by hand, for the ones the
+    engine has long known) or what the catalog's columns say (vocab/xid_catalog.py), with the
+    catalog's mnemonic, whether it is used, and when it is an alarm."""
+    from vocab import xid_catalog as cat
+
+    out: dict[int, Xid] = {}
+    for code, row in cat.rows().items():
+        klass = cat.xid_class(row)
+        repeat = cat.CATALOG_REPEAT.get(code) or (
+            (cat.REPEAT_COUNT, cat.REPEAT_WINDOW_S) if cat.informational(row) else None
+        )
+        base = hand.get(code)
+        out[code] = Xid(
+            code,
+            base.meaning if base else cat.meaning(row),
+            # the catalog's class, but what the engine has long treated as the job's stays the job's
+            base.xid_class if base is not None and base.xid_class == "application" else klass,
+            base.severity if base else cat.severity(row),
+            base.action if base else cat.action(row),
+            base.suggests if base else _CLASS_SUGGESTS.get(klass, _CLASS_SUGGESTS["other"]),
+            mnemonic=row.mnemonic,
+            in_catalog=True,
+            used=row.used,
+            # the Xids known by hand keep alarming as they always have; the rest as the catalog says
+            repeat=None if base is not None else repeat,
+            cancels=cat.CANCELS.get(code),
+        )
+    for code, x in hand.items():  # known by hand and not in the table: kept as they are
+        out.setdefault(code, x)
+    return dict(sorted(out.items()))
+
+
+UNKNOWN_XID_ACTION = "an Xid NVIDIA's catalog does not list: collect nvidia-bug-report, reset the GPU, watch it"
+XIDS: dict[int, Xid] = _catalog_xids({int(c): _xid(c, raw, _RAW["actions"]) for c, raw in _RAW["xids"].items()})
 CLOCK_EVENT_REASONS: dict[str, int] = dict(_RAW["clock_event_reasons"])
 
 for _sign in EARLY_SIGNS.values():
@@ -175,12 +220,13 @@ def predictable_by_root() -> dict[str, tuple[str, ...]]:
 
 
 def describe_xid(code: int) -> Xid:
-    """An XID as the registry knows it; unknown codes get the catalog's defaults."""
+    """An XID as the registry knows it; a code NVIDIA's catalog does not list is an unknown
+    fault of the GPU (kind gpu_fault), never dropped."""
     found = XIDS.get(code)
     if found is not None:
         return found
     d = _RAW["xid_defaults"]
-    return Xid(code, f"XID {code}", d["class"], d["severity"], d["action"], d["suggests"])
+    return Xid(code, f"unknown XID {code}", "unknown", d["severity"], UNKNOWN_XID_ACTION, "gpu_fault")
 
 
 def clock_reason(name: str) -> int:

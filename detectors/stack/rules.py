@@ -21,6 +21,9 @@ XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 APPLICATION_XIDS = np.array(sorted(c for c, x in registry.XIDS.items() if x.xid_class == "application"), dtype=float)
+# informational Xids (the catalog: nothing to do when seen once): an alarm only when one repeats
+REPEATING_XIDS = {c: x.repeat for c, x in registry.XIDS.items() if x.repeat is not None}
+REPEAT_CODES = np.array(sorted(REPEATING_XIDS), dtype=float)
 
 
 def _reasons(names: tuple[str, ...]) -> int:
@@ -36,7 +39,7 @@ def bad_states(limits: RuleThresholds) -> dict[str, dict[str, StateTest]]:
     throttled = _reasons(limits.throttle_reasons)
     return {
         "gpu": {
-            XID_FIELD: lambda v: (v > 0) & ~np.isin(v, APPLICATION_XIDS),
+            XID_FIELD: lambda v: (v > 0) & ~np.isin(v, APPLICATION_XIDS) & ~np.isin(v, REPEAT_CODES),
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda v: v > 0,
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda v: (np.nan_to_num(v).astype(np.int64) & throttled) > 0,
         },
@@ -64,6 +67,9 @@ class HardRules:
         self._app_jobs: dict[str, set[str]] = {}
         self._app_last: np.ndarray = np.zeros(0)  # per GPU row: the application XID still set (NaN: none)
         self.application_xids = 0  # raised under a job, left to the job (counted, not alarmed)
+        # informational Xids: per GPU row the last one still set, per GPU the (code, time) seen
+        self._info_last: np.ndarray = np.zeros(0)
+        self._info_seen: dict[str, list[tuple[int, float]]] = {}
 
     def __getstate__(self) -> dict[str, object]:
         """A checkpoint keeps what the rules saw; the tests on values come from the limits."""
@@ -97,6 +103,38 @@ class HardRules:
         if m.name == "gpu":
             out += self._sustained_throttle(m)
             out += self._application_xids(m)
+            out += self._repeating_xids(m)
+        return out
+
+    def _repeating_xids(self, m: MeasurementTick) -> list[Anomaly]:
+        """An informational Xid is an alarm when it repeats: its count within its window on one
+        GPU (the registry's `repeat`); one that undoes another (power smoothing re-engaged)
+        clears that one's count."""
+        if XID_FIELD not in m.frame.fields or not len(REPEAT_CODES):
+            return []
+        v = m.frame.fields[XID_FIELD].as_float()
+        self._info_last = grow(self._info_last, m.n_entities, np.nan)
+        last = self._info_last[m.series]
+        info = np.isin(v, REPEAT_CODES)
+        new_event = np.flatnonzero(info & (v != last))  # DCGM holds the last Xid: a change is an event
+        self._info_last[m.series] = np.where(info, v, np.where(v == 0, np.nan, last))
+        due: list[int] = []
+        for r in new_event.tolist():
+            gpu, code = str(m.ids[r]), int(v[r])
+            count, window = REPEATING_XIDS[code]
+            cancelled = registry.XIDS[code].cancels
+            seen = [(c, t) for c, t in self._info_seen.get(gpu, []) if m.t - t < window and c != cancelled]
+            seen.append((code, m.t))
+            if sum(1 for c, _ in seen if c == code) >= count:
+                due.append(r)
+                seen = [(c, t) for c, t in seen if c != code]  # said; counting starts again
+            self._info_seen[gpu] = seen
+        if len(self._info_seen) > 100_000:  # GPUs long quiet
+            self._info_seen = {g: s for g, s in self._info_seen.items() if s and m.t - s[-1][1] < 86_400.0}
+        out: list[Anomaly] = []
+        m.emit(
+            out, np.asarray(due, dtype=np.intp), XID_FIELD, "rule:xid", np.ones(len(m.frame)), v, np.nan, _xid_detail(v)
+        )
         return out
 
     def _sustained_throttle(self, m: MeasurementTick) -> list[Anomaly]:
@@ -201,6 +239,14 @@ class HardRules:
                 app_xid_gpus=np.asarray(gpus, dtype=object),
                 app_xid_jobs=np.asarray([",".join(sorted(self._app_jobs[g])) for g in gpus], dtype=object),
             )
+            seen = sorted(self._info_seen)
+            out.update(
+                info_xid_last=self._info_last.copy(),
+                info_xid_gpus=np.asarray(seen, dtype=object),
+                info_xid_seen=np.asarray(
+                    [";".join(f"{c}@{t!r}" for c, t in self._info_seen[g]) for g in seen], dtype=object
+                ),
+            )
         return out
 
     def load_state(self, name: str, s: State) -> None:
@@ -215,6 +261,14 @@ class HardRules:
             gpus = np.asarray(s["app_xid_gpus"], dtype=object).tolist()
             jobs = np.asarray(s["app_xid_jobs"], dtype=object).tolist()
             self._app_jobs = {str(g): set(filter(None, str(j).split(","))) for g, j in zip(gpus, jobs, strict=True)}
+        if name == "gpu" and "info_xid_last" in s:  # absent from a state saved before these were counted
+            self._info_last = np.asarray(s["info_xid_last"], dtype=np.float64).copy()
+            gpus = np.asarray(s["info_xid_gpus"], dtype=object).tolist()
+            seen = np.asarray(s["info_xid_seen"], dtype=object).tolist()
+            self._info_seen = {
+                str(g): [(int(c), float(t)) for c, t in (e.split("@") for e in str(x).split(";") if e)]
+                for g, x in zip(gpus, seen, strict=True)
+            }
 
 
 def _xid_detail(v: FloatArray) -> Callable[[int], dict[str, str]]:

@@ -82,7 +82,7 @@ def test_tick_assembler_joins_interleaved_partitions_and_returns_late_rows() -> 
 def test_xid_catalog_names_meaning_severity_and_action() -> None:
     assert describe(79).suggests == "gpu_fell_off_bus" and describe(79).severity == "critical"
     assert describe(48).suggests == "gpu_hbm_ecc"
-    assert describe(9999).meaning == "XID 9999"
+    assert describe(9999).meaning == "unknown XID 9999" and describe(9999).suggests == "gpu_fault"
 
 
 # ---------------------------------------------------------------- the stack on hand-made ticks
