@@ -383,6 +383,14 @@ class DetectLoop:
             )
             self.notices.append(Notice(gap.at, "telemetry_gap", gap.node, "gap", message, {"gpus": [str(gap.gpus)]}))
         self.stack.presence.gaps.clear()
+        for at, job, codes, gpus in self.stack.rules.storms:
+            listed = ", ".join(map(str, codes))
+            message = (
+                f"job {job}: application XID {listed} on {gpus} GPUs at once "
+                "(the job crashed; its GPUs are not suspects)"
+            )
+            self.notices.append(Notice(at, "xid_storm", job, "job_crashed", message, {"xids": [listed]}))
+        self.stack.rules.storms.clear()
         self.stats.application_xids = self.stack.rules.application_xids
         self.stats.anomalies += len(found)
         self.stats.suppressed = self.stack.suppressed

@@ -21,6 +21,9 @@ XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 APPLICATION_XIDS = np.array(sorted(c for c, x in registry.XIDS.items() if x.xid_class == "application"), dtype=float)
+# application Xids on this many GPUs of one job in one scrape are the job crashing (every rank
+# tears down together, Xid 45 on each): one notice for the job, not a suspect per GPU
+STORM_GPUS = 8
 # informational Xids (the catalog: nothing to do when seen once): an alarm only when one repeats
 REPEATING_XIDS = {c: x.repeat for c, x in registry.XIDS.items() if x.repeat is not None}
 REPEAT_CODES = np.array(sorted(REPEATING_XIDS), dtype=float)
@@ -67,6 +70,8 @@ class HardRules:
         self._app_jobs: dict[str, set[str]] = {}
         self._app_last: np.ndarray = np.zeros(0)  # per GPU row: the application XID still set (NaN: none)
         self.application_xids = 0  # raised under a job, left to the job (counted, not alarmed)
+        # (t, job, codes, GPUs): application Xids on many GPUs of one job in one tick, for a notice
+        self.storms: list[tuple[float, str, list[int], int]] = []
         # informational Xids: per GPU row the last one still set, per GPU the (code, time) seen
         self._info_last: np.ndarray = np.zeros(0)
         self._info_seen: dict[str, list[tuple[int, float]]] = {}
@@ -177,6 +182,12 @@ class HardRules:
         jobs = m.frame.tags.get("job")
         out: list[Anomaly] = []
         suspects: list[int] = []
+        if jobs is not None:  # many GPUs of one job at once: the job crashed, once (one notice)
+            names, counts = np.unique(jobs[new_event].astype(str), return_counts=True)
+            for job, n in zip(names.tolist(), counts.tolist(), strict=True):
+                if job and n >= STORM_GPUS:
+                    codes = sorted({int(c) for c in v[new_event][jobs[new_event] == job]})
+                    self.storms.append((m.t, job, codes, int(n)))
         for r in new_event.tolist():
             gpu = str(m.ids[r])
             job = str(jobs[r]) if jobs is not None else ""

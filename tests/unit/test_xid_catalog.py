@@ -85,3 +85,16 @@ def test_a_job_wide_xid_45_storm_on_1024_gpus_opens_no_incident() -> None:
     for t, frames in ((T0, calm), (T0 + 30, storm)):
         incidents += engine.process(t, stack.process(t, frames), [])
     assert incidents == [] and stack.rules.application_xids == 1024
+
+
+def test_the_storm_is_one_notice_for_the_job() -> None:
+    from detectors.runner import DetectLoop
+
+    loop = DetectLoop(30)
+    lines = [gpu_line(f"n{n:05d}-gpu{g}", job="big", node=f"n{n:05d}") for n in range(128) for g in range(8)]
+    loop.analyse(T0, tick(0, lines))
+    storm = [gpu_line(f"n{n:05d}-gpu{g}", job="big", node=f"n{n:05d}", xid=45) for n in range(128) for g in range(8)]
+    found = loop.analyse(T0 + 30, tick(30, storm))
+    assert [a for a in found if a.metric == "DCGM_FI_DEV_XID_ERRORS"] == []
+    (notice,) = [n for n in loop.notices if n.kind == "xid_storm"]
+    assert notice.subject == "big" and "1024 GPUs" in notice.message and "45" in notice.message
