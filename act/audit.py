@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS actions (
@@ -40,6 +41,9 @@ CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
 """
 
 HELD = ("dry_run", "blocked", "excluded", "awaiting_approval")
+COLUMNS = (
+    "plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail, event_time, acted_at"
+)
 
 
 def plan_id(incident_id: str, policy: str, action: str, target: str) -> str:
@@ -62,48 +66,16 @@ class Row:
     acted_at: float | None = None  # when it was started (event time)
 
 
-class _Locked:
-    """A sqlite3 connection whose statements run one at a time, whichever thread asks."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db, self._lock = db, threading.Lock()
-
-    def execute(self, sql: str, args: tuple[object, ...] = ()) -> sqlite3.Cursor:
-        with self._lock:
-            cursor = self._db.execute(sql, args)
-            if cursor.description is not None:  # a query: read it whole under the lock
-                rows = cursor.fetchall()
-                return _Rows(rows, cursor.rowcount)  # type: ignore[return-value]
-            return cursor
-
-    def executescript(self, sql: str) -> None:
-        with self._lock:
-            self._db.executescript(sql)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-
-class _Rows(list):  # type: ignore[type-arg]
-    def __init__(self, rows: list[tuple[object, ...]], rowcount: int) -> None:
-        super().__init__(rows)
-        self.rowcount = rowcount
-
-    def fetchone(self) -> tuple[object, ...] | None:
-        return self[0] if self else None
-
-
 class AuditLog:
     def __init__(self, path: Path | None = None) -> None:
-        # one connection, shared with the API's thread (which reads it and nothing else) under a lock
-        self._db = _Locked(
-            sqlite3.connect(
-                str(path) if path is not None else ":memory:", isolation_level=None, check_same_thread=False
-            )
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(SCHEMA)
+        # one connection, shared with the API's thread (which reads it and nothing else): every
+        # statement runs, and its rows are read, under one lock (_query, _change)
+        target = str(path) if path is not None else ":memory:"
+        self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(SCHEMA)
         # told the plan's row after every change (a Grafana panel, through InfluxDB); its failure
         # must not undo the change, which is already committed
         self.listener: Callable[[Row], None] | None = None
@@ -118,21 +90,27 @@ class AuditLog:
             except Exception:  # the audit log is the record; the panel can lag
                 logging.getLogger(__name__).exception("could not tell the change of plan %s", pid)
 
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def _change(self, sql: str, args: tuple[object, ...]) -> int:
+        """A write; the rows it changed."""
+        with self._lock:
+            return self._db.execute(sql, args).rowcount
+
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     def get(self, pid: str) -> Row | None:
-        row = self._db.execute(
-            "SELECT plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail,"
-            " event_time, acted_at FROM actions WHERE plan_id = ?",
-            (pid,),
-        ).fetchone()
-        return Row(*row) if row else None
+        found = self._query(f"SELECT {COLUMNS} FROM actions WHERE plan_id = ?", (pid,))
+        return Row(*found[0]) if found else None
 
     def add(self, row: Row) -> bool:
         """Record a new plan; False when it is there already (nothing changes)."""
         now = time.time()
-        cursor = self._db.execute(
+        added = self._change(
             "INSERT OR IGNORE INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.plan_id,
@@ -151,9 +129,9 @@ class AuditLog:
                 row.acted_at,
             ),
         )
-        if cursor.rowcount == 1:
+        if added == 1:
             self._tell(row.plan_id)
-        return cursor.rowcount == 1
+        return added == 1
 
     def move(
         self,
@@ -164,7 +142,7 @@ class AuditLog:
         decision: str | None = None,
         at: float | None = None,
     ) -> None:
-        self._db.execute(
+        self._change(
             "UPDATE actions SET state = ?, detail = ?, updated_at = ?, approved_by = COALESCE(?, approved_by),"
             " decision = COALESCE(?, decision), acted_at = COALESCE(?, acted_at) WHERE plan_id = ?",
             (state, detail, time.time(), approved_by, decision, at, pid),
@@ -172,24 +150,19 @@ class AuditLog:
         self._tell(pid)
 
     def rows(self, state: str | None = None) -> list[Row]:
-        query = (
-            "SELECT plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail,"
-            " event_time, acted_at FROM actions"
-        )
-        args: tuple[str, ...] = ()
-        if state is not None:
-            query += " WHERE state = ?"
-            args = (state,)
-        return [Row(*r) for r in self._db.execute(query + " ORDER BY planned_at, plan_id", args)]
+        where, args = (" WHERE state = ?", (state,)) if state is not None else ("", ())
+        return [
+            Row(*r) for r in self._query(f"SELECT {COLUMNS} FROM actions{where} ORDER BY planned_at, plan_id", args)
+        ]
 
     def attempts(self, target: str, since: float) -> int:
         """Actions done (or under way) on `target` since event time `since`, putting it back in
         service aside: what the limit counts."""
-        (n,) = self._db.execute(
+        ((n,),) = self._query(
             "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ? AND action != 'resume'"
             " AND state IN ('executing', 'done', 'failed')",
             (target, since),
-        ).fetchone()
+        )
         return int(n)
 
     def out_of_service(self, since: float) -> set[str]:
@@ -198,7 +171,7 @@ class AuditLog:
         once would each pass the breaker."""
         drained = {
             t
-            for (t,) in self._db.execute(
+            for (t,) in self._query(
                 "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot') AND event_time >= ?"
                 " AND (state IN ('waiting', 'executing', 'done')"
                 " OR (state = 'planned' AND decision IN ('execute', 'at_checkpoint')))",
@@ -207,7 +180,7 @@ class AuditLog:
         }
         resumed_after = {
             t
-            for (t,) in self._db.execute(
+            for (t,) in self._query(
                 "SELECT r.target FROM actions r WHERE r.action = 'resume' AND r.state = 'done' AND r.event_time >="
                 " (SELECT MAX(d.event_time) FROM actions d WHERE d.target = r.target"
                 " AND d.action IN ('drain', 'reboot') AND d.state IN ('executing', 'done'))"

@@ -5,16 +5,9 @@ policy and target, at the event time it was planned (or acted on)."""
 from __future__ import annotations
 
 from act.audit import Row
+from vocab.wire import string_field, tag_value
 
 MEASUREMENT = "aiops_action"
-
-
-def _tag(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ") or "-"
-
-
-def _text(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
 def action_line(row: Row) -> str:
@@ -27,18 +20,18 @@ def action_line(row: Row) -> str:
         "target": row.target,
     }
     fields = {
-        "incident": _text(row.incident_id),
-        "reason": _text(row.reason),
-        "detail": _text(row.detail[:500]),
-        "approved_by": _text(row.approved_by or ""),
+        "incident": string_field(row.incident_id),
+        "reason": string_field(row.reason),
+        "detail": string_field(row.detail[:500]),
+        "approved_by": string_field(row.approved_by or ""),
         # again as fields: InfluxQL's last() selects fields, not tags
-        "status": _text(row.state),
-        "decided": _text(row.decision),
+        "status": string_field(row.state),
+        "decided": string_field(row.decision),
         "done": "1i" if row.state == "done" else "0i",
         "executed": "1i" if row.state in ("executing", "done", "failed") else "0i",
     }
     at = row.acted_at if row.acted_at is not None else row.event_time
-    head = MEASUREMENT + "".join(f",{k}={_tag(v)}" for k, v in sorted(tags.items()))
+    head = MEASUREMENT + "".join(f",{k}={tag_value(v)}" for k, v in sorted(tags.items()))
     return f"{head} {','.join(f'{k}={v}' for k, v in fields.items())} {int(at * 1e9)}"
 
 

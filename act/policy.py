@@ -53,18 +53,19 @@ class Match(_Strict):
     @field_validator("kinds")
     @classmethod
     def _known_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [k for k in kinds if k not in registry.KINDS]
-        if unknown:
-            raise ValueError(f"unknown fault kinds {unknown} (known: {sorted(registry.KINDS)})")
-        return kinds
+        return _known(kinds, tuple(registry.KINDS), "fault kinds")
 
     @field_validator("severities")
     @classmethod
     def _known_severities(cls, severities: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [s for s in severities if s not in registry.SEVERITIES]
-        if unknown:
-            raise ValueError(f"unknown severities {unknown} (known: {list(registry.SEVERITIES)})")
-        return severities
+        return _known(severities, registry.SEVERITIES, "severities")
+
+
+def _known(given: tuple[str, ...], known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    unknown = [v for v in given if v not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown} (known: {sorted(known)})")
+    return given
 
 
 class Action(_Strict):

@@ -20,6 +20,7 @@ from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
 from vocab.settings import InfluxSettings
+from vocab.wire import string_field, tag_value
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +39,6 @@ JOB_MEASUREMENT = "aiops_job"
 Locate = Callable[[str], dict[str, str]]
 
 
-def _tag(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ") or "-"
-
-
-def _text(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
-
-
 def incident_line(state: dict[str, Any]) -> str:
     """One incident state (the JSON record `aiops run` writes) as a line of line protocol."""
     root = state["root_cause"]
@@ -56,20 +49,20 @@ def incident_line(state: dict[str, Any]) -> str:
         "kind": root["kind"],
     }
     fields = {
-        "root": _text(root["entity"]),
+        "root": string_field(root["entity"]),
         # the status again as fields: InfluxQL selects fields, not tags, with last()
-        "state": _text(state["status"]),
-        "level": _text(state["severity"]),
+        "state": string_field(state["status"]),
+        "level": string_field(state["severity"]),
         "open": "1i" if state["status"] == "open" else "0i",
         "confidence": repr(float(root.get("confidence") or 0.0)),
         "affected": f"{int(state.get('affected_count', len(state.get('affected', []))))}i",
         "gpus_hit": f"{int(state.get('gpus_hit', 0))}i",
-        "jobs": _text(",".join(state.get("jobs", []))),
+        "jobs": string_field(",".join(state.get("jobs", []))),
         "jobs_hit": f"{len(state.get('jobs', []))}i",
-        "action": _text(state.get("action", "")),
+        "action": string_field(state.get("action", "")),
         "opened": repr(float(state["opened"])),
     }
-    head = MEASUREMENT + "".join(f",{k}={_tag(str(v))}" for k, v in sorted(tags.items()))
+    head = MEASUREMENT + "".join(f",{k}={tag_value(str(v))}" for k, v in sorted(tags.items()))
     body = ",".join(f"{k}={v}" for k, v in fields.items())
     return f"{head} {body} {int(float(state['updated']) * 1e9)}"
 
@@ -78,13 +71,13 @@ def notice_line(notice: Notice) -> str:
     """One notice as a line of line protocol."""
     tags = {"kind": notice.kind, "subject": notice.subject}
     fields = {
-        "status": _text(notice.status),
+        "status": string_field(notice.status),
         "blind": "1i" if notice.status == "blind" else "0i",
         "degraded": "1i" if notice.status == "degraded" else "0i",
-        "message": _text(notice.message),
-        "missing": _text(",".join(notice.detail.get("missing", []))),
+        "message": string_field(notice.message),
+        "missing": string_field(",".join(notice.detail.get("missing", []))),
     }
-    head = NOTICE_MEASUREMENT + "".join(f",{k}={_tag(v)}" for k, v in sorted(tags.items()))
+    head = NOTICE_MEASUREMENT + "".join(f",{k}={tag_value(v)}" for k, v in sorted(tags.items()))
     return f"{head} {','.join(f'{k}={v}' for k, v in fields.items())} {int(notice.at * 1e9)}"
 
 
@@ -93,7 +86,7 @@ def _number(value: float | None) -> str | None:
 
 
 def _head(measurement: str, tags: dict[str, str]) -> str:
-    return measurement + "".join(f",{k}={_tag(v)}" for k, v in sorted(tags.items()) if v)
+    return measurement + "".join(f",{k}={tag_value(v)}" for k, v in sorted(tags.items()) if v)
 
 
 def anomaly_line(a: Anomaly, where: dict[str, str]) -> str:
@@ -112,7 +105,7 @@ def prediction_line(p: Prediction, where: dict[str, str]) -> str:
         "probability": _number(p.probability),
         "horizon_s": _number(p.horizon_s),
         "expected_in_s": _number(p.expected_in_s),
-        "action": _text(p.action),
+        "action": string_field(p.action),
     }
     body = ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
     return f"{_head(PREDICTION_MEASUREMENT, tags)} {body} {int(p.at * 1e9)}"
@@ -159,7 +152,7 @@ def job_lines(events: list[dict[str, Any]]) -> list[str]:
                 gpus = len(held[node]) if node in held else each
                 lines.append(f"{_head(JOB_MEASUREMENT, {'job': job, 'node': node})} running=1i,gpus={gpus}i {stamp}")
         elif kind == "job_end":
-            reason = _text(str(e.get("reason", "")))
+            reason = string_field(str(e.get("reason", "")))
             lines.append(f"{_head(JOB_MEASUREMENT, {'job': job})} running=0i,reason={reason} {stamp}")
     return lines
 
