@@ -34,6 +34,11 @@ _BY_MEASUREMENT = {
 }
 _XMIT_WAIT = "an InfiniBand switch's PortXmitWait (UFM or perfquery); OpenConfig has no equivalent"
 _SWITCH_PFC = "the switch vendor's PFC counters, as a further gNMI subscription (config/telegraf/switch.conf)"
+_IB_RATE = (
+    "the port's trained rate from sysfs (/sys/class/infiniband/<hca>/ports/<port>/rate, e.g. "
+    "'400 Gb/sec (4X NDR)', as ibstat shows it) by a node agent input; Telegraf's inputs.infiniband "
+    "does not read it"
+)
 _BY_FIELD = {
     "gpu#job": "give the scheduler's events (--events / config/events.jsonl), or a `job` label on the exporter",
     "nic.rx_prio3_pause": "the node agent's inputs.ethtool on the RoCE netdevs (config/telegraf/node.conf)",
@@ -48,6 +53,12 @@ _BY_FIELD = {
     "switch_port.rx_prio3_pause": _SWITCH_PFC,
     "switch_port.tx_prio3_pause": _SWITCH_PFC,
     "node.inlet_temp_c": "the BMC agent's inputs.redfish thermal readings (config/telegraf/bmc.conf)",
+    "gpu.nvlink_links_up": (
+        "the links Up per GPU, counted from DCGM's per-link DCGM_FI_DEV_NVLINK_LINK_STATUS (a link-level "
+        "field, no GPU field) or from nvidia-smi nvlink -s, by a node agent input"
+    ),
+    "nic.link_width": _IB_RATE,
+    "nic.link_rate_gbps": _IB_RATE,
 }
 
 

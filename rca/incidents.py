@@ -23,7 +23,7 @@ from typing import Any
 from detectors.anomaly import Anomaly, Prediction
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
-from rca.symptoms import SOFT, Symptom, gpu_kind, symptom_of
+from rca.symptoms import SOFT, Symptom, gpu_kind, nic_kind, symptom_of
 from vocab import registry
 from vocab.schedule import Schedule
 
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 GPU_INDEX = re.compile(r"-gpu(\d+)$")  # a GPU entity is "<node>-gpu<index>" (vocab.entities)
 QUIET_S = 900.0  # no evidence for this long: resolved
+# a NIC's link faults: which one is the NIC's evidence's call (its own, or its cable's far end)
+_NIC_LINK_KINDS = frozenset({"nic_link_flap", "ib_link_degraded", "ib_link_errors"})
 FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures
 SOFT_MEMORY_S = 12 * 3600.0  # early warnings (a sagging optic, a prediction) count for hours
 TALKER_MEMORY_S = 180.0
@@ -331,6 +333,8 @@ class IncidentEngine:
         if current.entity in self.graph and self.graph.kind(current.entity) == "gpu":
             own = {s for s in incident.symptoms if s.entity == current.entity}
             kind = gpu_kind({s.family for s in own}, {s.hint for s in own if s.hint})
+        elif current.entity in self.graph and self.graph.kind(current.entity) == "nic" and kind in _NIC_LINK_KINDS:
+            kind = nic_kind({s.hint for s in incident.symptoms if s.hint in _NIC_LINK_KINDS}) or kind
         incident.root = Candidate(current.entity, kind, current.score, current.explains)
         incident.candidates = [incident.root, *[c for c in ranked if c.entity != current.entity][:4]]
         self._blast(incident, t)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rca.graph import TopologyGraph
-from rca.symptoms import PRIOR, SOFT, Suspects, Symptom, gpu_kind
+from rca.symptoms import PRIOR, SOFT, Suspects, Symptom, gpu_kind, nic_kind
 from vocab import registry
 
 # Per kind, the symptom families on its own entity that confirm it, and what that is worth
@@ -76,6 +76,10 @@ class Ranker:
         if entity in self.graph and self.graph.kind(entity) == "gpu":
             own = set().union(*by_kind.values())
             return gpu_kind({s.family for s in own if s.entity == entity}, {s.hint for s in own if s.hint})
+        if entity in self.graph and self.graph.kind(entity) == "nic":
+            named = nic_kind({s.hint for s in set().union(*by_kind.values())})
+            if named in by_kind:
+                return named
         return max(by_kind, key=lambda k: (len(by_kind[k]), PRIOR.get(k, 0.0), k))
 
     def cover(self, symptoms: Iterable[Symptom], ctx: Context) -> list[tuple[Candidate, list[Candidate]]]:
@@ -117,8 +121,8 @@ class Ranker:
             cables = g.cables(entity)
             hit = sum(1 for port, far in cables if port in sick or far in sick)
             return hit / len(cables) if cables else 1.0 if sick else 0.0
-        if group == "node_gpus":
-            node = g.parent(entity)
+        if group == "node_gpus":  # a PSU's node, or the node itself (its fabric manager)
+            node = entity if g.kind(entity) == "node" else g.parent(entity)
             gpus = g.children(node, "gpu") if node else []
             return sum(gpu in sick for gpu in gpus) / len(gpus) if gpus else None
         if group == "rack_nodes":

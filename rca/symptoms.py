@@ -25,7 +25,10 @@ NVLINK = {
     "nvlink_crc_errors",
     "nvlink_replay_errors",
 }
-LINK = {"symbol_error", "port_rcv_errors", "link_downed", "link_state", "port_xmit_discards"}
+LINK = {"symbol_error", "port_rcv_errors", "link_downed", "link_state", "port_xmit_discards", "link_error_recovery"}
+LINK_DOWN = {"link_downed", "link_state"}  # the link went down: a flap, not errors on a link that stays up
+PCIE_LINK = {"DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_LINK_WIDTH"}
+LINK_TRAINED = {"link_width", "link_rate_gbps"}
 PAUSE = {"rx_prio3_pause", "tx_prio3_pause"}
 ENV = {"inlet_temp_c", "supply_temp_c"}
 
@@ -57,6 +60,16 @@ def symptom_of(a: Anomaly) -> Symptom:
         return Symptom(a.entity, "nvlink", "gpu_nvlink")
     if m == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER":
         return Symptom(a.entity, "pcie")
+    if m in PCIE_LINK:
+        return Symptom(a.entity, "pcie_link", "gpu_pcie_downtrained")
+    if m == "nvlink_links_up":
+        return Symptom(a.entity, "nvlink_down", "gpu_nvlink_down")
+    if m == "DCGM_FI_DEV_ROW_REMAP_PENDING":
+        return Symptom(a.entity, "remap_pending", "gpu_row_remap_pending")
+    if m == "DCGM_FI_DEV_FABRIC_MANAGER_STATUS":  # the GPU's own links, or its node's fabric manager
+        return Symptom(a.entity, "fabric")
+    if m in LINK_TRAINED:
+        return Symptom(a.entity, "link_degraded", "ib_link_degraded")
     if m == "DCGM_FI_DEV_CLOCKS_EVENT_REASONS":
         reasons = int(a.value or 0)
         if reasons & _POWER_BRAKE:
@@ -67,7 +80,7 @@ def symptom_of(a: Anomaly) -> Symptom:
     if m == "DCGM_FI_DEV_GPU_TEMP":  # the detectors say when it is only warmer than its peers
         return Symptom(a.entity, "warm" if a.detector.startswith("warn:") else "hot")
     if m in LINK:
-        return Symptom(a.entity, "link")
+        return Symptom(a.entity, "link", "nic_link_flap" if m in LINK_DOWN else "ib_link_errors")
     if m in PAUSE:
         sending = m == "tx_prio3_pause" and a.measurement == "nic"  # a host sending pauses: a storm's source
         return Symptom(a.entity, "pause_tx" if sending else "pause")
@@ -85,18 +98,40 @@ def symptom_of(a: Anomaly) -> Symptom:
     return Symptom(a.entity, "other")
 
 
+# what a GPU's own evidence names, strongest first: a lost GPU or a memory failure outweighs a
+# link that trained low, which outweighs a remap waiting for a reset
+_GPU_HINTS = (
+    "gpu_fell_off_bus",
+    "gpu_hbm_ecc",
+    "gpu_nvlink",
+    "gpu_nvlink_down",
+    "gpu_pcie_downtrained",
+    "gpu_row_remap_pending",
+)
+# the same for a NIC's link: down is a flap; up but trained narrow or slow; up but retraining
+_NIC_HINTS = ("nic_link_flap", "ib_link_degraded", "ib_link_errors")
+
+
 def gpu_kind(families: set[str], hints: set[str]) -> str:
     """What is wrong with a GPU, from everything it shows (strongest evidence first)."""
-    for kind in ("gpu_fell_off_bus", "gpu_hbm_ecc", "gpu_nvlink"):
+    for kind in _GPU_HINTS[:3]:
         if kind in hints:
             return kind
-    if "silent" in families:
-        return "gpu_fell_off_bus"
+    if "silent" in families:  # gone without Xid 79: the driver lost it, or its exporter did
+        return "gpu_lost"
+    for kind in _GPU_HINTS[3:]:
+        if kind in hints:
+            return kind
     if "hot" in families:
         return "gpu_thermal"
     if "slow" in families or "power_brake" in families:
         return "gpu_straggler"
     return "gpu_fault"
+
+
+def nic_kind(hints: set[str]) -> str | None:
+    """Which of a NIC's link faults its evidence names, or None when it names none."""
+    return next((kind for kind in _NIC_HINTS if kind in hints), None)
 
 
 def switch_kind(graph: TopologyGraph, switch: str) -> str:
@@ -142,11 +177,13 @@ class Suspects:
         if s.family == "pause_tx":
             return [(s.entity, "pfc_storm")]
         if kind == "nic" and s.family in ("link", "other"):
-            return self._cable(s.entity)
+            return self._cable(s.entity, s.hint)
+        if kind == "nic" and s.family == "link_degraded":
+            return [(s.entity, "ib_link_degraded")]
         if kind == "port" and s.family in ("link", "other", "wait"):
             nic = g.nic_of_port(s.entity)
             if nic is not None:
-                return self._cable(nic)
+                return self._cable(nic, s.hint)
             own, far = g.parent(s.entity), g.far_switch(s.entity)
             out = [(sw, switch_kind(g, sw)) for sw in (far, own) if sw is not None]
             return out or [(s.entity, "unknown")]
@@ -177,15 +214,17 @@ class Suspects:
         node = g.parent(s.entity)
         if node is not None and s.family in ("slow", "power_brake"):
             out += [(psu, "psu_failure") for psu in g.psus_of(node)]
+        if node is not None and s.family == "fabric":  # the node's fabric manager serves all its GPUs
+            out.append((node, "nvswitch_fabric_manager"))
         if node is not None and s.family in ("hot", "warm"):
             cdu = g.cooling_of(node)
             if cdu is not None:
                 out.append((cdu, "rack_cooling"))
         return out
 
-    def _cable(self, nic: str) -> list[tuple[str, str]]:
+    def _cable(self, nic: str, hint: str = "") -> list[tuple[str, str]]:
         g = self.graph
-        out = [(nic, "nic_link_flap")]
+        out = [(nic, hint or "nic_link_flap")]
         out += [(optic, "optic_degradation") for optic in g.children(nic, "optic")]
         switch = g.switch_of(nic)
         if switch is not None:
@@ -193,4 +232,4 @@ class Suspects:
         return out
 
 
-__all__ = ["PRIOR", "SOFT", "Suspects", "Symptom", "gpu_kind", "switch_kind", "symptom_of"]
+__all__ = ["PRIOR", "SOFT", "Suspects", "Symptom", "gpu_kind", "nic_kind", "switch_kind", "symptom_of"]

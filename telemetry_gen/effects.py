@@ -80,6 +80,16 @@ class Effects:
     rack_heat: NDArray[np.float64]  # extra °C at node inlets
     cooling_supply_delta: NDArray[np.float64]
     cooling_flow: NDArray[np.float64]
+    # quiet faults: states that no error counter shows (issue 29)
+    gpu_pcie_gen_cap: NDArray[np.float64]  # the link trained at most this generation (inf = max)
+    gpu_pcie_width_cap: NDArray[np.float64]  # ... and this many lanes
+    gpu_nvlinks_down: NDArray[np.float64]
+    gpu_fabric_failed: NDArray[np.bool_]  # the node's fabric manager failed: status 4
+    gpu_remap_now: NDArray[np.float64]  # rows remapped this tick (correctable): a reset is due
+    gpu_remap_pending: NDArray[np.bool_]
+    nic_width_cap: NDArray[np.float64]  # lanes the link trained at (inf = all four)
+    nic_lane_gbps_cap: NDArray[np.float64]  # per-lane speed it trained at (inf = the fabric's)
+    nic_recovered: NDArray[np.float64]  # link_error_recovery increments this tick
 
     @staticmethod
     def neutral(t: Topology) -> Effects:
@@ -121,6 +131,15 @@ class Effects:
             _zeros(racks),
             _zeros(racks),
             _ones(racks),
+            gpu_pcie_gen_cap=np.full(g, np.inf),
+            gpu_pcie_width_cap=np.full(g, np.inf),
+            gpu_nvlinks_down=_zeros(g),
+            gpu_fabric_failed=_false(g),
+            gpu_remap_now=_zeros(g),
+            gpu_remap_pending=_false(g),
+            nic_width_cap=np.full(n, np.inf),
+            nic_lane_gbps_cap=np.full(n, np.inf),
+            nic_recovered=_zeros(n),
         )
 
 
@@ -174,6 +193,8 @@ class FaultEffects:
                 e.gpu_remap_failure[i] |= sev > 0.6
             if started:
                 e.node_stalled[self.gpu_node(i)] = True
+                # the uncorrectable error's row is remapped at the next reset, unless remapping failed
+                e.gpu_remap_pending[i] = sev <= 0.6
         elif kind == "gpu_thermal":
             e.gpu_heat[i] += 14.0 * sev * p**1.5 if not started else 30.0 + 10.0 * sev
         elif kind == "gpu_nvlink":
@@ -256,6 +277,54 @@ class FaultEffects:
                 e.cooling_flow[rack] *= 0.7 - 0.3 * sev
                 e.rack_heat[rack] += 6.0 + 10.0 * sev
 
+        elif kind == "gpu_pcie_downtrained":
+            if started:  # after a reset the link trained one or two generations low, or at half width
+                if fault.params["u"] < 0.5:
+                    e.gpu_pcie_gen_cap[i] = 4.0 if sev < 0.5 else 3.0
+                else:
+                    e.gpu_pcie_width_cap[i] = 8.0 if sev < 0.7 else 4.0
+                # host-device copies (input pipeline, checkpoints) at half speed or worse: a few
+                # per cent of a training step that overlaps most of them
+                node = self.gpu_node(i)
+                e.node_speed[node] = min(e.node_speed[node], 0.97 - 0.05 * sev)
+        elif kind == "gpu_nvlink_down":
+            if started:  # links that failed to train: the fabric routes around them, bandwidth falls
+                down = 1.0 + np.floor(5.0 * sev)
+                e.gpu_nvlinks_down[i] += down
+                e.gpu_nvlink_bw[i] *= 1.0 - down / 18.0
+                node = self.gpu_node(i)
+                e.node_speed[node] = min(e.node_speed[node], 1.0 - 0.5 * down / 18.0)
+        elif kind == "nvswitch_fabric_manager":
+            if started:  # every GPU of the node: "fabric not ready"; the job's NVLink collectives hang
+                e.gpu_fabric_failed[self.node_gpus(i)] = True
+                e.node_stalled[i] = True
+        elif kind == "gpu_lost":
+            if started:  # the driver lost the GPU (or the exporter lost that one device): no Xid
+                e.gpu_silent[i] = True
+                e.node_stalled[self.gpu_node(i)] = True
+        elif kind == "gpu_row_remap_pending":
+            if started:  # a row remapped on correctable errors; it takes effect at the next reset
+                if first_tick:
+                    e.gpu_remap_now[i] += 1.0 + np.floor(2.0 * fault.params["u"])
+                e.gpu_remap_pending[i] = True
+        elif kind == "ib_link_degraded":
+            if started:  # the cable trained at 2x (or 1x) width, or at the lower speed (HDR on NDR)
+                if fault.params["u"] < 0.6:
+                    e.nic_width_cap[i] = 2.0 if sev < 0.7 else 1.0
+                    share = e.nic_width_cap[i] / 4.0
+                else:
+                    e.nic_lane_gbps_cap[i] = 50.0
+                    share = 0.5
+                # a rail's collectives move at its slowest link's pace, partly hidden by compute
+                e.nic_traffic[i] *= 0.5 + 0.5 * share
+        elif kind == "ib_link_errors":
+            if started:  # the PHY retrains now and then and corrupts symbols, but never drops
+                period = 900.0 - 780.0 * sev  # a retrain every 2 to 15 minutes
+                if (since % period) < self.dt:
+                    e.nic_recovered[i] += 1.0
+                e.nic_symbol_rate[i] += 0.05 + 5.0 * sev
+                e.nic_traffic[i] *= 0.97
+
     def _mirror_port(self, nic: int, e: Effects) -> None:
         """The leaf port at the other end of a NIC's cable sees the same link."""
         port = nic  # downlink ports are index-aligned with NICs (see topology builders)
@@ -316,7 +385,11 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
         out.append(node_id)
         if fault.kind == "gpu_nvlink":  # the node's NVSwitches count the same link errors
             out += [f"{node_id}-nvsw{s}" for s in range(4)]
-    elif fault.kind in ("nic_link_flap", "optic_degradation"):
+    elif fault.kind == "nvswitch_fabric_manager":
+        node = fault.root_index
+        out += [t.ids["gpu"][g] for g in np.flatnonzero(t.gpu_node == node).tolist()]
+        out += [t.ids["nvswitch"][s] for s in np.flatnonzero(t.nvswitch_node == node).tolist()]
+    elif fault.kind in ("nic_link_flap", "optic_degradation", "ib_link_degraded", "ib_link_errors"):
         nic = root if kind.root == "nic" else str(t.attrs[root]["nic"])
         n = t.ids["nic"].index(nic)
         out += [nic, f"{nic}-optic", f"link-{nic}", str(t.attrs[nic]["node"])]

@@ -179,7 +179,7 @@ def _places(topology: Topology, root_kind: str, root: str) -> list[str]:
         rack_index = topology.ids["rack"].index(rack)
         nodes = np.flatnonzero(topology.node_rack == rack_index)
         return [rack, *(topology.ids["node"][n] for n in nodes.tolist())]
-    node = str(topology.attrs[root]["node"])
+    node = root if root_kind == "node" else str(topology.attrs[root]["node"])
     places = [node]
     if root_kind in ("nic", "optic"):
         nic = root if root_kind == "nic" else str(topology.attrs[root]["nic"])
@@ -194,6 +194,8 @@ def _needs_a_job(kind: str) -> bool:
 
 
 def _node_of(topology: Topology, root_kind: str, root: str) -> int | None:
+    if root_kind == "node":
+        return topology.ids["node"].index(root)
     if root_kind in ("gpu", "nic", "optic", "psu"):
         return topology.ids["node"].index(str(topology.attrs[root]["node"]))
     return None

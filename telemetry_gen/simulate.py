@@ -36,7 +36,13 @@ THERMAL_TAU_S = 45.0  # the die and its cold plate; the coolant loop is slower
 MISSING_SAMPLE_P = 2e-5  # per entity per tick
 BLANK_FIELD_P = 2e-5  # per GPU per tick
 NIC_LINE_RATE = 50e9  # bytes/s, 400 Gb/s
-REBOOT_S = 600.0  # a drained node reboots once, mid-window, and is silent meanwhile
+REBOOT_S = 600.0
+# the parts modelled: an HGX H100 board (PCIe Gen5 x16 to the host, 18 NVLink 4 links per GPU,
+# NVSwitches under a fabric manager) and NDR InfiniBand HCAs (4 lanes x 100 Gb/s)
+PCIE_MAX_GEN, PCIE_MAX_WIDTH = 5.0, 16.0
+NVLINKS = 18.0
+FM_SUCCESS, FM_FAILURE = 3.0, 4.0  # dcgmFabricManagerStatus_t
+IB_WIDTH, IB_LANE_GBPS = 4.0, 100.0  # a drained node reboots once, mid-window, and is silent meanwhile
 
 _GPU_BLANKABLE = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED")
 
@@ -183,7 +189,7 @@ class ClusterSim:
         fb = np.where(busy, self.gpu_fb, 480.0)
         c = self.gpu_counters
         c["sbe"] += rng.poisson(e.gpu_sbe_rate * dt)
-        c["remap"] += rng.poisson(e.gpu_remap_rate * dt)
+        c["remap"] += rng.poisson(e.gpu_remap_rate * dt) + e.gpu_remap_now
         c["dbe"] += e.gpu_dbe
         c["uremap"] += e.gpu_uncorrectable_remap
         c["crc"] += rng.poisson(e.gpu_nvlink_crc_rate * dt)
@@ -212,7 +218,7 @@ class ClusterSim:
         nc["symbol_error"] += rng.poisson(e.nic_symbol_rate * dt) + self.noise.symbol_errors
         nc["port_rcv_errors"] += rng.poisson(e.nic_symbol_rate * dt / 8.0)
         nc["link_downed"] += e.nic_downed
-        nc["link_error_recovery"] += e.nic_downed
+        nc["link_error_recovery"] += e.nic_downed + e.nic_recovered
         nc["rx_prio3_pause"] += e.nic_rx_pause_rate * dt
         nc["tx_prio3_pause"] += e.nic_tx_pause_rate * dt
         optic_rx = self.optic_rx + e.optic_rx_delta + rng.normal(0, 0.03, n)
@@ -252,7 +258,19 @@ class ClusterSim:
                     "nvlink_replay_errors": self.nvsw_counters["replay"],
                 },
             ),
-            self._frame("nic", ts, ~silent_node[t.nic_node], {**nc, "link_state": np.where(e.nic_down, 0.0, 1.0)}),
+            self._frame(
+                "nic",
+                ts,
+                ~silent_node[t.nic_node],
+                {
+                    **nc,
+                    "link_state": np.where(e.nic_down, 0.0, 1.0),
+                    # as the port trained: 4 lanes at the fabric's lane speed unless a fault says less
+                    "link_width": np.minimum(IB_WIDTH, e.nic_width_cap),
+                    "link_rate_gbps": np.minimum(IB_WIDTH, e.nic_width_cap)
+                    * np.minimum(IB_LANE_GBPS, e.nic_lane_gbps_cap),
+                },
+            ),
             self._frame(
                 "optic",
                 ts,
@@ -366,6 +384,7 @@ class ClusterSim:
         ports["tx_prio3_pause"] += e.port_tx_pause_rate * dt
         ports["link_downed"] += e.port_downed
         ports["link_error_recovery"] += e.port_downed
+        ports["link_error_recovery"][down] += e.nic_recovered[t.port_peer_nic[down]]  # both ends retrain
         nic_sym = self.nic_counters["symbol_error"]
         ports["symbol_error"][down] = nic_sym[t.port_peer_nic[down]]  # the same cable's errors
         ports["port_rcv_errors"][down] = self.nic_counters["port_rcv_errors"][t.port_peer_nic[down]]
@@ -440,6 +459,15 @@ class ClusterSim:
             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": c["replay"],
             "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": self.nvbw_base + c["nvbw"],
             "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": c["pcie"],
+            # an idle GPU lets its link fall to Gen1 (dynamic link speed); in use it runs at the
+            # most it trained at
+            "DCGM_FI_DEV_PCIE_LINK_GEN": np.where(gpu_job >= 0, np.minimum(PCIE_MAX_GEN, e.gpu_pcie_gen_cap), 1.0),
+            "DCGM_FI_DEV_PCIE_LINK_WIDTH": np.minimum(PCIE_MAX_WIDTH, e.gpu_pcie_width_cap),
+            "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": np.full(g, PCIE_MAX_GEN),
+            "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": np.full(g, PCIE_MAX_WIDTH),
+            "DCGM_FI_DEV_ROW_REMAP_PENDING": e.gpu_remap_pending.astype(np.float64),
+            "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": np.where(e.gpu_fabric_failed, FM_FAILURE, FM_SUCCESS),
+            "nvlink_links_up": NVLINKS - e.gpu_nvlinks_down,
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": reasons.astype(np.float64),
         }
         frame = self._frame(

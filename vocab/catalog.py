@@ -116,6 +116,30 @@ MEASUREMENTS: tuple[Measurement, ...] = (
             Metric("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", INT, COUNTER, "count", "NVLink replay errors"),
             Metric("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", INT, COUNTER, "bytes", "NVLink bytes, all links"),
             Metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", INT, COUNTER, "count", "PCIe replays"),
+            # the link as trained now, and the most both ends support; an idle GPU drops its link
+            # to a lower generation (and some models to fewer lanes) to save power, so "now below
+            # the most" is a fault only under load (nvidia-smi -q: current_link_gen vs max_link_gen)
+            Metric("DCGM_FI_DEV_PCIE_LINK_GEN", INT, GAUGE, "gen", "PCIe link generation now"),
+            Metric("DCGM_FI_DEV_PCIE_LINK_WIDTH", INT, GAUGE, "lanes", "PCIe link width now"),
+            Metric("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", INT, GAUGE, "gen", "PCIe link generation, the most supported"),
+            Metric("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", INT, GAUGE, "lanes", "PCIe link width, the most supported"),
+            Metric("DCGM_FI_DEV_ROW_REMAP_PENDING", INT, STATE, "bool", "1 if a row remap waits for a GPU reset"),
+            Metric(
+                "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
+                INT,
+                STATE,
+                "enum",
+                "fabric manager status (dcgmFabricManagerStatus_t: 0 not supported, 1 not started, "
+                "2 in progress, 3 success, 4 failure, 5 unrecognized, 6 NVML too old)",
+            ),
+            Metric(
+                "nvlink_links_up",
+                INT,
+                GAUGE,
+                "links",
+                "NVLink links in the Up state (DCGM's per-link DCGM_FI_DEV_NVLINK_LINK_STATUS, counted "
+                "per GPU by the collector; nvidia-smi nvlink -s)",
+            ),
             Metric("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", INT, STATE, "bitmask", "clock throttle reasons"),
         ),
     ),
@@ -137,7 +161,14 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         partition_tag="node",
         tags=(("nic", "NIC id, e.g. n00012-nic3"), ("node", "node id"), ("rail", "rail index")),
         description="One InfiniBand/RoCE NIC port (ethtool / IB sysfs counters).",
-        metrics=(*_ib_port_counters("NIC port"), Metric("np_cnp_sent", INT, COUNTER, "count", "RoCE CNPs sent")),
+        metrics=(
+            *_ib_port_counters("NIC port"),
+            Metric("np_cnp_sent", INT, COUNTER, "count", "RoCE CNPs sent"),
+            # /sys/class/infiniband/<dev>/ports/<p>/rate, e.g. "400 Gb/sec (4X NDR)": the port as
+            # it trained (Telegraf's inputs.infiniband does not read it; see docs/collectors.md)
+            Metric("link_width", INT, GAUGE, "lanes", "NIC port: active link width (1X, 2X, 4X, 8X)"),
+            Metric("link_rate_gbps", FLOAT, GAUGE, "Gb/s", "NIC port: active data rate (width x lane speed)"),
+        ),
     ),
     Measurement(
         name="optic",

@@ -18,7 +18,7 @@ from vocab.catalog import MEASUREMENT_BY_NAME
 SEVERITIES = ("critical", "major", "minor")
 XID_CLASSES = ("hardware", "application", "driver", "memory", "fabric", "unknown")
 COVERAGES = ("", "cables", "node_gpus", "rack_nodes")
-ROOT_KINDS = ("gpu", "nic", "optic", "leaf", "spine", "switch", "psu", "cooling")
+ROOT_KINDS = ("gpu", "nic", "optic", "leaf", "spine", "switch", "psu", "cooling", "node")
 
 
 class RegistryError(ValueError):

@@ -114,6 +114,40 @@ class RuleThresholds(_Section):
         "NVIDIA XID catalog: XIDs 13, 31, 43, 45 are most often the user's code; one GPU that "
         "fails different users' jobs points to the GPU (operational choice: two)",
     )
+    pcie_busy_util_pct: float = sourced(
+        50.0,
+        "a GPU's PCIe link below its maximum generation or width is a fault only while the GPU is "
+        "this busy (DCGM_FI_DEV_GPU_UTIL), for sustained_ticks scrapes in a row",
+        "nvidia-smi(1), 'PCI > GPU Link Info': the current link generation and width 'may be "
+        "reduced when the GPU is not in use' (dynamic link speed, ASPM); under load the link runs "
+        "at its maximum unless it trained low. Half busy is far from idle and from the ramp of a scrape",
+    )
+    nvlink_links_by_model: dict[str, int] = sourced(
+        {"H100": 18, "H200": 18, "H800": 8, "A100": 12, "A800": 8, "B200": 18, "GB200": 18},
+        "NVLink links a GPU of each model has; fewer in the Up state is a fault",
+        "NVIDIA datasheets: H100/H200 SXM 18 NVLink 4 links (900 GB/s), B200/GB200 18 NVLink 5 "
+        "links (1.8 TB/s), A100 SXM 12 NVLink 3 links (600 GB/s); H800 and A800 (export parts) 8 "
+        "links (400 GB/s)",
+    )
+    gpu_model: str = sourced(
+        "H100",
+        "the fleet's GPU model, a key of nvlink_links_by_model (a site sets its own)",
+        "site setting",
+    )
+    fabric_manager_bad: tuple[int, ...] = sourced(
+        (1, 4),
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS values that mean the GPU cannot use its NVSwitch fabric",
+        "dcgmFabricManagerStatus_t (dcgm_structs.h): 1 not started, 4 failure; 0 (not supported: "
+        "PCIe or NVLink-bridge GPUs), 2 (in progress, while the node boots) and 3 (success) are not faults",
+    )
+    link_recovery_repeat: tuple[int, float] = sourced(
+        (2, 3600.0),
+        "(count, seconds): link_error_recovery increments this often on one port is a link that "
+        "retrains without going down; a lone recovery is not",
+        "InfiniBand Architecture Spec vol. 1, PortCounters LinkErrorRecoveryCounter: each count is "
+        "a successful retrain after a link error, which should not happen on a healthy link; "
+        "ibdiagnet reports any increase, we page on a repeat within the hour (operational choice)",
+    )
     state_repeat_s: float = sourced(
         300.0,
         "a bad state that lasts is reported again this often, so a fresh listener learns it",

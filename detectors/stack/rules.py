@@ -40,16 +40,37 @@ def bad_states(limits: RuleThresholds) -> dict[str, dict[str, StateTest]]:
     """Per measurement, the states that are faults on the first scrape: (metric, test on the
     value). An application XID is the job's, not the GPU's (HardRules follows those apart)."""
     throttled = _reasons(limits.throttle_reasons)
+    links = limits.nvlink_links_by_model.get(limits.gpu_model)
+    fabric_bad = np.asarray(limits.fabric_manager_bad, dtype=float)
+    gpu: dict[str, StateTest] = {
+        XID_FIELD: lambda v: (v > 0) & ~np.isin(v, APPLICATION_XIDS) & ~np.isin(v, REPEAT_CODES),
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda v: v > 0,
+        "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda v: v > 0,
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": lambda v: np.isin(v, fabric_bad),
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda v: (np.nan_to_num(v).astype(np.int64) & throttled) > 0,
+    }
+    if links is not None:  # a model the table does not know: no count to hold the links to
+        gpu["nvlink_links_up"] = lambda v: v < links
     return {
-        "gpu": {
-            XID_FIELD: lambda v: (v > 0) & ~np.isin(v, APPLICATION_XIDS) & ~np.isin(v, REPEAT_CODES),
-            "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda v: v > 0,
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda v: (np.nan_to_num(v).astype(np.int64) & throttled) > 0,
-        },
-        "nic": {"link_state": lambda v: v == 0},
+        "gpu": gpu,
+        # a port that trained below the fabric's common width or speed (the fabric's own value:
+        # a site may run HDR and NDR side by side, each judged against what most ports run)
+        "nic": {"link_state": lambda v: v == 0, "link_width": below_common, "link_rate_gbps": below_common},
         "switch_port": {"link_state": lambda v: v == 0},
         "psu": {"status": lambda v: v == 0},
     }
+
+
+COMMON_MIN_PORTS = 8  # fewer ports in a scrape than this say nothing about the fabric's common value
+
+
+def below_common(v: FloatArray) -> NDArray[np.bool_]:
+    """Below the most common value of the scrape (its mode), when enough ports report."""
+    seen = v[np.isfinite(v)]
+    if len(seen) < COMMON_MIN_PORTS:
+        return np.zeros(len(v), dtype=np.bool_)
+    values, counts = np.unique(seen, return_counts=True)
+    return v < values[np.argmax(counts)]
 
 
 @dataclass
@@ -75,6 +96,10 @@ class HardRules:
         # informational Xids: per GPU row the last one still set, per GPU the (code, time) seen
         self._info_last: np.ndarray = np.zeros(0)
         self._info_seen: dict[str, list[tuple[int, float]]] = {}
+        self._pcie_run: np.ndarray = np.zeros(0, dtype=np.int64)  # busy scrapes in a row below the link's best
+        self._pcie_fired: np.ndarray = np.zeros(0)
+        # per measurement, per port: when its last link recoveries were (for link_recovery_repeat)
+        self._recoveries: dict[str, np.ndarray] = {}
 
     def __getstate__(self) -> dict[str, object]:
         """A checkpoint keeps what the rules saw; the tests on values come from the limits."""
@@ -105,7 +130,10 @@ class HardRules:
         states = self.states.get(m.name, {})
         if states:
             out += self._states(m, states)
+        if m.name in ("nic", "switch_port"):
+            out += self._link_recoveries(m)
         if m.name == "gpu":
+            out += self._pcie_link(m)
             out += self._sustained_throttle(m)
             out += self._application_xids(m)
             out += self._repeating_xids(m)
@@ -140,6 +168,70 @@ class HardRules:
         m.emit(
             out, np.asarray(due, dtype=np.intp), XID_FIELD, "rule:xid", np.ones(len(m.frame)), v, np.nan, _xid_detail(v)
         )
+        return out
+
+    def _pcie_link(self, m: MeasurementTick) -> list[Anomaly]:
+        """A busy GPU whose PCIe link runs below the generation or width it supports, for
+        `sustained_ticks` scrapes in a row (an idle GPU lowers its link on purpose)."""
+        f = m.frame.fields
+        need = ("DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "DCGM_FI_DEV_GPU_UTIL")
+        if any(name not in f for name in need):
+            return []
+        gen, max_gen = f[need[0]].as_float(), f[need[1]].as_float()
+        low = gen < max_gen
+        width, max_width = f.get("DCGM_FI_DEV_PCIE_LINK_WIDTH"), f.get("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
+        narrow = np.zeros(len(gen), dtype=np.bool_)
+        if width is not None and max_width is not None:
+            narrow = width.as_float() < max_width.as_float()
+        busy = f["DCGM_FI_DEV_GPU_UTIL"].as_float() >= self.limits.pcie_busy_util_pct
+        self._pcie_run = grow(self._pcie_run, m.n_entities, 0)
+        self._pcie_fired = grow(self._pcie_fired, m.n_entities, -np.inf)
+        # width is judged busy or not (lanes stay up at idle on most parts); generation only busy
+        bad = (low & busy) | narrow
+        run = np.where(bad, self._pcie_run[m.series] + 1, np.where(busy | narrow, 0, self._pcie_run[m.series]))
+        self._pcie_run[m.series] = run
+        fired = self._pcie_fired[m.series]
+        due = (run == self.limits.sustained_ticks) | (
+            (run > self.limits.sustained_ticks) & (m.t - fired >= self.limits.state_repeat_s)
+        )
+        self._pcie_fired[m.series] = np.where(due, m.t, fired)
+        out: list[Anomaly] = []
+        ones = np.ones(len(gen))
+        if width is not None and max_width is not None:
+            w, w_max = width.as_float(), max_width.as_float()
+            m.emit(out, np.flatnonzero(due & narrow), "DCGM_FI_DEV_PCIE_LINK_WIDTH", "rule:state", ones, w, w_max)
+        m.emit(out, np.flatnonzero(due & ~narrow), need[0], "rule:state", ones, gen, max_gen)
+        return out
+
+    def _link_recoveries(self, m: MeasurementTick) -> list[Anomaly]:
+        """A port that retrains (link_error_recovery) `count` times within `window` without
+        going down; a lone recovery is not a fault."""
+        if "link_error_recovery" not in m.increments:
+            return []
+        count, window = self.limits.link_recovery_repeat
+        inc = np.nan_to_num(m.increments["link_error_recovery"])
+        downed = m.increments.get("link_downed")
+        if downed is not None:  # a recovery that ended in a down is the link rules' business
+            inc = np.where(np.nan_to_num(downed) > 0, 0.0, inc)
+        # per port, the times of its last count-1 recoveries
+        keep = max(1, count - 1)
+        recent = self._recoveries.get(m.name, np.zeros((0, keep)))
+        if recent.shape[0] < m.n_entities or recent.shape[1] != keep:
+            grown = np.full((m.n_entities, keep), -np.inf)
+            rows, cols = min(len(recent), m.n_entities), min(recent.shape[1], keep)
+            grown[:rows, keep - cols :] = recent[:rows, recent.shape[1] - cols :]
+            recent = grown
+        self._recoveries[m.name] = recent
+        held = recent[m.series]
+        within = (held > m.t - window).sum(axis=1)
+        due = (inc > 0) & (within + inc >= count)
+        shifted = np.concatenate([held[:, 1:], np.full((len(inc), 1), m.t)], axis=1)
+        stamps = np.where(inc[:, None] > 0, shifted, held)
+        stamps[due] = -np.inf  # said: counting starts again
+        recent[m.series] = stamps
+        out: list[Anomaly] = []
+        value = within + inc
+        m.emit(out, np.flatnonzero(due), "link_error_recovery", "rule:error_counter", value, value, float(count))
         return out
 
     def _sustained_throttle(self, m: MeasurementTick) -> list[Anomaly]:
@@ -250,6 +342,7 @@ class HardRules:
                 app_xid_gpus=np.asarray(gpus, dtype=object),
                 app_xid_jobs=np.asarray([",".join(sorted(self._app_jobs[g])) for g in gpus], dtype=object),
             )
+            out.update(pcie_run=self._pcie_run.copy(), pcie_fired=self._pcie_fired.copy())
             seen = sorted(self._info_seen)
             out.update(
                 info_xid_last=self._info_last.copy(),
@@ -258,6 +351,8 @@ class HardRules:
                     [";".join(f"{c}@{t!r}" for c, t in self._info_seen[g]) for g in seen], dtype=object
                 ),
             )
+        if name in self._recoveries:
+            out["link_recoveries"] = self._recoveries[name].copy()
         return out
 
     def load_state(self, name: str, s: State) -> None:
@@ -272,6 +367,11 @@ class HardRules:
             gpus = np.asarray(s["app_xid_gpus"], dtype=object).tolist()
             jobs = np.asarray(s["app_xid_jobs"], dtype=object).tolist()
             self._app_jobs = {str(g): set(filter(None, str(j).split(","))) for g, j in zip(gpus, jobs, strict=True)}
+        if "link_recoveries" in s:
+            self._recoveries[name] = np.asarray(s["link_recoveries"], dtype=np.float64).copy()
+        if name == "gpu" and "pcie_run" in s:  # absent from a state saved before links were judged
+            self._pcie_run = np.asarray(s["pcie_run"], dtype=np.int64).copy()
+            self._pcie_fired = np.asarray(s["pcie_fired"], dtype=np.float64).copy()
         if name == "gpu" and "info_xid_last" in s:  # absent from a state saved before these were counted
             self._info_last = np.asarray(s["info_xid_last"], dtype=np.float64).copy()
             gpus = np.asarray(s["info_xid_gpus"], dtype=object).tolist()

@@ -181,6 +181,9 @@ _FIELDS: dict[str, tuple[int, str]] = {
     "DCGM_FI_DEV_ENC_UTIL": (206, "i"),
     "DCGM_FI_DEV_DEC_UTIL": (207, "i"),
     "DCGM_FI_DEV_XID_ERRORS": (230, "i"),
+    "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": (170, "i"),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": (235, "i"),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": (236, "i"),
     "DCGM_FI_DEV_PCIE_LINK_GEN": (237, "i"),
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": (238, "i"),
     "DCGM_FI_DEV_POWER_VIOLATION": (240, "i"),
@@ -512,6 +515,9 @@ _DEFAULTS: dict[str, Callable[[Gpu], float | int]] = {
     "DCGM_FI_DEV_DEC_UTIL": lambda g: 0,
     "DCGM_FI_DEV_XID_ERRORS": lambda g: 0,
     "DCGM_FI_DEV_PCIE_LINK_GEN": lambda g: 5,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda g: 5,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": lambda g: 16,
+    "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": lambda g: 3,  # success, on an HGX board
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda g: 16,
     # cumulative ns of clock reduction since the driver was loaded: none while healthy
     "DCGM_FI_DEV_POWER_VIOLATION": lambda g: 0,

@@ -217,16 +217,25 @@ def test_node_agent_through_kafka_finds_an_xid_79(
     # blind spots said out loud, per counters file
     coverage = {n["subject"]: n for n in run.notices if n["kind"] == "coverage"}
     assert "pfc_storm" in coverage  # no ethtool here, no switch agent
+    # neither Telegraf's inputs.infiniband nor a GPU field of DCGM says how a link trained
+    assert coverage["ib_link_degraded"]["status"] == "blind"
+    assert coverage["gpu_nvlink_down"]["status"] == "blind"
     if counters == STOCK_COUNTERS:
         assert coverage["gpu_nvlink"]["status"] == "blind"
         assert coverage["gpu_hbm_ecc"]["status"] == "degraded"
+        assert coverage["nvswitch_fabric_manager"]["status"] == "blind"
+        assert coverage["gpu_pcie_downtrained"]["status"] == "degraded"  # utilisation alone
+        assert coverage["gpu_row_remap_pending"]["status"] == "degraded"  # remapped rows, not pending
     else:
         assert "gpu_nvlink" not in coverage and "gpu_hbm_ecc" not in coverage
+        assert not {"nvswitch_fabric_manager", "gpu_pcie_downtrained", "gpu_row_remap_pending"} & set(coverage)
 
 
 def test_shipped_counters_enable_every_catalog_gpu_field() -> None:
     enabled = {c.field for c in read_counters(OUR_COUNTERS) if c.kind != "label"}
-    catalog_gpu = {m.name for m in measurement("gpu").metrics}  # type: ignore[union-attr]
+    # DCGM's GPU fields; nvlink_links_up is counted from the per-link DCGM_FI_DEV_NVLINK_LINK_STATUS,
+    # which is no GPU field (docs/collectors.md)
+    catalog_gpu = {m.name for m in measurement("gpu").metrics if m.name.startswith("DCGM_")}  # type: ignore[union-attr]
     assert catalog_gpu - enabled == set()
     stock = {c.field for c in read_counters(STOCK_COUNTERS) if c.kind != "label"}
     # what the stock defaults leave out, as measured with a real exporter's defaults
@@ -236,6 +245,12 @@ def test_shipped_counters_enable_every_catalog_gpu_field() -> None:
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
         "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "DCGM_FI_DEV_PCIE_LINK_GEN",
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+        "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+        "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
     }
 
 

@@ -160,7 +160,7 @@ VALUE_RANGES = {
 
 
 def test_values_stay_in_realistic_ranges_apart_from_dcgm_blanks() -> None:
-    _, data = run("all=1", hours=3.0, seed=3)
+    _, data = run("all=1", hours=4.0, seed=3)
     for (name, field), (lo, hi) in VALUE_RANGES.items():
         values = data[name][field].dropna()
         values = values[(values < DCGM_INT32_BLANK) & (values < DCGM_FP64_BLANK)]
@@ -168,7 +168,7 @@ def test_values_stay_in_realistic_ranges_apart_from_dcgm_blanks() -> None:
 
 
 def test_counters_are_monotonic_per_entity() -> None:
-    _, data = run("all=1", hours=3.0, seed=3)
+    _, data = run("all=1", hours=4.0, seed=3)
     for m in MEASUREMENTS:
         if m.name not in data:
             continue
