@@ -68,6 +68,13 @@ SBE_ON_PRONE = Rate(0.05, "Delta/Perlmutter: ~5 % of GPUs log CE, 4.4e-5..4.5e-4
 # last XID reset to zero) per node per month.
 EXPORTER_RESTART = Rate(1 / (7 * 24), "inferred: 1 per node-week, gaps of 1-3 scrapes (§9)")
 DRIVER_RELOAD = Rate(1 / (30 * 24), "inferred: 1 per node-month, volatile counters reset (§9)")
+# No field study counts retrains on healthy InfiniBand links; the floor: one lone
+# link_error_recovery per port per 1,000 h (a link inside its BER budget that retrained once),
+# far from the repeat within an hour that marks a failing link.
+LONE_LINK_RECOVERY = Rate(1 / 1000, "floor: 1 per port per 1,000 h (no field figure; §1)")
+# A busy GPU's link reads a generation low for one scrape when power management lowers it in a
+# pause of the GPU's work (dynamic link speed); no published rate, the floor of the thermal blips.
+PCIE_GEN_BLIP = Rate(1 / 200, "floor: 1 scrape per 200 busy GPU-h, as thermal blips (no field figure; §7)")
 # §8: Sinha et al. (SC'22) measured 8 % average performance variation across GPUs of one model
 # under power caps; at full power it shows as power draw more than clocks.
 POWER_SPREAD = 0.04  # sd of a GPU's power at equal work, fraction (VAR: 8 % mean variation, §8)
@@ -102,6 +109,8 @@ def rates_table() -> list[tuple[str, float, str]]:
         "sbe_per_prone_gpu_h": SBE_ON_PRONE,
         "exporter_restart_per_node_h": EXPORTER_RESTART,
         "driver_reload_per_node_h": DRIVER_RELOAD,
+        "lone_link_recovery_per_nic_h": LONE_LINK_RECOVERY,
+        "pcie_gen_blip_per_busy_gpu_h": PCIE_GEN_BLIP,
     }
     return [(k, r.per_hour, r.source) for k, r in named.items()]
 
@@ -149,6 +158,9 @@ class FleetNoise:
         self.incast_until[start] = now + INCAST_SECONDS
         bursting = self.incast_until > now
         e.nic_tx_pause_rate += np.where(bursting, INCAST_PAUSE_PER_S, 0.0)
+        e.nic_recovered += self._draw(LONE_LINK_RECOVERY, np.ones(len(busy_nic), dtype=np.bool_))
+        low = self._draw(PCIE_GEN_BLIP, busy_gpu)
+        e.gpu_pcie_gen_cap = np.where(low, np.minimum(e.gpu_pcie_gen_cap, 4.0), e.gpu_pcie_gen_cap)
         # one scrape of software thermal or power-cap slowdown on a busy GPU
         hot = self._draw(THERMAL_BLIP, busy_gpu)
         e.gpu_reasons |= np.where(hot, SW_THERMAL, 0)

@@ -41,7 +41,7 @@ REBOOT_S = 600.0
 # NVSwitches under a fabric manager) and NDR InfiniBand HCAs (4 lanes x 100 Gb/s)
 PCIE_MAX_GEN, PCIE_MAX_WIDTH = 5.0, 16.0
 NVLINKS = 18.0
-FM_SUCCESS, FM_FAILURE = 3.0, 4.0  # dcgmFabricManagerStatus_t
+FM_IN_PROGRESS, FM_SUCCESS, FM_FAILURE = 2.0, 3.0, 4.0  # dcgmFabricManagerStatus_t
 IB_WIDTH, IB_LANE_GBPS = 4.0, 100.0  # a drained node reboots once, mid-window, and is silent meanwhile
 
 _GPU_BLANKABLE = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED")
@@ -100,6 +100,7 @@ class ClusterSim:
         self.nvsw_counters = {k: np.zeros(t.count("nvswitch")) for k in ("crc", "replay")}
         self.node_fan = np.full(nodes, 8000.0)
         self._failed_jobs: set[str] = set()
+        self._was_rebooting = np.zeros(nodes, dtype=np.bool_)
         self._tags = _static_tags(t)
         # `measurement,tag=...` of every entity, encoded once: tags do not change between ticks
         self._heads = {
@@ -134,6 +135,8 @@ class ClusterSim:
         np.maximum.at(node_job, t.gpu_node, gpu_job)
         checkpoint = self.w.in_checkpoint(now)
         reboot = self._rebooting(now)
+        # the first scrape after a reboot finds the fabric manager still bringing the fabric up
+        fabric_starting, self._was_rebooting = self._was_rebooting & ~reboot, reboot
         nodes = t.count("node")
         if self.noise.scale:  # a healthy fleet's everyday noise, on top of the faults
             in_job = node_job >= 0
@@ -247,7 +250,7 @@ class ClusterSim:
         silent_node = reboot | (rng.random(nodes) < MISSING_SAMPLE_P)  # a missed scrape, or a reboot
         ts = round(now * 1e9)
         frames = [
-            self._gpu_frame(ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node),
+            self._gpu_frame(ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node, fabric_starting),
             self._frame(
                 "nvswitch",
                 ts,
@@ -438,6 +441,7 @@ class ClusterSim:
         e: Effects,
         gpu_job: NDArray[np.int64],
         silent_node: NDArray[np.bool_],
+        fabric_starting: NDArray[np.bool_],
     ) -> Frame:
         t, c, g = self.t, self.gpu_counters, len(temp)
         values: dict[str, NDArray[np.float64]] = {
@@ -466,7 +470,9 @@ class ClusterSim:
             "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": np.full(g, PCIE_MAX_GEN),
             "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": np.full(g, PCIE_MAX_WIDTH),
             "DCGM_FI_DEV_ROW_REMAP_PENDING": e.gpu_remap_pending.astype(np.float64),
-            "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": np.where(e.gpu_fabric_failed, FM_FAILURE, FM_SUCCESS),
+            "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": np.where(
+                e.gpu_fabric_failed, FM_FAILURE, np.where(fabric_starting[t.gpu_node], FM_IN_PROGRESS, FM_SUCCESS)
+            ),
             "nvlink_links_up": NVLINKS - e.gpu_nvlinks_down,
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": reasons.astype(np.float64),
         }
