@@ -312,3 +312,55 @@ def test_three_flapping_nics_under_a_leaf_are_three_nics(graph: TopologyGraph, r
     anomalies = [a for nic, port in LEAF_NICS[:3] for a in flapping(nic, port)]
     found = covered(graph, ranker, anomalies)
     assert {(c.entity, c.kind) for c in found} == {(nic, "nic_link_flap") for nic, _ in LEAF_NICS[:3]}
+
+
+# ---------------------------------------------------------------------- the quiet faults (issue 29)
+
+
+def fabric_failed(gpu: str) -> Anomaly:
+    return anomaly(gpu, "DCGM_FI_DEV_FABRIC_MANAGER_STATUS", "rule:state", "gpu", 4.0, None)
+
+
+def test_every_gpu_of_a_node_without_its_fabric_is_the_nodes_fabric_manager(
+    graph: TopologyGraph, ranker: Ranker
+) -> None:
+    best = ranked(graph, ranker, [fabric_failed(f"{NODE}-gpu{g}") for g in range(8)])[0]
+    assert (best.entity, best.kind) == (NODE, "nvswitch_fabric_manager")
+
+
+def test_one_gpu_without_its_fabric_is_that_gpu(graph: TopologyGraph, ranker: Ranker) -> None:
+    best = ranked(graph, ranker, [fabric_failed(f"{NODE}-gpu5")])[0]
+    assert (best.entity, best.kind) == (f"{NODE}-gpu5", "gpu_fault")
+
+
+def test_a_gpus_own_link_and_memory_states_name_their_kinds(graph: TopologyGraph, ranker: Ranker) -> None:
+    gpu = f"{NODE}-gpu2"
+    cases = {
+        "DCGM_FI_DEV_PCIE_LINK_GEN": "gpu_pcie_downtrained",
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH": "gpu_pcie_downtrained",
+        "nvlink_links_up": "gpu_nvlink_down",
+        "DCGM_FI_DEV_ROW_REMAP_PENDING": "gpu_row_remap_pending",
+    }
+    for metric, kind in cases.items():
+        best = ranked(graph, ranker, [anomaly(gpu, metric, "rule:state", "gpu", 1.0, None)])[0]
+        assert (best.entity, best.kind) == (gpu, kind), metric
+    # a GPU gone without Xid 79 is lost; with it, it fell off the bus
+    assert ranked(graph, ranker, [silent(gpu, "gpu")])[0].kind == "gpu_lost"
+    xid79 = anomaly(gpu, "DCGM_FI_DEV_XID_ERRORS", "rule:xid", "gpu", 79.0, None, {"suggests": "gpu_fell_off_bus"})
+    assert ranked(graph, ranker, [xid79, silent(gpu, "gpu")])[0].kind == "gpu_fell_off_bus"
+
+
+def test_a_link_that_stays_up_is_named_apart_from_one_that_goes_down(graph: TopologyGraph, ranker: Ranker) -> None:
+    retrains = anomaly(NIC, "link_error_recovery", "rule:error_counter", "nic", 2.0, 2.0)
+    best = ranked(graph, ranker, [retrains, symbol_errors(PORT)])[0]
+    assert (best.entity, best.kind) == (NIC, "ib_link_errors")
+    best = ranked(graph, ranker, [retrains, *flapping(NIC, PORT)])[0]
+    assert (best.entity, best.kind) == (NIC, "nic_link_flap")
+    narrow = anomaly(NIC, "link_width", "rule:state", "nic", 2.0, None)
+    best = ranked(graph, ranker, [narrow])[0]
+    assert (best.entity, best.kind) == (NIC, "ib_link_degraded")
+    # a leaf gone still takes every cable under it, whatever each NIC's evidence names
+    under = [f"{node(n)}-nic3" for n in range(32, 64)]
+    down = [a for nic in under for a in (link_downed(nic), link_state_down(nic))]
+    best = ranked(graph, ranker, [silent(LEAF), *down])[0]
+    assert (best.entity, best.kind) == (LEAF, "leaf_down")
