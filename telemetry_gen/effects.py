@@ -317,13 +317,12 @@ class FaultEffects:
                     share = 0.5
                 # a rail's collectives move at its slowest link's pace, partly hidden by compute
                 e.nic_traffic[i] *= 0.5 + 0.5 * share
-        elif kind == "ib_link_errors":
-            if started:  # the PHY retrains now and then and corrupts symbols, but never drops
-                period = 900.0 - 780.0 * sev  # a retrain every 2 to 15 minutes
-                if (since % period) < self.dt:
-                    e.nic_recovered[i] += 1.0
-                e.nic_symbol_rate[i] += 0.05 + 5.0 * sev
-                e.nic_traffic[i] *= 0.97
+        elif kind == "ib_link_errors" and started:  # the PHY retrains and corrupts symbols, never drops
+            period = 900.0 - 780.0 * sev  # a retrain every 2 to 15 minutes
+            if (since % period) < self.dt:
+                e.nic_recovered[i] += 1.0
+            e.nic_symbol_rate[i] += 0.05 + 5.0 * sev
+            e.nic_traffic[i] *= 0.97
 
     def _mirror_port(self, nic: int, e: Effects) -> None:
         """The leaf port at the other end of a NIC's cable sees the same link."""

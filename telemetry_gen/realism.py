@@ -127,6 +127,7 @@ class FleetNoise:
         self.t = topology
         self.dt = interval
         self.rng = np.random.default_rng([seed, 5])
+        self.link_rng = np.random.default_rng([seed, 7])
         static = np.random.default_rng([seed, 6])  # per-part character, fixed for the run
         g, n, nodes = topology.count("gpu"), topology.count("nic"), topology.count("node")
         on = self.scale > 0
@@ -142,9 +143,11 @@ class FleetNoise:
         self.counter_resets: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.symbol_errors = np.zeros(n)  # this tick's lone symbol errors, one each
 
-    def _draw(self, rate: Rate, eligible: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    def _draw(
+        self, rate: Rate, eligible: NDArray[np.bool_], rng: np.random.Generator | None = None
+    ) -> NDArray[np.bool_]:
         p = rate.per_hour * self.scale * self.dt / HOUR
-        return eligible & (self.rng.random(len(eligible)) < p)
+        return eligible & ((rng or self.rng).random(len(eligible)) < p)
 
     def apply(self, now: float, e: Effects, busy_gpu: NDArray[np.bool_], busy_nic: NDArray[np.bool_]) -> None:
         """Add this tick's noise to the fault effects, in place."""
@@ -158,9 +161,6 @@ class FleetNoise:
         self.incast_until[start] = now + INCAST_SECONDS
         bursting = self.incast_until > now
         e.nic_tx_pause_rate += np.where(bursting, INCAST_PAUSE_PER_S, 0.0)
-        e.nic_recovered += self._draw(LONE_LINK_RECOVERY, np.ones(len(busy_nic), dtype=np.bool_))
-        low = self._draw(PCIE_GEN_BLIP, busy_gpu)
-        e.gpu_pcie_gen_cap = np.where(low, np.minimum(e.gpu_pcie_gen_cap, 4.0), e.gpu_pcie_gen_cap)
         # one scrape of software thermal or power-cap slowdown on a busy GPU
         hot = self._draw(THERMAL_BLIP, busy_gpu)
         e.gpu_reasons |= np.where(hot, SW_THERMAL, 0)
@@ -175,6 +175,11 @@ class FleetNoise:
         e.gpu_xid = np.where(e.gpu_xid > 0, e.gpu_xid, self.app_xid)
         # slow correctable ECC on the few GPUs prone to it
         e.gpu_sbe_rate += np.where(self.sbe_prone, SBE_ON_PRONE.per_hour * self.scale / HOUR, 0.0)
+        # link states (issue 29), from a stream of their own: adding them left every other
+        # noise draw, and so every history generated before them, as it was
+        e.nic_recovered += self._draw(LONE_LINK_RECOVERY, np.ones(len(busy_nic), dtype=np.bool_), self.link_rng)
+        low = self._draw(PCIE_GEN_BLIP, busy_gpu, self.link_rng)
+        e.gpu_pcie_gen_cap = np.where(low, np.minimum(e.gpu_pcie_gen_cap, 4.0), e.gpu_pcie_gen_cap)
         # exporter restarts: the node's GPU lines stop for 1-3 scrapes, its other agents go on
         nodes = len(self.exporter_gap_until)
         restart = self._draw(EXPORTER_RESTART, np.ones(nodes, dtype=np.bool_))

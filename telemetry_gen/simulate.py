@@ -250,7 +250,9 @@ class ClusterSim:
         silent_node = reboot | (rng.random(nodes) < MISSING_SAMPLE_P)  # a missed scrape, or a reboot
         ts = round(now * 1e9)
         frames = [
-            self._gpu_frame(ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node, fabric_starting),
+            self._gpu_frame(
+                ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node, fabric_starting
+            ),
             self._frame(
                 "nvswitch",
                 ts,

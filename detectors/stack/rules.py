@@ -70,7 +70,9 @@ def below_common(v: FloatArray) -> NDArray[np.bool_]:
     if len(seen) < COMMON_MIN_PORTS:
         return np.zeros(len(v), dtype=np.bool_)
     values, counts = np.unique(seen, return_counts=True)
-    return v < values[np.argmax(counts)]
+    common = float(values[np.argmax(counts)])
+    below: NDArray[np.bool_] = v < common
+    return below
 
 
 @dataclass
