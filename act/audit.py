@@ -71,6 +71,8 @@ class AuditLog:
         # one connection, shared with the API's thread (which reads it and nothing else): every
         # statement runs, and its rows are read, under one lock (_query, _change)
         target = str(path) if path is not None else ":memory:"
+        if path is not None:  # the state directory of a fresh machine does not exist yet
+            path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         with self._lock:

@@ -211,7 +211,7 @@ class IncidentEngine:
                 self.stats.silenced += len(best.explains)
                 continue
             incident = self._absorbing(best, rivals, t, ctx, changed) or self._open(best, rivals, t)
-            for s in sorted(best.explains, key=lambda s: (s.entity, s.family)):
+            for s in sorted(best.explains):  # entity, family, hint: the same order in every process
                 self._attach(incident, s, pending[s], t, changed)
         for s, a in signs.items():
             # a GPU warm because its rack's cooling failed (even this very tick) is that
