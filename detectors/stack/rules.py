@@ -172,6 +172,15 @@ class HardRules:
         )
         return out
 
+    def _sustained_due(self, run: np.ndarray, fired_at: np.ndarray, m: MeasurementTick) -> NDArray[np.bool_]:
+        """Rows whose run of bad scrapes reaches `sustained_ticks` now, or has gone on for
+        another state_repeat_s since it was last said; `fired_at` (per entity) is updated."""
+        fired = fired_at[m.series]
+        limit = self.limits.sustained_ticks
+        due: NDArray[np.bool_] = (run == limit) | ((run > limit) & (m.t - fired >= self.limits.state_repeat_s))
+        fired_at[m.series] = np.where(due, m.t, fired)
+        return due
+
     def _pcie_link(self, m: MeasurementTick) -> list[Anomaly]:
         """A busy GPU whose PCIe link runs below the generation or width it supports, for
         `sustained_ticks` scrapes in a row (an idle GPU lowers its link on purpose)."""
@@ -192,11 +201,7 @@ class HardRules:
         bad = (low & busy) | narrow
         run = np.where(bad, self._pcie_run[m.series] + 1, np.where(busy | narrow, 0, self._pcie_run[m.series]))
         self._pcie_run[m.series] = run
-        fired = self._pcie_fired[m.series]
-        due = (run == self.limits.sustained_ticks) | (
-            (run > self.limits.sustained_ticks) & (m.t - fired >= self.limits.state_repeat_s)
-        )
-        self._pcie_fired[m.series] = np.where(due, m.t, fired)
+        due = self._sustained_due(run, self._pcie_fired, m)
         out: list[Anomaly] = []
         ones = np.ones(len(gen))
         if width is not None and max_width is not None:
@@ -246,13 +251,8 @@ class HardRules:
         on = (np.nan_to_num(v).astype(np.int64) & self._sustained_bits) > 0
         run = np.where(on, self._sustained[m.series] + 1, 0)
         self._sustained[m.series] = run
-        # fired when the run reaches the limit, and again every state_repeat_s while it lasts
         self._sustained_fired = grow(self._sustained_fired, m.n_entities, -np.inf)
-        fired = self._sustained_fired[m.series]
-        due = (run == self.limits.sustained_ticks) | (
-            (run > self.limits.sustained_ticks) & (m.t - fired >= self.limits.state_repeat_s)
-        )
-        self._sustained_fired[m.series] = np.where(due, m.t, fired)
+        due = self._sustained_due(run, self._sustained_fired, m)
         out: list[Anomaly] = []
         m.emit(out, np.flatnonzero(due), field_name, "rule:state", np.ones(len(m.frame)), v, np.nan)
         return out
