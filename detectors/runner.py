@@ -24,6 +24,8 @@ from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import CoverageWatch, Notice
 from detectors.predict.online import OnlinePredictor
 from detectors.stack import DetectorStack, DriftFactory, default_drift
+from detectors.stack.summary import CohortSummary
+from detectors.stack.view import MeasurementTick
 from detectors.ticks import HeldMessages, PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
@@ -368,7 +370,13 @@ class DetectLoop:
             self.notices.append(Notice(t, "schedule", str(name), "idle_gpus", message, {"gpus": left[:64]}))
 
     def analyse(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
-        """One assembled tick: detectors, then the predictor (for entities not already failing)."""
+        """One assembled tick: detectors, then the predictor (for entities not already failing).
+        Holding every entity, its own summary is the whole tick's."""
+        work = self.begin(t, frames)
+        return self.complete(work, work.summary)
+
+    def begin(self, t: float, frames: dict[str, Frame]) -> TickWork:
+        """The tick up to the comparisons across entities: what those need, as a summary."""
         self.stats.ticks += 1
         self.stats.values += sum(f.value_count for f in frames.values())
         self.coverage.observe(frames)
@@ -376,7 +384,17 @@ class DetectLoop:
         frames = self._with_jobs(t, frames)
         if self.track_jobs:
             self.job_utilisation = job_utilisation(frames.get("gpu"))
-        found = self.stack.process(t, frames)
+        views = self.stack.prepare(t, frames)
+        summary = CohortSummary()
+        self.stack.summarise(views, summary)
+        if self.predictor is not None:
+            self.predictor.features.summarise(frames, summary)
+        return TickWork(t, frames, views, summary)
+
+    def complete(self, work: TickWork, cohorts: CohortSummary) -> list[Anomaly]:
+        """The rest of the tick, cohorts as the merged summary of every share shows them."""
+        t, frames = work.t, work.frames
+        found = self.stack.judge(t, work.views, cohorts)
         for gap in self.stack.presence.gaps:  # an exporter restarting: one notice, not N anomalies
             message = (
                 f"{gap.node}: all {gap.gpus} GPUs silent while the node's other telemetry arrives (GPU exporter gap)"
@@ -402,10 +420,20 @@ class DetectLoop:
             if len(self._recent) > 10_000:  # forget old ones now and then
                 self._recent = {e: at for e, at in self._recent.items() if t - at < FAILING_FOR_S}
             failing = {e for e, at in self._recent.items() if t - at < FAILING_FOR_S}
-            self.predictions += self.predictor.update(t, frames, failing)
+            self.predictions += self.predictor.update(t, frames, failing, cohorts)
         if self.tick_listener is not None:
             self.tick_listener(t, found, self.predictions[predicted:])
         return found
+
+
+@dataclass(slots=True)
+class TickWork:
+    """A tick begun and waiting for its merged cohort summary (split detection)."""
+
+    t: float
+    frames: dict[str, Frame]
+    views: list[MeasurementTick]
+    summary: CohortSummary  # this share's
 
 
 def job_utilisation(gpu: Frame | None) -> dict[str, float]:

@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 from detectors.base import FloatArray, grow
 from detectors.peers import robust_z
 from detectors.rates import CounterRates
+from detectors.stack.summary import CohortSummary
 from ingest.frames import Frame
 from vocab.entities import EntityIndex
 
@@ -30,6 +31,7 @@ FEATURE_VERSION = 2
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
 WARMUP_S = 1 * HOUR
+COOLING_VS_ALL = ("supply_temp_c", "flow_lpm")  # a loop's readings against every loop's median
 
 # Which entity kinds have models, and the features of each (names are part of the model card).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -112,13 +114,25 @@ class PrecursorFeatures:
         # where an entity's trouble shows up in the detectors: an optic's on its NIC and port
         self.related: dict[str, str] = {}
 
-    def update(self, t: float, frames: dict[str, Frame]) -> None:
+    def summarise(self, frames: dict[str, Frame], summary: CohortSummary) -> None:
+        """What the features compared across the fleet need from these entities (the cooling
+        loops against all the others: loops are keyed by rack, so they span partitions)."""
+        cooling = frames.get("cooling")
+        if cooling is not None and len(cooling):
+            for name in COOLING_VS_ALL:
+                summary.add_values(f"pred/cooling/{name}", _col(cooling, name))
+
+    def update(self, t: float, frames: dict[str, Frame], cohorts: CohortSummary | None = None) -> None:
+        """`cohorts`: the tick's merged summary (None: these frames are the whole fleet)."""
+        if cohorts is None:
+            cohorts = CohortSummary()
+            self.summarise(frames, cohorts)
         if "gpu" in frames:
             self._gpu(t, frames["gpu"])
         if "optic" in frames:
             self._optic(t, frames["optic"], frames.get("nic"))
         if "cooling" in frames:
-            self._cooling(t, frames["cooling"])
+            self._cooling(t, frames["cooling"], cohorts)
 
     def matrix(self, kind: str) -> tuple[NDArray[np.object_], FloatArray]:
         """(entity ids, features) of every entity of `kind` seen so far."""
@@ -196,12 +210,12 @@ class PrecursorFeatures:
             sym = np.where(optic_nic >= 0, per_nic[np.maximum(optic_nic, 0)], np.nan)
             k.avg("symbol_err_per_h_30m", 30 * MINUTE).update(t, rows, sym * HOUR)
 
-    def _cooling(self, t: float, frame: Frame) -> None:
+    def _cooling(self, t: float, frame: Frame, cohorts: CohortSummary) -> None:
         k = self.kinds["cooling"]
         rows = k.entities.add(frame.tag("cooling"))
-        values = np.column_stack([_col(frame, "supply_temp_c"), _col(frame, "flow_lpm")])
-        _, median = robust_z(values, np.zeros(len(frame), dtype=np.int64), min_size=2)
-        resid = values - median
+        values = np.column_stack([_col(frame, name) for name in COOLING_VS_ALL])
+        stats = cohorts.stats([f"pred/cooling/{name}" for name in COOLING_VS_ALL])
+        resid = values - stats.median
         for name, tau in (
             ("supply_vs_all_10m", 10 * MINUTE),
             ("supply_vs_all_30m", 30 * MINUTE),

@@ -33,6 +33,7 @@ from detectors.predict.model import (
     PREDICTABLE,
     Predictor,
 )
+from detectors.stack.summary import CohortSummary
 from ingest.frames import Frame
 from vocab import registry
 
@@ -66,11 +67,16 @@ class OnlinePredictor:
         self.__dict__.update(state)
 
     def update(
-        self, t: float, frames: dict[str, Frame], failing: set[str] | frozenset[str] = frozenset()
+        self,
+        t: float,
+        frames: dict[str, Frame],
+        failing: set[str] | frozenset[str] = frozenset(),
+        cohorts: CohortSummary | None = None,
     ) -> list[Prediction]:
         """`failing`: entities the detectors currently report; a failure that is already under way
-        is an incident, not something to predict."""
-        self.features.update(t, frames)
+        is an incident, not something to predict. `cohorts`: the tick's merged summary (None:
+        these frames are the whole fleet)."""
+        self.features.update(t, frames, cohorts)
         self._ticks += 1
         if self._started is None:
             self._started = t

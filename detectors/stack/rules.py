@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly
 from detectors.base import FloatArray, State, grow
+from detectors.stack.summary import CohortSummary
 from detectors.stack.view import MeasurementTick
 from vocab import registry
 from vocab.thresholds import RuleThresholds
@@ -64,15 +65,22 @@ def bad_states(limits: RuleThresholds) -> dict[str, dict[str, StateTest]]:
 COMMON_MIN_PORTS = 8  # fewer ports in a scrape than this say nothing about the fabric's common value
 
 
-def below_common(v: FloatArray) -> NDArray[np.bool_]:
-    """Below the most common value of the scrape (its mode), when enough ports report."""
-    seen = v[np.isfinite(v)]
-    if len(seen) < COMMON_MIN_PORTS:
+def below_common(v: FloatArray, common: tuple[float, int] | None = None) -> NDArray[np.bool_]:
+    """Below the most common value across the fabric's ports this scrape (its mode, from the
+    merged cohort summary: the ports span partitions), when enough ports report. Without
+    `common`, the mode of `v` alone."""
+    if common is None:
+        seen = CohortSummary()
+        seen.add_counts("v", v)
+        common = seen.most_common("v")
+    if common is None or common[1] < COMMON_MIN_PORTS:
         return np.zeros(len(v), dtype=np.bool_)
-    values, counts = np.unique(seen, return_counts=True)
-    common = float(values[np.argmax(counts)])
-    below: NDArray[np.bool_] = v < common
+    below: NDArray[np.bool_] = v < common[0]
     return below
+
+
+def _common_key(measurement: str, metric: str) -> str:
+    return f"common/{measurement}/{metric}"
 
 
 @dataclass
@@ -113,7 +121,14 @@ class HardRules:
         self.__dict__.update(state)
         self.states = bad_states(self.limits)
 
-    def process(self, m: MeasurementTick) -> list[Anomaly]:
+    def summarise(self, m: MeasurementTick, summary: CohortSummary) -> None:
+        """The values of the states judged against the whole fabric's (see below_common)."""
+        for metric, test in self.states.get(m.name, {}).items():
+            if test is below_common and metric in m.frame.fields:
+                summary.add_counts(_common_key(m.name, metric), m.frame.fields[metric].as_float())
+
+    def process(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> list[Anomaly]:
+        """`cohorts`: the tick's merged summary (None: this frame is the whole fabric)."""
         out: list[Anomaly] = []
         for metric, limit in self.limits.error_counters.get(m.name, {}).items():
             if metric in m.increments:
@@ -131,7 +146,7 @@ class HardRules:
                 m.emit(out, np.flatnonzero(rate >= limit), metric, "rule:rate", rate / limit, rate, 0.0)
         states = self.states.get(m.name, {})
         if states:
-            out += self._states(m, states)
+            out += self._states(m, states, cohorts)
         if m.name in ("nic", "switch_port"):
             out += self._link_recoveries(m)
         if m.name == "gpu":
@@ -303,7 +318,7 @@ class HardRules:
         )
         return out
 
-    def _states(self, m: MeasurementTick, states: dict[str, StateTest]) -> list[Anomaly]:
+    def _states(self, m: MeasurementTick, states: dict[str, StateTest], cohorts: CohortSummary | None) -> list[Anomaly]:
         st = self._state.setdefault(m.name, _RuleState())
         st.bad = grow(st.bad, m.n_entities, False)
         if st.bad.shape[1] != len(states):
@@ -316,7 +331,10 @@ class HardRules:
             if metric not in m.frame.fields:
                 continue
             v = m.frame.fields[metric].as_float()
-            bad = test(v) & ~np.isnan(v)
+            if test is below_common and cohorts is not None:
+                bad = below_common(v, cohorts.most_common(_common_key(m.name, metric))) & ~np.isnan(v)
+            else:
+                bad = test(v) & ~np.isnan(v)
             entering = bad & ~st.bad[m.series, j]
             st.bad[m.series, j] = bad
             # a state that persists is said again now and then: whoever listens (the incident

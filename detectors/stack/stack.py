@@ -25,6 +25,7 @@ from detectors.stack.history import DriftFactory, DriftWatch, SagWatch, default_
 from detectors.stack.maintenance import Maintenance
 from detectors.stack.presence import Presence
 from detectors.stack.rules import HardRules
+from detectors.stack.summary import CohortSummary
 from detectors.stack.view import MeasurementTick
 from ingest.frames import Frame
 from vocab.catalog import MEASUREMENTS, MetricKind
@@ -80,15 +81,41 @@ class DetectorStack:
         self.maintenance.announce(nodes, start, end, key)
 
     def process(self, t: float, frames: dict[str, Frame]) -> list[Anomaly]:
-        out: list[Anomaly] = []
+        """One process holding every entity: its share of the cohorts is all of them."""
+        ticks = self.prepare(t, frames)
+        summary = CohortSummary()
+        self.summarise(ticks, summary)
+        return self.judge(t, ticks, summary)
+
+    def prepare(self, t: float, frames: dict[str, Frame]) -> list[MeasurementTick]:
+        """Each measurement's view of the tick (entities, counter rates); what is present noted."""
+        ticks: list[MeasurementTick] = []
         for name, frame in frames.items():
             if name in self._id_tag and len(frame):
-                out += self._measurement(t, name, frame)
+                ticks.append(self._view(t, name, frame))
+        return ticks
+
+    def summarise(self, ticks: list[MeasurementTick], summary: CohortSummary) -> None:
+        """What the comparisons across entities need from these entities (see summary.py)."""
+        for m in ticks:
+            self.peers.summarise(m, summary)
+            self.rules.summarise(m, summary)
+
+    def judge(self, t: float, ticks: list[MeasurementTick], cohorts: CohortSummary) -> list[Anomaly]:
+        """The detector families on the tick, cohorts as the merged summary shows them."""
+        out: list[Anomaly] = []
+        for m in ticks:
+            out += self.rules.process(m, cohorts)
+            out += self.peers.judge(m, cohorts)
+            if self.drift is not None and self.drift.watches(m.name):
+                out += self.drift.process(m)
+            if self.sag.watches(m.name):
+                out += self.sag.process(m)
         out += self.presence.silent(t)
         self.last_tick = t
         return self.maintenance.filter(t, out)
 
-    def _measurement(self, t: float, name: str, frame: Frame) -> list[Anomaly]:
+    def _view(self, t: float, name: str, frame: Frame) -> MeasurementTick:
         ent = self.entities.setdefault(name, _Entities())
         ids = frame.tag(self._id_tag[name])
         known = len(ent.index)
@@ -98,13 +125,7 @@ class DetectorStack:
             self.maintenance.learn_nodes(name, frame, ids, series >= known)
         self.presence.seen(m, ent.index)
         m.rates, m.increments = self._rates(m, ent)
-        out = self.rules.process(m)
-        out += self.peers.process(m)
-        if self.drift is not None and self.drift.watches(name):
-            out += self.drift.process(m)
-        if self.sag.watches(name):
-            out += self.sag.process(m)
-        return out
+        return m
 
     def _rates(self, m: MeasurementTick, ent: _Entities) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
         """Per-second rate and increase of every counter of the measurement the frame carries."""

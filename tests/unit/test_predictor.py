@@ -39,6 +39,7 @@ from detectors.predict.online import (
     Prediction,
     evaluate_predictions,
 )
+from detectors.stack.summary import CohortSummary
 from ingest.frames import Frame
 
 SMALL = {
@@ -207,7 +208,7 @@ class _ScriptedFeatures(PrecursorFeatures):
         super().__init__()
         self.now = np.zeros(3)
 
-    def update(self, t: float, frames: dict[str, Frame]) -> None:
+    def update(self, t: float, frames: dict[str, Frame], cohorts: CohortSummary | None = None) -> None:
         pass
 
     def matrix(self, kind: str) -> tuple[NDArray[np.object_], FloatArray]:

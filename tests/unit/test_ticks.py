@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from detectors.anomaly import Anomaly
 from detectors.runner import DetectLoop, IntervalUnknownError, scrape_interval
+from detectors.stack.view import MeasurementTick
 from detectors.ticks import TickAssembler
 from ingest.deadletter import Source
 from ingest.frames import Frame, merge_rows
@@ -134,13 +134,13 @@ def test_without_a_job_tag_gpus_get_their_job_from_the_schedule_and_a_wrong_tag_
     loop = DetectLoop(30.0, drift_factory=None)
     apply_events(loop, [{"type": "job_start", "job": "j1", "nodes": ["h1"], "time": float(T0 - 60)}])
     seen: list[list[str]] = []
-    original = loop.stack.process
+    original = loop.stack.prepare
 
-    def spy(t: float, frames: dict[str, Frame]) -> list[Anomaly]:
+    def spy(t: float, frames: dict[str, Frame]) -> list[MeasurementTick]:
         seen.append(list(frames["gpu"].tag("job")))
         return original(t, frames)
 
-    loop.stack.process = spy  # type: ignore[method-assign]
+    loop.stack.prepare = spy  # type: ignore[method-assign]
     lines = [*_hosts(0, {"h1": 0.0, "h2": 0.0}), f"gpu,gpu=h1-gpu1,node=h1,job=j9 DCGM_FI_DEV_GPU_TEMP=1 {T0 * S}"]
     loop.feed(("\n".join(lines) + "\n").encode())
     loop.finish()
