@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from detectors.predict.online import OnlinePredictor
 from detectors.stack import DetectorStack, DriftFactory, default_drift
 from detectors.stack.summary import CohortSummary
 from detectors.stack.view import MeasurementTick
-from detectors.ticks import HeldMessages, PartitionClock, TickAssembler
+from detectors.ticks import AssembledTick, HeldMessages, PartitionClock, TickAssembler
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import Batch, IngestCore
@@ -166,6 +167,13 @@ class DetectLoop:
         # the schedule says: what acting reads a job's checkpoints from (act.checkpoints)
         self.track_jobs = False
         self.job_utilisation: dict[str, float] = {}
+        # split detection (aiops.detect_split): this loop holds one partition's entities; released
+        # ticks wait their turn, the one begun waits for the merged cohort summary of its tick
+        self.split = False
+        self.waiting: deque[AssembledTick] = deque()
+        self.pending: TickWork | None = None
+        self.pending_ns = 0
+        self.done_through_ns: int | None = None  # every tick at or before it judged
 
     def forget_partitions(self, partitions: AbstractSet[tuple[str, int]]) -> None:
         """A rebalance took partitions away: their held messages and clocks are the new owner's."""
@@ -196,6 +204,9 @@ class DetectLoop:
         return list(batch.deadletters)
 
     def _analyse_ready(self) -> list[Anomaly]:
+        if self.split:  # each waits its turn: begun, then judged once the merged summary is there
+            self.waiting.extend(self.assembler.ready())
+            return []
         anomalies: list[Anomaly] = []
         for tick in self.assembler.ready():
             anomalies += self.analyse(tick.t, tick.frames)
@@ -245,7 +256,7 @@ class DetectLoop:
         """Remember the messages whose tick is still open; forget those whose tick was analysed."""
         from ingest.kafka_io import per_partition
 
-        released = self.assembler.released_through_ns
+        released = self.done_through_ns if self.split else self.assembler.released_through_ns
         # further ahead of its partition's event time than the bound, the ingest core
         # dead-lettered the line: nothing waits for it
         ahead_ns: dict[tuple[str, int], int | None] = {}
@@ -262,11 +273,43 @@ class DetectLoop:
 
     def finish(self) -> list[Anomaly]:
         """End of input: every tick still held is analysed, complete or not."""
+        if self.split:
+            self.waiting.extend(self.assembler.flush())
+            return []
         out: list[Anomaly] = []
         for tick in self.assembler.flush():
             out += self.analyse(tick.t, tick.frames)
         self.held.release(self.assembler.released_through_ns)
         return out
+
+    # ------------------------------------------------------------------ split detection
+
+    def begin_next(self) -> TickWork | None:
+        """Split detection: the tick under way (begun, its share summarised), beginning the next
+        released one if none is; None when nothing waits. One at a time, in order: a tick's
+        judgement changes the state the next one begins from, as in one process."""
+        if self.pending is None and self.waiting:
+            tick = self.waiting.popleft()
+            self.pending = self.begin(tick.t, tick.frames)
+            self.pending_ns = tick.ns
+        return self.pending
+
+    def complete_pending(self, cohorts: CohortSummary) -> list[Anomaly]:
+        """The tick under way, judged against the merged summary of every share; its messages done."""
+        work = self.pending
+        if work is None:
+            return []
+        self.pending = None
+        found = self.complete(work, cohorts)
+        self.done_through_ns = self.pending_ns
+        self.held.release(self.done_through_ns)
+        return found
+
+    @property
+    def quiescent(self) -> bool:
+        """No tick released and not yet judged: what a checkpoint may be taken at (a tick begun
+        has changed the state; its messages are not done, and a restart would read them again)."""
+        return self.pending is None and not self.waiting
 
     def add_events(self, events: Iterable[dict[str, object]]) -> None:
         """Scheduler events (checked by `event_problem`), in any order and at any time, live or

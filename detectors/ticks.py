@@ -36,6 +36,7 @@ from vocab.catalog import measurement
 class AssembledTick:
     t: float  # seconds: the grid point of the scrape window
     frames: dict[str, Frame]
+    ns: int = 0  # the same grid point in ns (exact: what held messages are compared with)
 
 
 @dataclass(slots=True)
@@ -151,7 +152,7 @@ class TickAssembler:
                 by_tick[int(values[inverse[rows[0]]])][name] = part
         for ts in sorted(by_tick):
             self._watermark_ns = ts if self._watermark_ns is None else max(self._watermark_ns, ts)
-            yield AssembledTick(ts / 1e9, by_tick[ts])
+            yield AssembledTick(ts / 1e9, by_tick[ts], ts)
 
 
 # a cap no tick is at or before: nothing is released while a partition that holds data has not

@@ -123,7 +123,7 @@ class CohortSummary:
             for key, n in header["values"]:
                 end = at + 8 * int(n)
                 if end > len(data):
-                    raise ValueError("truncated values")
+                    raise ValueError("not a cohort summary: its values are cut short")
                 out.values[str(key)] = np.frombuffer(data[at:end], dtype=">f8").astype(np.float64)
                 at = end
             out.counts = {str(k): {float(v): int(n) for v, n in c} for k, c in header["counts"].items()}
@@ -142,3 +142,49 @@ def robust_scale(stats: CohortStats, abs_floor: float, rel_floor: float) -> Floa
 
 
 __all__ = ["CohortStats", "CohortSummary", "robust_scale"]
+
+
+class ShareBoard:
+    """Every telemetry partition's share of each tick, as split detection's members exchange
+    them (aiops.detect_split): says when a tick's merged summary is complete.
+
+    A partition is accounted for at tick t when its share of t is here, when it sent a share of a
+    later tick (its loop judges ticks in order, so it had nothing at t), or when its last word was
+    that it is idle (nothing waiting, its input quiet) and t is past its last share: a partition
+    whose hosts stopped must not stop everyone else. The first share of a (tick, partition) wins:
+    a partition taken over and read again sends the same share again."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.shares: dict[int, dict[int, CohortSummary]] = {}
+        self.newest: dict[int, int] = {}  # partition -> its newest share's tick (ns)
+        self.idle: dict[int, bool] = {}  # partition -> its last word was "idle"
+
+    def add(self, partition: int, tick_ns: int, share: CohortSummary) -> None:
+        self.shares.setdefault(tick_ns, {}).setdefault(partition, share)
+        if tick_ns >= self.newest.get(partition, -1):
+            self.newest[partition] = tick_ns
+            self.idle[partition] = False
+
+    def say_idle(self, partition: int) -> None:
+        self.idle[partition] = True
+
+    def accounted(self, partition: int, tick_ns: int) -> bool:
+        if partition in self.shares.get(tick_ns, {}):
+            return True
+        newest = self.newest.get(partition)
+        if newest is not None and newest > tick_ns:
+            return True
+        return self.idle.get(partition, False) and (newest is None or tick_ns > newest)
+
+    def merged(self, tick_ns: int) -> CohortSummary | None:
+        """The tick's merged summary once every partition is accounted for; None until then."""
+        if not all(self.accounted(p, tick_ns) for p in range(self.partitions)):
+            return None
+        shares = self.shares.get(tick_ns, {})
+        return CohortSummary.merge(shares[p] for p in sorted(shares))
+
+    def forget_before(self, tick_ns: int) -> None:
+        """Shares of ticks before `tick_ns`: no loop here will ask for them again."""
+        for t in [t for t in self.shares if t < tick_ns]:
+            del self.shares[t]

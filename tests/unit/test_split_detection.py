@@ -1,0 +1,141 @@
+"""Split detection gives what one process gives: each telemetry partition's entities in a loop of
+their own, the comparisons across partitions from the merged shares (detectors.split). Shares
+move in memory here; through Kafka, between member processes, in tests/faults/test_split_members.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pytest
+from kafka.partitioner.default import murmur2
+
+from detectors.anomaly import Anomaly
+from detectors.predict.features import FEATURES
+from detectors.predict.online import OnlinePredictor
+from detectors.runner import DetectLoop, apply_events
+from detectors.split import advance
+from detectors.stack.summary import CohortSummary, ShareBoard
+from ingest.kafka_io import messages_from_lines
+from telemetry_gen.emit import lines_to_bytes
+from telemetry_gen.generator import GenConfig, Generation
+
+
+def by_partition(data: bytes, partitions: int) -> dict[int, list[bytes]]:
+    """The telemetry as Kafka's default partitioner spreads it (murmur2 of the message key)."""
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    for m in messages_from_lines(data):
+        assert m.key is not None
+        out[(murmur2(m.key) & 0x7FFFFFFF) % partitions].append(m.value + b"\n")
+    return out
+
+
+def run_split(
+    shares: Mapping[int, list[bytes]], make: Callable[[], DetectLoop], chunk: int
+) -> tuple[list[Anomaly], list[DetectLoop]]:
+    """Each partition's messages fed to its own loop `chunk` at a time, shares passed in memory."""
+    board = ShareBoard(len(shares))
+    loops = {p: make() for p in shares}
+    for loop in loops.values():
+        loop.split = True
+    found: list[Anomaly] = []
+    todo = {p: list(messages) for p, messages in shares.items()}
+    while any(todo.values()):
+        for p in sorted(todo):
+            if todo[p]:
+                loops[p].feed(b"".join(todo[p][:chunk]))
+                del todo[p][:chunk]
+        for anomalies in advance(loops, board, lambda *_: None).values():
+            found += anomalies
+    for loop in loops.values():
+        loop.finish()
+    while not all(loop.quiescent for loop in loops.values()):
+        for anomalies in advance(loops, board, lambda *_: None).values():
+            found += anomalies
+        for p, loop in loops.items():
+            if loop.quiescent:
+                board.say_idle(p)
+    return found, list(loops.values())
+
+
+def _keyed(items: list[Anomaly]) -> Counter[bytes]:
+    return Counter(x.to_json() for x in items)
+
+
+@pytest.fixture(scope="module")
+def fleet() -> tuple[bytes, list[dict[str, object]]]:
+    # a fleet with its everyday noise and faults that the comparisons across partitions find: a
+    # GPU slower than its job's others, a switch congested beside its role, a rack's cooling, a
+    # port trained below the fabric's common width
+    gen = Generation(
+        GenConfig(
+            gpus=512,
+            hours=1.5,
+            interval=30,
+            seed=41,
+            realism="harsh",
+            faults="gpu_straggler=2,gpu_thermal=1,pfc_storm=1,spine_congestion=1,rack_cooling=1,ib_link_degraded=1",
+        )
+    )
+    return b"".join(lines_to_bytes(e.lines) for tick in gen.ticks() for e in gen.lines(tick)), gen.events()
+
+
+@pytest.mark.parametrize("partitions", [3, 6])
+def test_split_detection_finds_what_one_process_finds(
+    fleet: tuple[bytes, list[dict[str, object]]], partitions: int
+) -> None:
+    data, events = fleet
+
+    def make() -> DetectLoop:
+        # the predictor's features (the cooling loops against all of them span partitions); no
+        # model is asked before its warm-up, which this history does not reach
+        loop = DetectLoop(30.0, predictor=OnlinePredictor(None, warmup_s=1e9))  # type: ignore[arg-type]
+        apply_events(loop, events)
+        return loop
+
+    whole = make()
+    alone = whole.feed(data)[0] + whole.finish()
+    detectors = Counter(a.detector.split(":")[0] + ":" + a.metric for a in alone)
+    assert detectors["peer:DCGM_FI_DEV_SM_CLOCK"] and detectors["rule:link_width"]  # exercised
+    split, loops = run_split(by_partition(data, partitions), make, chunk=50)
+    assert _keyed(split) == _keyed(alone)
+    for kind in FEATURES:
+        ids, X = whole.predictor.features.matrix(kind)  # type: ignore[union-attr]
+        parts = [loop.predictor.features.matrix(kind) for loop in loops]  # type: ignore[union-attr]
+        split_ids = np.concatenate([i for i, _ in parts])
+        split_X = np.concatenate([x for _, x in parts])
+        order, split_order = np.argsort(ids), np.argsort(split_ids)
+        assert list(split_ids[split_order]) == list(ids[order])
+        np.testing.assert_array_equal(split_X[split_order], X[order])
+
+
+def test_a_tick_waits_for_every_partition_unless_it_skipped_the_tick_or_went_idle() -> None:
+    board = ShareBoard(3)
+    share = CohortSummary()
+    share.add_values("peer/gpu/0/j1", np.array([1.0, 2.0]))
+    board.add(0, 100, share)
+    board.add(1, 100, CohortSummary())
+    assert board.merged(100) is None  # partition 2 has said nothing
+    board.add(2, 130, CohortSummary())  # it had nothing at 100
+    merged = board.merged(100)
+    assert merged is not None and list(merged.values["peer/gpu/0/j1"]) == [1.0, 2.0]
+    assert board.merged(130) is None
+    board.say_idle(0)
+    board.say_idle(1)
+    assert board.merged(130) is not None  # the idle ones are past their last share
+    board.add(0, 160, CohortSummary())  # speaks again: waited for again
+    assert board.merged(190) is None
+
+
+def test_a_share_survives_the_wire_and_a_damaged_one_is_refused() -> None:
+    share = CohortSummary()
+    share.add_values("peer/gpu/0/job-1", np.array([1.5, np.nan, np.inf, -2.0]))
+    share.add_counts("common/nic/link_width", np.array([4.0, 4.0, 1.0, np.nan]))
+    back = CohortSummary.from_bytes(share.to_bytes())
+    assert list(back.values["peer/gpu/0/job-1"]) == [1.5, np.inf, -2.0]
+    assert back.counts == {"common/nic/link_width": {1.0: 1, 4.0: 2}}
+    with pytest.raises(ValueError, match="not a cohort summary"):
+        CohortSummary.from_bytes(share.to_bytes()[:-3])
+    with pytest.raises(ValueError, match="not a cohort summary"):
+        CohortSummary.from_bytes(b"\x00\x00\x00\x05{bad}")
