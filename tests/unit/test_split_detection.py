@@ -18,7 +18,7 @@ from detectors.runner import DetectLoop, apply_events
 from detectors.split import advance
 from detectors.stack.summary import CohortSummary, ShareBoard
 from ingest.kafka_io import messages_from_lines
-from telemetry_gen.emit import lines_to_bytes
+from ingest.lineprotocol import lines_to_bytes
 from telemetry_gen.generator import GenConfig, Generation
 
 
