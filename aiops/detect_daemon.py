@@ -1,36 +1,423 @@
-"""The detection daemon (`aiops detect --kafka`): telemetry topic in; anomalies, predictions and
-dead letters out. One member of its group holds every partition (peer and cohort comparisons
-span nodes); others stand by. Its state (baselines, persistence, held ticks) is checkpointed with
-the offsets it belongs to, as the root-cause daemon's is (aiops.checkpoint): a restarted member,
-or a standby taking over, carries on from there without relearning, and skips what was already
-published since."""
+"""The detection daemon (`aiops detect --kafka`): telemetry in; anomalies, predictions and dead
+letters out. The members of its group split the telemetry partitions between them: a second
+member about doubles capacity (DESIGN.md, "Beyond one machine").
+
+Each partition's entities live in a loop of their own (rules, silence, drift, the predictor's
+features: everything that needs only an entity's own series), checkpointed per partition with
+the offset it belongs to, so a rebalance moves state instead of relearning it: a member given a
+partition loads that partition's checkpoint (the state directory is shared by the members: a
+volume in docker-compose), and the member that gave it up stops publishing for it. Comparisons
+that span partitions (a job's GPUs, a switch role, the hall's inlets, the fabric's common link
+width, the cooling loops) come from each tick's cohort summary: every loop publishes its share
+of the tick to the cohorts topic as it begins the tick, every member reads all of them, and a
+loop judges its tick once every partition's share is in (detectors.split). The merged summary is
+exact, so the members find what one process finds.
+
+Outputs are flushed, then offsets committed, only up to the first message of a tick not judged
+yet (at-least-once); with a state directory, a partition's offsets are committed only with its
+checkpoint, and a member that restores one skips what was published since it."""
 
 from __future__ import annotations
 
 import logging
+import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from aiops.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointStore,
-    Incarnation,
-    Offsets,
-    published_since,
-    read_incarnation,
-    topic_ends,
-)
+from aiops.checkpoint import CheckpointStore
+from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
 from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor
-from detectors.runner import DetectLoop, DetectStats, KafkaAnomalySink, apply_events
+from detectors.runner import DetectLoop, DetectStats, apply_events
+from detectors.split import advance
 from detectors.stack import DriftFactory, default_drift
+from detectors.stack.summary import CohortSummary, ShareBoard
+from ingest.deadletter import DeadLetter, Source
+from ingest.kafka_io import (
+    KafkaDeadLetterSink,
+    KafkaIOError,
+    Partition,
+    TelemetryConsumer,
+    TelemetryProducer,
+    TopicReader,
+    until_reachable,
+)
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
 log = logging.getLogger(__name__)
+
+_HEAD = struct.Struct(">cIq")  # b"S" share / b"I" idle, telemetry partition, tick (ns)
+SHARE, IDLE = b"S", b"I"
+# ticks released and not yet judged, per partition, before its partition is paused: a partition
+# far ahead of the others would only wait in memory
+MAX_WAITING = 3
+# where the exchange stood as each of a loop's last ticks began: a member taking the partition over
+# from its checkpoint reads the shares again from the oldest (another partition that had nothing
+# at a tick may have sent its share of the next one a tick earlier)
+BEGUN_KEPT = 4
+
+
+class CohortExchange:
+    """The cohorts topic: this member's shares out (keyed by telemetry partition, so each
+    partition's shares stay in order), every member's in, read without a group."""
+
+    def __init__(self, settings: KafkaSettings, producer: TelemetryProducer) -> None:
+        self.topic = settings.cohorts_topic
+        self.producer = producer
+        self.reader = TopicReader(settings.bootstrap, self.topic, client_id="aiops-cohorts")
+        self.at: dict[int, int] = self._ends()  # what came before this start is of ticks long judged
+        self.refused = 0
+
+    def _ends(self) -> dict[int, int]:
+        return self.reader.ends()
+
+    def send(self, partition: int, tick_ns: int, share: CohortSummary) -> None:
+        head = _HEAD.pack(SHARE, partition, tick_ns)
+        self.producer.send_raw(self.topic, head + share.to_bytes(), key=str(partition).encode())
+
+    def say_idle(self, partition: int) -> None:
+        self.producer.send_raw(self.topic, _HEAD.pack(IDLE, partition, 0), key=str(partition).encode())
+
+    def rewind(self, to: dict[int, int]) -> None:
+        """Read again from `to` (a restored partition's ticks need the shares of their time)."""
+        for p, offset in to.items():
+            self.at[p] = min(offset, self.at.get(p, offset))
+
+    def read(self, board: ShareBoard) -> list[DeadLetter]:
+        """What arrived since the last read, onto the board; a record that is no share is
+        dead-lettered with the reason (a member of another version, a stray producer)."""
+        records, self.at = self.reader.read_new(self.at, wait_s=0.05)
+        letters: list[DeadLetter] = []
+        for cohort_partition, offset, value in records:
+            try:
+                kind, partition, tick_ns = _HEAD.unpack_from(value or b"")
+                if kind == IDLE:
+                    board.say_idle(partition)
+                elif kind == SHARE:
+                    board.add(partition, tick_ns, CohortSummary.from_bytes(value[_HEAD.size :]))
+                else:
+                    raise ValueError(f"unknown record kind {kind!r}")
+            except (struct.error, ValueError) as exc:
+                self.refused += 1
+                where = Source(self.topic, cohort_partition, offset)
+                letters.append(DeadLetter("cohorts", f"not a cohort share: {exc}"[:300], value or b"", where))
+        return letters
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class _Member:
+    """One member of the detection group: a loop per telemetry partition it holds."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        interval_s: float,
+        should_stop: Callable[[], bool],
+        events: list[dict[str, object]],
+        lateness_s: float,
+        make: Callable[[], DetectLoop],
+        state_dir: Path | None,
+        checkpoint_every_s: float,
+    ) -> None:
+        self.settings, self.interval_s, self.should_stop = settings, interval_s, should_stop
+        self.lateness_s, self.make, self.checkpoint_every_s = lateness_s, make, checkpoint_every_s
+        self.events = events
+        self.state_dir = state_dir
+        self.topic = settings.telemetry_topic
+        self.outputs = [
+            settings.anomalies_topic,
+            settings.predictions_topic,
+            settings.deadletter_topic,
+            settings.cohorts_topic,
+        ]
+        self.born = open_topics(settings.bootstrap, [self.topic, *self.outputs], should_stop)
+        self.producer = until_reachable(
+            lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-detect"), should_stop
+        )
+        self.once = PublishOnce(settings.bootstrap, [self.producer])
+        self.dead = KafkaDeadLetterSink(self.producer, settings.deadletter_topic)
+        self.exchange = until_reachable(lambda: CohortExchange(settings, self.producer), should_stop)
+        self.feed = EventsFeed(settings.bootstrap, settings.events_topic)
+        self.loops: dict[int, DetectLoop] = {}
+        self.events_at: dict[int, dict[int, int]] = {}  # per loop: where the scheduler's topic was read to
+        self.begun_at: dict[int, deque[dict[int, int]]] = {}  # per loop: the exchange as its last ticks began
+        self.heard: dict[int, float] = {}  # per loop: when its partition last delivered (monotonic)
+        self.idle_said: set[int] = set()
+        self.parked: dict[int, tuple[DetectLoop, int]] = {}  # revoked, with where this member stood
+        self.board: ShareBoard | None = None
+        self.retired = DetectStats()  # what loops handed to other members had counted
+        self.last_checkpoint = time.monotonic()
+        self.consumer = until_reachable(
+            lambda: TelemetryConsumer(
+                settings, group=settings.detect_group, on_revoked=self.revoked, on_assigned=self.assigned
+            ),
+            should_stop,
+        )
+
+    # ---------------------------------------------------------------- assignment
+
+    def _store(self, partition: int) -> CheckpointStore | None:
+        if self.state_dir is None:
+            return None
+        return CheckpointStore(self.state_dir, f"detect-{self.settings.detect_group}-p{partition}")
+
+    def revoked(self, partitions: set[Partition]) -> None:
+        """Loops of partitions taken away are parked with where this member stood: handed back
+        in the same rebalance, they carry on; given to another member, they are dropped (it
+        loads their checkpoint). Runs inside a poll: no Kafka calls here."""
+        positions = self.consumer.positions()
+        for topic, p in partitions:
+            loop = self.loops.pop(p, None)
+            if loop is not None and (topic, p) in positions:
+                self.parked[p] = (loop, positions[(topic, p)])
+            elif loop is not None:
+                self._retire(loop)
+
+    def assigned(self, partitions: set[Partition]) -> dict[Partition, int]:
+        """Partitions this member now holds: a parked loop carries on where it stood; any other
+        starts from its checkpoint (or from nothing at the committed offset)."""
+        resume: dict[Partition, int] = {}
+        for topic, p in sorted(partitions):
+            if p in self.loops:
+                continue
+            held = self.parked.pop(p, None)
+            if held is not None:
+                self.loops[p] = held[0]
+                resume[(topic, p)] = held[1]
+                continue
+            self.loops[p], at = self._restore(p)
+            resume.update(at)
+            self.heard[p] = time.monotonic()
+        for loop, _ in self.parked.values():  # another member's now: it loads their checkpoints
+            self._retire(loop)
+        self.parked.clear()
+        self.idle_said -= {p for _, p in partitions}
+        log.warning("holding partitions %s of %s", sorted(p for _, p in partitions), self.topic)
+        return resume
+
+    def _retire(self, loop: DetectLoop) -> None:
+        for name in ("values", "anomalies", "deadletters", "late_rows"):
+            setattr(self.retired, name, getattr(self.retired, name) + getattr(loop.stats, name))
+        self.retired.ticks = max(self.retired.ticks, loop.stats.ticks)
+
+    def _fresh(self) -> DetectLoop:
+        loop = self.make()
+        loop.split = True
+        return loop
+
+    def _restore(self, partition: int) -> tuple[DetectLoop, dict[Partition, int]]:
+        checkpoint = usable_checkpoint(self._store(partition), self.born, self.interval_s)
+        self.begun_at[partition] = deque(maxlen=BEGUN_KEPT)
+        if checkpoint is None:
+            self.events_at[partition] = {}
+            return self._fresh(), {}
+        loop: DetectLoop = checkpoint.state["detect"]
+        fresh = self.make()  # this start's model and events over the restored state
+        loop.predictor = _carry_predictor(loop.predictor, fresh.predictor)
+        apply_events(loop, self.events)
+        loop.split = True
+        self.events_at[partition] = dict(checkpoint.state.get("events_offsets") or {})
+        self.exchange.rewind(dict(checkpoint.state.get("exchange_at") or {}))
+        self.once.replaying_from(checkpoint.outputs)
+        resume = resume_offsets(checkpoint)
+        where = ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(resume.items()))
+        log.warning("partition %d resumes from its checkpoint (%s)", partition, where)
+        return loop, resume
+
+    # ---------------------------------------------------------------- the work
+
+    def hear_scheduler(self) -> None:
+        """What the scheduler said, into every loop, each from where its own reading stood
+        (loops restored from older checkpoints read more); refused records dead-lettered once."""
+        told: dict[tuple[tuple[int, int], ...], tuple[list[dict[str, Any]], dict[int, int]]] = {}
+        for p, loop in self.loops.items():
+            key = tuple(sorted(self.events_at.get(p, {}).items()))
+            if key not in told:
+                events, refused, at = self.feed.take(dict(key))
+                self.dead.add(refused if not told else [])
+                told[key] = (events, at)
+            events, at = told[key]
+            loop.add_events(events)
+            self.events_at[p] = at
+
+    def on_batch(self, messages: list[tuple[Source, int, bytes]]) -> None:
+        self.hear_scheduler()
+        backlogged = self.consumer.backlogged()
+        now = time.monotonic()
+        by_partition: dict[int, list[tuple[Source, int, bytes]]] = {}
+        for message in messages:
+            by_partition.setdefault(message[0].partition, []).append(message)
+        for p, part in sorted(by_partition.items()):
+            loop = self.loops.get(p)
+            if loop is None:  # revoked within this poll: its new owner reads it again
+                continue
+            _, letters = loop.feed_polled(part, {(t, q) for t, q in backlogged if q == p})
+            self.dead.add(letters)
+            self.heard[p] = now
+            self.idle_said.discard(p)
+        self.step()
+
+    def step(self) -> None:
+        """Shares in, ticks begun and judged, outputs out; idle partitions said; the partitions
+        far ahead paused; a checkpoint when due."""
+        board = self._board()
+        if board is None:
+            return
+        self.once.arm(self.should_stop)
+        self.dead.add(self.exchange.read(board))
+
+        def send(partition: int, tick_ns: int, share: CohortSummary) -> None:
+            self.begun_at[partition].append(dict(self.exchange.at))
+            self.exchange.send(partition, tick_ns, share)
+
+        found: list[Anomaly] = []
+        for _ in range(2):  # what the first pass sent may complete this member's own ticks
+            for anomalies in advance(self.loops, board, send).values():
+                found += anomalies
+        self._say_idle(board)
+        self.publish(found)
+        board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
+        ahead = {(self.topic, p) for p, loop in self.loops.items() if len(loop.waiting) > MAX_WAITING}
+        self.consumer.hold_back(ahead)
+        if self.state_dir is None or time.monotonic() - self.last_checkpoint >= self.checkpoint_every_s:
+            self.checkpoint()
+
+    def _board(self) -> ShareBoard | None:
+        if self.board is None:
+            count = len(self.consumer.partitions_of(self.topic))
+            if not count:
+                return None
+            self.board = ShareBoard(count)
+        return self.board
+
+    def _say_idle(self, board: ShareBoard) -> None:
+        """A partition with nothing to judge whose input has been quiet for a tick's lateness:
+        the others' ticks must not wait for it (its hosts stopped, or it carries none)."""
+        now = time.monotonic()
+        quiet_s = max(self.lateness_s, self.interval_s)
+        backlogged = {p for _, p in self.consumer.backlogged()}
+        for p, loop in self.loops.items():
+            if p in self.idle_said or not loop.quiescent or p in backlogged:
+                continue
+            if now - self.heard.get(p, now) >= quiet_s:
+                board.say_idle(p)
+                self.exchange.say_idle(p)
+                self.idle_said.add(p)
+
+    def publish(self, anomalies: list[Anomaly]) -> None:
+        topic = self.settings.anomalies_topic
+        for a in anomalies:
+            self.producer.send_raw(topic, a.to_json(), key=a.entity.encode())
+        for loop in self.loops.values():
+            for prediction in loop.predictions:
+                self.producer.send_raw(
+                    self.settings.predictions_topic, prediction.to_json(), key=prediction.entity.encode()
+                )
+            loop.predictions.clear()
+        self.producer.flush(should_stop=self.should_stop)
+
+    def checkpoint(self) -> None:
+        """Each partition whose loop has nothing begun: its state with its offsets, then those
+        offsets to Kafka. A loop mid-tick waits for the next round (its state has moved past
+        what its uncommitted messages would replay)."""
+        held: dict[Partition, int] = {}
+        for loop in self.loops.values():
+            held.update(loop.held.first_held())
+        done = self.consumer.done(held)
+        ready = {p for p, loop in self.loops.items() if loop.quiescent}
+        if self.state_dir is not None:
+            for p in sorted(ready):
+                store = self._store(p)
+                assert store is not None
+                begun = self.begun_at.get(p)
+                state = {
+                    "detect": self.loops[p],
+                    "interval_s": self.interval_s,
+                    "events_offsets": dict(self.events_at.get(p, {})),
+                    "exchange_at": dict(begun[0]) if begun else dict(self.exchange.at),
+                }
+                mine = {(t, q): o for (t, q), o in done.items() if q == p}
+                if not save_checkpoint(store, state, mine, self.settings.bootstrap, self.outputs, self.born):
+                    ready.discard(p)
+        self.consumer.commit(held=held, only={(self.topic, p) for p in ready} if self.state_dir else None)
+        self.last_checkpoint = time.monotonic()
+
+    def let_go(self) -> None:
+        """The input went quiet for a tick's lateness: every loop's held ticks are released."""
+        for loop in self.loops.values():
+            loop.finish()
+        self.step()
+
+    def drain(self, wait_s: float) -> None:
+        """The input went idle for good (a replay, a test): the ticks still waiting are judged
+        as the other members' shares come, for up to `wait_s`."""
+        for loop in self.loops.values():
+            loop.finish()
+        deadline = time.monotonic() + wait_s
+        while not self.should_stop() and time.monotonic() < deadline:
+            self.step()
+            if all(loop.quiescent for loop in self.loops.values()):
+                return
+            time.sleep(0.05)  # the client's heartbeat thread keeps the membership meanwhile
+        log.warning("stopped with ticks not judged: the other members' shares of them did not come")
+
+    def run(self, idle_stop_s: float | None) -> DetectStats:
+        started = time.monotonic()
+
+        def at_end(idle: bool) -> None:
+            if idle:
+                self.drain(wait_s=max(2 * (idle_stop_s or 0.0), 30.0))
+            self.checkpoint()
+
+        try:
+            serve(
+                self.consumer, self.should_stop, self.on_batch, self.let_go, at_end, idle_stop_s, self.lateness_s,
+                on_quiet=self.step,
+            )  # fmt: skip
+        except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
+            log.warning("%s", exc)
+        finally:
+            self.consumer.close()
+            self.feed.close()
+            self.exchange.close()
+            self.producer.close()
+        stats = self._stats()
+        stats.seconds = time.monotonic() - started
+        return stats
+
+    def _stats(self) -> DetectStats:
+        """Counts over the partitions this member held; ticks: the most any partition judged."""
+        out = DetectStats()
+        loops = [*self.loops.values(), *(held for held, _ in self.parked.values())]
+        for name in ("values", "anomalies", "deadletters", "late_rows"):
+            total = sum(getattr(loop.stats, name) for loop in loops) + getattr(self.retired, name)
+            setattr(out, name, total)
+        out.ticks = max([loop.stats.ticks for loop in loops] + [self.retired.ticks])
+        return out
+
+
+def _next_ns(loop: DetectLoop) -> int:
+    """The oldest tick the loop will still ask the board about."""
+    if loop.pending is not None:
+        return loop.pending_ns
+    if loop.waiting:
+        return loop.waiting[0].ns
+    return (loop.done_through_ns or 0) + 1
+
+
+def _carry_predictor(restored: OnlinePredictor | None, given: OnlinePredictor | None) -> OnlinePredictor | None:
+    """The restored predictor's state under this start's model (models are files, not state)."""
+    if given is None or restored is None:
+        return given
+    restored.model = given.model
+    return restored
 
 
 def detect_kafka(
@@ -46,182 +433,20 @@ def detect_kafka(
     state_dir: Path | None = None,
     checkpoint_every_s: float = 30.0,
 ) -> DetectStats:
-    """Rows too late for their tick are counted and left out of detection. Commits after the
-    outputs of a poll are flushed, and only up to the first message of a tick still held:
-    at-least-once; with `state_dir`, checkpoints every `checkpoint_every_s` and on stopping."""
-    from kafka.errors import KafkaError
+    """One member of the detection group until asked to stop (or, with `idle_stop_s`, until the
+    input has been quiet that long and what was held is judged). Rows too late for their tick
+    are counted and left out."""
 
-    from ingest.kafka_io import (
-        KafkaDeadLetterSink,
-        KafkaIOError,
-        TelemetryConsumer,
-        TelemetryProducer,
-        ensure_topics,
-        polls,
-        until_reachable,
-    )
-
-    outputs = [settings.anomalies_topic, settings.predictions_topic, settings.deadletter_topic]
-    topics = [settings.telemetry_topic, *outputs]
-    until_reachable(lambda: ensure_topics(settings.bootstrap, topics), should_stop)  # started during a broker restart
-    born = until_reachable(lambda: read_incarnation(settings.bootstrap, topics), should_stop)
-    store = CheckpointStore(state_dir, f"detect-{settings.detect_group}") if state_dir is not None else None
-
-    def fresh() -> DetectLoop:
-        loop = DetectLoop(interval_s, drift_factory, predictor, detector_settings, lateness_s)
+    def make() -> DetectLoop:
+        own = None if predictor is None else predictor.fresh()  # state of its own per partition
+        loop = DetectLoop(interval_s, drift_factory, own, detector_settings, lateness_s)
         apply_events(loop, events or [])
         return loop
 
-    loop = fresh()
-    holding: set[tuple[str, int]] = set()
-    unread_outputs: Offsets | None = None
-    events_at: dict[int, int] = {}  # where the scheduler's events topic has been read to
-
-    def assigned(partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """As in the root-cause daemon: partitions it did not hold come with the checkpoint
-        (a start, or a standby taking over). Runs inside a poll: no Kafka calls here."""
-        nonlocal loop, holding, unread_outputs, events_at
-        if not partitions:
-            if holding:  # it held them until now: what it learnt is the new holder's
-                loop, events_at = fresh(), {}
-            holding = set()
-            return {}
-        if partitions <= holding:
-            holding = set(partitions)
-            return {}
-        holding = set(partitions)
-        loop, events_at = fresh(), {}
-        checkpoint = _load(store, interval_s, born)
-        if checkpoint is None:
-            return {}
-        events_at = dict(checkpoint.state.get("events_offsets") or {})
-        restored: DetectLoop = checkpoint.state["detect"]
-        restored.predictor = _carry_predictor(restored.predictor, predictor)
-        apply_events(restored, events or [])
-        loop, unread_outputs = restored, checkpoint.outputs
-        resume = {(t, p): o for t, parts in checkpoint.offsets.items() for p, o in parts.items()}
-        where = ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(resume.items()))
-        log.warning("resuming detection from the checkpoint (%s)", where)
-        return resume
-
-    consumer = until_reachable(
-        lambda: TelemetryConsumer(
-            settings,
-            group=settings.detect_group,
-            on_revoked=lambda parts: loop.forget_partitions(parts),  # noqa: PLW0108 (the loop of the moment)
-            on_assigned=assigned,
-            one_active=True,
-        ),
-        should_stop,
+    member = _Member(
+        settings, interval_s, should_stop, list(events or []), lateness_s, make, state_dir, checkpoint_every_s
     )
-    sink = KafkaAnomalySink(settings.bootstrap, settings.anomalies_topic)
-    predictions = KafkaAnomalySink(settings.bootstrap, settings.predictions_topic)
-    dead_producer = TelemetryProducer(settings.bootstrap, client_id="aiops-detect-deadletters")
-    dead = KafkaDeadLetterSink(dead_producer, settings.deadletter_topic)
-    started = last_checkpoint = time.monotonic()
-
-    def publish(anomalies: list[Anomaly]) -> None:
-        nonlocal unread_outputs
-        if unread_outputs is not None:  # resumed: what was published since the checkpoint is skipped
-            since = unread_outputs
-            already = until_reachable(lambda: published_since(settings.bootstrap, since), should_stop)
-            sink.producer.already_published = predictions.producer.already_published = already
-            dead_producer.already_published = already
-            unread_outputs = None
-        sink.add(anomalies)
-        predictions.add_predictions(loop.predictions)
-        loop.predictions.clear()
-        sink.flush(should_stop)
-        predictions.flush(should_stop)
-
-    def checkpoint() -> None:
-        nonlocal last_checkpoint
-        if store is not None and holding:
-            offsets: Offsets = {}
-            for (topic, partition), offset in consumer.done(loop.held.first_held()).items():
-                offsets.setdefault(topic, {})[partition] = offset
-            state = {"detect": loop, "interval_s": interval_s, "events_offsets": dict(events_at)}
-            try:
-                ends = topic_ends(settings.bootstrap, outputs)
-            except KafkaError as exc:  # the broker is away: the next round checkpoints
-                log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
-                return
-            store.save(Checkpoint(state, offsets, ends, incarnation=born))
-        consumer.commit(held=loop.held.first_held())
-        last_checkpoint = time.monotonic()
-
-    def let_go() -> None:
-        """The input went quiet for a tick's lateness: analyse what is held, and commit."""
-        publish(loop.finish())
-        checkpoint()
-
-    feed = EventsFeed(settings.bootstrap, settings.events_topic)
-
-    def hear_scheduler() -> None:
-        """What the scheduler said since the last batch, before the telemetry that follows it."""
-        nonlocal events_at
-        events, refused, events_at = feed.take(events_at)
-        loop.add_events(events)
-        dead.add(refused)
-
-    try:
-        for messages in polls(consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
-            hear_scheduler()
-            anomalies, letters = loop.feed_polled(messages, consumer.backlogged())
-            consumer.hold_back(loop.ahead_partitions())
-            dead.add(letters)
-            publish(anomalies)
-            dead.flush(should_stop)
-            # with a state directory, offsets are committed only with the state they belong to:
-            # committed ahead of the checkpoint, a restart would carry on from there with
-            # state that never saw what came between (or, before the first checkpoint, with none)
-            if store is None or time.monotonic() - last_checkpoint >= checkpoint_every_s:
-                checkpoint()
-        if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
-            publish(loop.finish())
-        # asked to stop: ticks still open are not analysed half-full; their messages are not
-        # committed, so the next member reads them again
-        checkpoint()
-    except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
-        log.warning("%s", exc)
-    finally:
-        consumer.close()
-        feed.close()
-        sink.close()
-        predictions.close()
-        dead_producer.close()
-    loop.stats.seconds = time.monotonic() - started
-    return loop.stats
+    return member.run(idle_stop_s)
 
 
-def _carry_predictor(restored: OnlinePredictor | None, given: OnlinePredictor | None) -> OnlinePredictor | None:
-    """The restored predictor's state under this start's model (models are files, not state)."""
-    if given is None or restored is None:
-        return given
-    restored.model = given.model
-    return restored
-
-
-def _load(store: CheckpointStore | None, interval_s: float, born: Incarnation) -> Checkpoint | None:
-    """The last checkpoint if it can be used here; None (logged) if not: the member then starts
-    from nothing at the group's committed offsets."""
-    if store is None:
-        return None
-    try:
-        checkpoint = store.load()
-    except CheckpointError as exc:
-        log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
-        return None
-    if checkpoint is None:
-        return None
-    foreign = checkpoint.foreign(born)
-    if foreign is not None:
-        log.error("checkpoint not used (%s: %s): starting from nothing at the committed offsets", store.path, foreign)
-        return None
-    if checkpoint.state.get("interval_s") != interval_s:
-        log.error("checkpoint not used: taken at a scrape interval of %s s", checkpoint.state.get("interval_s"))
-        return None
-    return checkpoint
-
-
-__all__ = ["detect_kafka"]
+__all__ = ["CohortExchange", "detect_kafka"]

@@ -201,10 +201,10 @@ class TelemetryProducer:
             count += 1
         return count
 
-    def send_raw(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+    def send_raw(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
         if self.already_published is not None and self.already_published(topic, key, value):
             return
-        self._producer.send(topic, key=key, value=value).add_errback(self._failed)
+        self._producer.send(topic, key=key, value=value, partition=partition).add_errback(self._failed)
 
     def flush(self, timeout_s: float = 60.0, should_stop: Callable[[], bool] | None = None) -> None:
         """Wait until the broker has everything sent so far. With `should_stop`, a broker that
@@ -336,13 +336,14 @@ class TelemetryConsumer:
         self._consumer = self._connect()
 
     def _revoked(self, partitions: set[Partition]) -> None:
-        """A rebalance took partitions away: their offsets are the new owner's to commit."""
+        """A rebalance took partitions away: their offsets are the new owner's to commit. The
+        callback is told first, while `positions()` still says where this member stood."""
+        if self._on_revoked is not None:
+            self._on_revoked(partitions)
         for p in partitions:
             self._next.pop(p, None)
             self._ends.pop(p, None)
         self._held_back -= partitions
-        if self._on_revoked is not None:
-            self._on_revoked(partitions)
 
     def _assigned(self, partitions: set[TopicPartition]) -> None:
         if self._on_assigned is not None:  # also with nothing: a one-active member now stands by
@@ -535,12 +536,23 @@ class TelemetryConsumer:
         to stay in the group, until the active member leaves."""
         return self._assignor is not None and self._assignor.generation >= 0 and self._assignor.standby
 
-    def commit(self, held: Mapping[Partition, int] | None = None) -> bool:
+    def partitions_of(self, topic: str) -> set[int]:
+        """The partitions the topic has (as the client's metadata says)."""
+        return set(self._consumer.partitions_for_topic(topic) or ())
+
+    def positions(self) -> dict[Partition, int]:
+        """Per partition consumed here, the offset after the last message taken."""
+        return dict(self._next)
+
+    def commit(self, held: Mapping[Partition, int] | None = None, only: AbstractSet[Partition] | None = None) -> bool:
         """Commit what was consumed, except, per partition in `held`, from that offset on (its
         messages are not done yet). False if the broker could not take it (it is away, or the
         group moved on): those offsets are read again, by this member or another (at-least-once),
         and the next commit that succeeds covers them."""
-        offsets = {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in self.done(held).items()}
+        done = self.done(held)
+        offsets = {
+            TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in done.items() if only is None or p in only
+        }
         if not offsets:
             return True
         try:
@@ -640,6 +652,14 @@ class TopicReader:
         out.sort(key=lambda r: (r[0], r[1]))
         return out, dict(self._at)
 
+    def ends(self) -> dict[int, int]:
+        """Each partition's end offset now (where the next record will go)."""
+        try:
+            self._assign()
+            return {tp.partition: int(o) for tp, o in self._consumer.end_offsets(self._partitions).items()}
+        except KafkaError as exc:
+            raise KafkaIOError(f"cannot read {self.topic}: {exc}") from exc
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -700,6 +720,7 @@ def polls(
     idle_stop_s: float | None = None,
     on_idle: Callable[[], None] | None = None,
     idle_s: float = 60.0,
+    on_empty: Callable[[], None] | None = None,
 ) -> Iterator[Polled]:
     """Non-empty polls until asked to stop, or until nothing arrived for `idle_stop_s` once the
     group gave this member partitions (joining a group takes a while and is not idleness).
@@ -707,7 +728,8 @@ def polls(
     that holds data for late arrivals lets it go), and again after the next quiet spell. Quiet
     (for either) means the broker confirms, every `QUIET_CHECK_S` of the spell and at its end,
     that there is nothing more to take: while the broker is away, producers buffer, and what they
-    buffered arrives after it is back, so a spell counts only from the broker's return."""
+    buffered arrives after it is back, so a spell counts only from the broker's return.
+    `on_empty` is called after every poll that brought nothing (work that waits on others)."""
     idle_since = joining_since = quiet_checked = time.monotonic()
     idle_told = False
     rejoins = 0
@@ -719,6 +741,8 @@ def polls(
             idle_told = False
             yield messages
             continue
+        if on_empty is not None:
+            on_empty()
         telling = on_idle is not None and not idle_told
         spell_over = (telling and now - idle_since > idle_s) or (
             idle_stop_s is not None and now - idle_since > idle_stop_s

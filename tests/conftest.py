@@ -56,6 +56,7 @@ def kafka_settings(services: Settings) -> KafkaSettings:
             "incidents_topic": f"test.incidents.{suffix}",
             "notices_topic": f"test.notices.{suffix}",
             "events_topic": f"test.events.{suffix}",
+            "cohorts_topic": f"test.cohorts.{suffix}",
             "ingest_group": f"test-ingest-{suffix}",
             "poll_timeout_ms": 200,
         }

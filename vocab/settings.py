@@ -26,6 +26,8 @@ class KafkaSettings(BaseModel):
     incidents_topic: str = "aiops.incidents"
     notices_topic: str = "aiops.notices"  # monitoring facts that are not faults (coverage, gaps)
     events_topic: str = "aiops.events"  # the scheduler's events (aiops scheduler follow), keyed by job
+    # split detection's members exchange each tick's cohort summaries here (aiops.detect_daemon)
+    cohorts_topic: str = "aiops.cohorts"
     ingest_group: str = "aiops-ingest"
     detect_group: str = "aiops-detect"
     run_group: str = "aiops-run"

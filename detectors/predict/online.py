@@ -21,7 +21,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,10 @@ class OnlinePredictor:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
+
+    def fresh(self) -> OnlinePredictor:
+        """The same model and settings, nothing learnt yet (one per partition in split detection)."""
+        return replace(self, features=PrecursorFeatures(), _ticks=0, _started=None, _episode={}, _streak={})
 
     def update(
         self,
