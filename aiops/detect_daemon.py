@@ -72,6 +72,7 @@ class CohortExchange:
         self.reader = TopicReader(settings.bootstrap, self.topic, client_id="aiops-cohorts")
         self.at: dict[int, int] = self._ends()  # what came before this start is of ticks long judged
         self.refused = 0
+        self.received = 0  # records read
 
     def _ends(self) -> dict[int, int]:
         return self.reader.ends()
@@ -92,6 +93,7 @@ class CohortExchange:
         """What arrived since the last read, onto the board; a record that is no share is
         dead-lettered with the reason (a member of another version, a stray producer)."""
         records, self.at = self.reader.read_new(self.at, wait_s=0.05)
+        self.received += len(records)
         letters: list[DeadLetter] = []
         for cohort_partition, offset, value in records:
             try:
@@ -150,13 +152,16 @@ class _Member:
         self.begun_at: dict[int, deque[dict[int, int]]] = {}  # per loop: the exchange as its last ticks began
         self.heard: dict[int, float] = {}  # per loop: when its partition last delivered (monotonic)
         self.idle_said: set[int] = set()
+        # partitions whose held ticks were let go (their input quiet): nothing more is coming
+        self.finished: set[int] = set()
+        self.progress = 0  # shares read and ticks judged: what a drain watches
         self.parked: dict[int, tuple[DetectLoop, int]] = {}  # revoked, with where this member stood
         self.board: ShareBoard | None = None
         self.retired = DetectStats()  # what loops handed to other members had counted
         self.last_checkpoint = time.monotonic()
         self.consumer = until_reachable(
             lambda: TelemetryConsumer(
-                settings, group=settings.detect_group, on_revoked=self.revoked, on_assigned=self.assigned
+                settings, group=settings.detect_group, on_revoked=self.revoked, on_assigned=self.assigned, sticky=True
             ),
             should_stop,
         )
@@ -262,6 +267,7 @@ class _Member:
             self.dead.add(letters)
             self.heard[p] = now
             self.idle_said.discard(p)
+            self.finished.discard(p)
         self.step()
 
     def step(self) -> None:
@@ -281,6 +287,7 @@ class _Member:
         for _ in range(2):  # what the first pass sent may complete this member's own ticks
             for anomalies in advance(self.loops, board, send).values():
                 found += anomalies
+        self.progress = self.exchange.received + sum(loop.stats.ticks for loop in self.loops.values())
         self._say_idle(board)
         self.publish(found)
         board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
@@ -306,7 +313,7 @@ class _Member:
         for p, loop in self.loops.items():
             if p in self.idle_said or not loop.quiescent or p in backlogged:
                 continue
-            if now - self.heard.get(p, now) >= quiet_s:
+            if p in self.finished or now - self.heard.get(p, now) >= quiet_s:
                 board.say_idle(p)
                 self.exchange.say_idle(p)
                 self.idle_said.add(p)
@@ -351,29 +358,43 @@ class _Member:
 
     def let_go(self) -> None:
         """The input went quiet for a tick's lateness: every loop's held ticks are released."""
-        for loop in self.loops.values():
+        for p, loop in self.loops.items():
             loop.finish()
+            self.finished.add(p)
         self.step()
 
-    def drain(self, wait_s: float) -> None:
-        """The input went idle for good (a replay, a test): the ticks still waiting are judged
-        as the other members' shares come, for up to `wait_s`."""
-        for loop in self.loops.values():
-            loop.finish()
-        deadline = time.monotonic() + wait_s
-        while not self.should_stop() and time.monotonic() < deadline:
-            self.step()
+    def drain(self, quiet_s: float) -> None:
+        """The input went idle for good (a replay, a test): every held tick is released, and
+        judged as the other members' shares come. Still a member meanwhile: partitions that a
+        member leaving hands over are taken (with their checkpoints) and finished too. Gives up
+        once nothing has moved for `quiet_s` (the members that held the missing shares are gone)."""
+        self.let_go()
+        moved, last = time.monotonic(), self.progress
+        while not self.should_stop() and time.monotonic() - moved < quiet_s:
             if all(loop.quiescent for loop in self.loops.values()):
                 return
-            time.sleep(0.05)  # the client's heartbeat thread keeps the membership meanwhile
-        log.warning("stopped with ticks not judged: the other members' shares of them did not come")
+            messages = self.consumer.poll()
+            if messages:
+                self.on_batch(messages)
+                self.let_go()
+            else:
+                self.step()
+                # handed over meanwhile and read to the end: what it has is all there is
+                behind = {p for _, p in self.consumer.backlogged()}
+                for p in set(self.loops) - self.finished - behind:
+                    self.loops[p].finish()
+                    self.finished.add(p)
+            if self.progress != last:
+                moved, last = time.monotonic(), self.progress
+        if not all(loop.quiescent for loop in self.loops.values()):
+            log.warning("stopped with ticks not judged: the other members' shares of them did not come")
 
     def run(self, idle_stop_s: float | None) -> DetectStats:
         started = time.monotonic()
 
         def at_end(idle: bool) -> None:
             if idle:
-                self.drain(wait_s=max(2 * (idle_stop_s or 0.0), 30.0))
+                self.drain(quiet_s=max(4 * (idle_stop_s or 0.0), 60.0))
             self.checkpoint()
 
         try:

@@ -24,11 +24,8 @@ from aiops.checkpoint import (
     CheckpointError,
     CheckpointStore,
     Incarnation,
-    Offsets,
-    published_since,
-    read_incarnation,
-    topic_ends,
 )
+from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
 from aiops.daemon_metrics import DaemonMetrics
 from aiops.events_feed import EventsFeed
 from aiops.incident_index import IncidentIndex
@@ -466,15 +463,12 @@ def run_kafka(
     `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.checkpoint).
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
     still held (waiting for the slowest partition or for late rows): at-least-once."""
-    from kafka.errors import KafkaError
 
     from ingest.kafka_io import (
         KafkaDeadLetterSink,
         KafkaIOError,
         TelemetryConsumer,
         TelemetryProducer,
-        ensure_topics,
-        polls,
         until_reachable,
     )
 
@@ -558,9 +552,8 @@ def run_kafka(
             stop_api()
             raise
 
-    guarded(lambda: until_reachable(lambda: ensure_topics(settings.bootstrap, topics), stopping))
     # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
-    born = guarded(lambda: until_reachable(lambda: read_incarnation(settings.bootstrap, topics), stopping))
+    born = guarded(lambda: open_topics(settings.bootstrap, topics, stopping))
     graph = guarded(lambda: TopologyGraph.load(topology))
     where = entity_tags(graph)
     if pages is not None:
@@ -607,14 +600,14 @@ def run_kafka(
         lambda: until_reachable(lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-run"), stopping)
     )
     holding: set[tuple[str, int]] = set()  # the partitions whose state the pipeline holds
-    unread_outputs: Offsets | None = None  # a checkpoint's output ends, read back before publishing
+    once = PublishOnce(settings.bootstrap, [producer])  # a checkpoint's outputs, read back before publishing
 
     def assigned(partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """One member of the group holds every partition (the engine sees the whole fleet);
         the group hands them back to the same member after each rebalance, and then its state is
         still its own. Partitions it did not hold come with the checkpoint (a start, or a standby
         taking over): state moves with them. Runs inside a poll: no Kafka calls here."""
-        nonlocal pipeline, holding, unread_outputs
+        nonlocal pipeline, holding
         if not partitions:
             if holding:  # it held them until now: what it learnt is the new holder's
                 pipeline = fresh()
@@ -631,10 +624,10 @@ def run_kafka(
         if checkpoint is None:
             pipeline = fresh()  # a failed restore may have left part of the state
             return {}
-        unread_outputs = checkpoint.outputs
+        once.replaying_from(checkpoint.outputs)
         if index is not None:  # the restored engine may hold incidents an operator resolved since
             to_close.extend(index.operator_resolved())
-        resume = {(t, p): o for t, parts in checkpoint.offsets.items() for p, o in parts.items()}
+        resume = resume_offsets(checkpoint)
         log.warning(
             "resuming from the checkpoint of %s (%s; last tick %s)",
             time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(checkpoint.written_at)),
@@ -663,27 +656,18 @@ def run_kafka(
         """State and the offsets it belongs to, then the same offsets to Kafka."""
         nonlocal last_checkpoint
         done = consumer.done(pipeline.detect.held.first_held())
-        if store is not None and holding:
-            offsets: Offsets = {}
-            for (topic, partition), offset in done.items():
-                offsets.setdefault(topic, {})[partition] = offset
-            t0 = time.monotonic()
-            try:
-                ends = topic_ends(settings.bootstrap, outputs)
-            except KafkaError as exc:  # the broker is away: the next round checkpoints
-                log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
-                return
-            size = store.save(Checkpoint(pipeline.state(), offsets, ends, incarnation=born))
-            log.info("checkpoint: %.1f MB in %.2f s", size / 1e6, time.monotonic() - t0)
+        # the broker away: the next round checkpoints (and commits)
+        if (
+            store is not None
+            and holding
+            and not save_checkpoint(store, pipeline.state(), done, settings.bootstrap, outputs, born)
+        ):
+            return
         consumer.commit(held=pipeline.detect.held.first_held())
         last_checkpoint = time.monotonic()
 
     def publish(anomalies: list[Anomaly]) -> None:
-        nonlocal unread_outputs
-        if unread_outputs is not None:  # resumed from a checkpoint: what was published since is skipped
-            since = unread_outputs
-            producer.already_published = until_reachable(lambda: published_since(settings.bootstrap, since), stopping)
-            unread_outputs = None
+        once.arm(stopping)  # resumed from a checkpoint: what was published since is skipped
         notices = pipeline.take_notices()
         for n in notices:
             producer.send_raw(settings.notices_topic, n.to_json(), key=n.subject.encode())
@@ -745,28 +729,30 @@ def run_kafka(
                 schedule_sink(events)
         dead.add(refused)
 
-    try:
-        for messages in polls(consumer, stopping, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0)):
-            reload_topology()
-            hear_scheduler()
-            values_before = pipeline.detect.stats.values
-            anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
-            consumer.hold_back(pipeline.detect.ahead_partitions())
-            metrics.took(pipeline.detect.stats.values - values_before)
-            dead.add(letters)
-            publish(anomalies)
-            dead.flush(stopping)
-            # with a state directory, offsets are committed only with the state they belong to:
-            # committed ahead of the checkpoint, a restart would carry on from there with
-            # state that never saw what came between (or, before the first checkpoint, with none)
-            if store is None or time.monotonic() - last_checkpoint >= checkpoint_every_s:
-                checkpoint()
-        if not should_stop():  # the input went idle (a replay, a test): what is held is all there is
+    def on_batch(messages: list[tuple[Source, int, bytes]]) -> None:
+        reload_topology()
+        hear_scheduler()
+        values_before = pipeline.detect.stats.values
+        anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
+        consumer.hold_back(pipeline.detect.ahead_partitions())
+        metrics.took(pipeline.detect.stats.values - values_before)
+        dead.add(letters)
+        publish(anomalies)
+        dead.flush(stopping)
+        # with a state directory, offsets are committed only with the state they belong to:
+        # committed ahead of the checkpoint, a restart would carry on from there with
+        # state that never saw what came between (or, before the first checkpoint, with none)
+        if store is None or time.monotonic() - last_checkpoint >= checkpoint_every_s:
+            checkpoint()
+
+    def at_end(idle: bool) -> None:
+        if idle:  # the input went idle (a replay, a test): what is held is all there is
             publish(pipeline.finish())
-        # asked to stop: ticks still open are not analysed half-full; their messages are not
-        # committed, so the next start reads them again
         checkpoint()
         report_health(force=True)
+
+    try:
+        serve(consumer, stopping, on_batch, let_go, at_end, idle_stop_s, lateness_s)
     except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
         log.warning("%s", exc)
     finally:
@@ -778,24 +764,17 @@ def run_kafka(
 
 
 def _load(pipeline: Pipeline, store: CheckpointStore | None, born: Incarnation) -> Checkpoint | None:
-    """The last checkpoint, loaded into the pipeline; None if there is none, or it cannot be used
-    (logged: the daemon then starts from nothing, at the group's committed offsets): damaged, or
-    taken on another cluster or an earlier incarnation of the topics, whose offsets describe
-    other records."""
-    if store is None:
+    """The last checkpoint, loaded into the pipeline; None if there is none or it cannot be used
+    (logged: the daemon then starts from nothing, at the group's committed offsets)."""
+    checkpoint = usable_checkpoint(store, born)
+    if checkpoint is None:
         return None
     try:
-        checkpoint = store.load()
-        if checkpoint is None:
-            return None
-        foreign = checkpoint.foreign(born)
-        if foreign is not None:
-            raise CheckpointError(f"{store.path}: {foreign}")
         pipeline.restore(checkpoint.state)
-        return checkpoint
     except (CheckpointError, ValueError) as exc:
         log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
         return None
+    return checkpoint
 
 
 __all__ = [

@@ -25,6 +25,7 @@ from kafka.coordinator.assignors.abstract import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 from numpy.typing import NDArray
@@ -315,11 +316,14 @@ class TelemetryConsumer:
         start_at: Mapping[Partition, int] | None = None,
         on_assigned: Callable[[set[Partition]], Mapping[Partition, int]] | None = None,
         one_active: bool = False,
+        sticky: bool = False,
     ) -> None:
         """`start_at`: where to read from on the first assignment (a checkpoint's offsets), instead
         of the group's committed offsets. `on_assigned`: called with partitions this member gets,
         returns where to read them from (a checkpoint loaded then). `one_active`: all partitions
-        to one member of the group, the others stand by (OneActiveAssignor)."""
+        to one member of the group, the others stand by (OneActiveAssignor). `sticky`: a
+        rebalance moves as few partitions as it can (each move costs its new owner a checkpoint
+        load), Kafka's StickyPartitionAssignor."""
         self._topic = topic or settings.telemetry_topic
         self._group = group or settings.ingest_group
         self._settings = settings
@@ -332,6 +336,7 @@ class TelemetryConsumer:
         self._start_at = dict(start_at or {})
         self._on_assigned = on_assigned
         self._assignor = OneActiveAssignor() if one_active else None
+        self._sticky = sticky
         self._last_poll_error = -float("inf")
         self._consumer = self._connect()
 
@@ -372,6 +377,7 @@ class TelemetryConsumer:
                 # requests cost little at our partition counts
                 enable_incremental_fetch_sessions=False,
                 **({"partition_assignment_strategy": [self._assignor]} if self._assignor else {}),
+                **({"partition_assignment_strategy": [StickyPartitionAssignor()]} if self._sticky else {}),
             )
             consumer.subscribe([self._topic], listener=_Rebalance(self))
             return consumer

@@ -1,0 +1,57 @@
+"""Detection split across the members of its group (`aiops detect --kafka`, one process each):
+one member starts, a second and a third join mid-stream (the group rebalances, partitions move
+with their checkpoints), the second is SIGKILLed (its partitions go to the others, who load their
+checkpoints and skip what it had published). The anomalies topic then equals the offline
+detection of the same data, anomaly for anomaly: none lost, none twice, none changed by a
+comparison that saw only part of a cohort, none invented by a relearning detector."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from aiops.cli import main
+from ingest.kafka_io import ensure_topics
+from tests.faults.daemons import jsonl, reaped, replay
+from tests.integration.test_run_kafka import _consume
+from vocab.settings import KafkaSettings
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+def test_members_join_and_one_is_killed_and_the_anomalies_are_the_offline_ones(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=6)
+    r = replay(kafka_settings, tmp_path)
+    k = r.k
+    reference = tmp_path / "offline-detect"
+    assert main(["detect", "--input", str(r.recorded), "--out", str(reference), "--no-predict"]) == 0
+    expected = Counter(json.dumps(a, sort_keys=True) for a in jsonl(reference / "anomalies.jsonl"))
+    assert any('"peer:' in a for a in expected)  # comparisons across partitions are part of it
+    r.env = {**r.env, "AIOPS_KAFKA__DETECT_GROUP": k.ingest_group + "-detect"}
+    detect = ["detect", "--kafka", k.bootstrap, "--interval", "30", "--events", str(r.recorded / "events.jsonl")]
+    detect += ["--no-predict", "--state-dir", str(tmp_path / "state"), "--stop-when-idle", "15"]
+    with reaped() as track:
+        first = track(r.aiops(*detect))
+        gen = track(r.stream())  # an hour in ~72 s
+        time.sleep(15)
+        second = track(r.aiops(*detect))
+        time.sleep(12)  # the group gives it partitions, with their checkpoints
+        third = track(r.aiops(*detect))
+        time.sleep(12)
+        assert gen.poll() is None, "the stream ended before the kill: nothing to show"
+        second.kill()
+        _, err_second = second.communicate(timeout=60)
+        outs = [p.communicate(timeout=600) for p in (first, third)]
+        gen.communicate(timeout=60)
+    for p, (_, err) in zip((first, third), outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    logs = err_second + "".join(err for _, err in outs)
+    assert "resumes from its checkpoint" in logs  # state moved with the partitions
+    streamed = Counter(json.dumps(a, sort_keys=True) for a in _consume(k, k.anomalies_topic))
+    assert streamed == expected
