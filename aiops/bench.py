@@ -432,6 +432,10 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.out:
             Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
         return 0
+    if args.bench == "scale":
+        from aiops.bench_scale import run_scale
+
+        return run_scale(args, console)
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

@@ -4,6 +4,7 @@ nothing here holds logic worth testing on its own."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -270,6 +271,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
             f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "
             f"{settings.kafka.anomalies_topic}"
         )
+        if args.stats:
+            Path(args.stats).write_text(json.dumps(dataclasses.asdict(stats)) + "\n")
         return 0
     if not args.input or not args.out:
         raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT")
@@ -581,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the collectors' scrape interval (default: the folder's meta.json, or AIOPS_SCRAPE_INTERVAL_S)",
     )
+    p.add_argument("--stats", metavar="FILE", help="with --kafka: what the member counted, as JSON, when it stops")
     p.set_defaults(handler=cmd_detect)
 
     cli_rca.add_parsers(sub)
@@ -688,6 +692,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--work", default="/tmp", help="where the recording, logs and state go")
     b.add_argument("--keep", action="store_true", help="keep the recording")
     b.add_argument("--out", default="docs/bench", help="where backlog.json goes")
+    b = bench.add_parser(
+        "scale", help="split detection at 10,000 and 100,000 GPUs through Kafka, 1 and 2 members (services)"
+    )
+    b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="cluster sizes in GPUs")
+    b.add_argument("--members", type=int, nargs="+", default=[1, 2], help="detection members per run")
+    b.add_argument("--ticks", type=int, default=12, help="cluster time, in scrapes")
+    b.add_argument("--interval", type=float, default=10.0)
+    b.add_argument("--seed", type=int, default=3)
+    b.add_argument("--partitions", type=int, default=6)
+    b.add_argument("--no-predict", dest="predict", action="store_false", help="the members without the predictor")
+    b.add_argument("--idle-stop-s", type=float, default=20.0, help="a member stops after this long with no input")
+    b.add_argument(
+        "--consume",
+        type=int,
+        nargs="*",
+        default=[500, 5000],
+        help="batch sizes for the kafka-python/confluent-kafka read",
+    )
+    b.add_argument("--work", default="/tmp", help="where the recordings, logs and state go")
+    b.add_argument("--keep", action="store_true", help="keep the recordings")
+    b.add_argument("--out", default="docs/bench", help="where scale.json goes")
     p.set_defaults(handler=cmd_bench)
     return parser
 

@@ -155,6 +155,11 @@ class _Member:
         # partitions whose held ticks were let go (their input quiet): nothing more is coming
         self.finished: set[int] = set()
         self.progress = 0  # shares read and ticks judged: what a drain watches
+        self.first_message_at: float | None = None
+        self.last_judged_at: float | None = None
+        self.last_message_at: float | None = None
+        self.idle_wait_s = 0.0
+        self.judged = 0  # ticks begun by the loops held now (one judged before the next begins)
         self.parked: dict[int, tuple[DetectLoop, int]] = {}  # revoked, with where this member stood
         self.board: ShareBoard | None = None
         self.retired = DetectStats()  # what loops handed to other members had counted
@@ -253,6 +258,9 @@ class _Member:
             self.events_at[p] = at
 
     def on_batch(self, messages: list[tuple[Source, int, bytes]]) -> None:
+        if self.first_message_at is None:
+            self.first_message_at = time.time()
+        self.last_message_at = time.time()
         self.hear_scheduler()
         backlogged = self.consumer.backlogged()
         now = time.monotonic()
@@ -287,7 +295,11 @@ class _Member:
         for _ in range(2):  # what the first pass sent may complete this member's own ticks
             for anomalies in advance(self.loops, board, send).values():
                 found += anomalies
-        self.progress = self.exchange.received + sum(loop.stats.ticks for loop in self.loops.values())
+        judged = sum(loop.stats.ticks for loop in self.loops.values())
+        if judged != self.judged:
+            self.last_judged_at = time.time()
+        self.judged = judged
+        self.progress = self.exchange.received + judged
         self._say_idle(board)
         self.publish(found)
         board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
@@ -368,6 +380,8 @@ class _Member:
         judged as the other members' shares come. Still a member meanwhile: partitions that a
         member leaving hands over are taken (with their checkpoints) and finished too. Gives up
         once nothing has moved for `quiet_s` (the members that held the missing shares are gone)."""
+        if self.last_message_at is not None:
+            self.idle_wait_s = time.time() - self.last_message_at
         self.let_go()
         moved, last = time.monotonic(), self.progress
         while not self.should_stop() and time.monotonic() - moved < quiet_s:
@@ -421,6 +435,8 @@ class _Member:
             total = sum(getattr(loop.stats, name) for loop in loops) + getattr(self.retired, name)
             setattr(out, name, total)
         out.ticks = max([loop.stats.ticks for loop in loops] + [self.retired.ticks])
+        out.first_message_at, out.last_judged_at = self.first_message_at, self.last_judged_at
+        out.idle_wait_s = self.idle_wait_s
         return out
 
 

@@ -50,6 +50,11 @@ class DetectStats:
     job_tag_mismatches: int = 0  # GPU rows whose job tag disagreed with the schedule
     application_xids: int = 0  # application-class XIDs raised under a job: the job's, not alarmed
     seconds: float = 0.0
+    # a daemon's busy span in Unix time: its first message taken, its last tick judged (the
+    # throughput of members that drained a backlog together: aiops bench scale)
+    first_message_at: float | None = None
+    last_judged_at: float | None = None
+    idle_wait_s: float = 0.0  # of that span, waiting for the input to be called quiet (its tail held)
 
 
 def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
