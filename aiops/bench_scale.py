@@ -83,7 +83,7 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
         folder = work / f"cluster-{gpus}"
         hours = args.ticks * args.interval / 3600
         gen = ["gen", "--gpus", str(gpus), "--hours", f"{hours:.6f}", "--interval", str(args.interval)]
-        gen += ["--seed", str(args.seed), "--realism", "typical", "--out", str(folder)]
+        gen += ["--seed", str(args.seed), "--realism", "typical", "--faults", args.faults, "--out", str(folder)]
         console.print(f"[bold]scale[/] {gpus:,} GPUs: {args.ticks} ticks at {args.interval:g} s -> {folder}")
         if _Process(gen, dict(os.environ), work / "gen.log").wait() != 0:
             raise RuntimeError(f"aiops gen failed: see {work / 'gen.log'}")

@@ -701,6 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--interval", type=float, default=10.0)
     b.add_argument("--seed", type=int, default=3)
     b.add_argument("--partitions", type=int, default=6)
+    b.add_argument("--faults", default="all=1", help="the cluster's faults (a generator spec)")
     b.add_argument("--no-predict", dest="predict", action="store_false", help="the members without the predictor")
     b.add_argument("--idle-stop-s", type=float, default=20.0, help="a member stops after this long with no input")
     b.add_argument(

@@ -60,6 +60,9 @@ MAX_WAITING = 3
 # from its checkpoint reads the shares again from the oldest (another partition that had nothing
 # at a tick may have sent its share of the next one a tick earlier)
 BEGUN_KEPT = 4
+# how long a step keeps reading the exchange for the shares its begun ticks wait for, before it
+# polls the telemetry again (the broker's liveness, new rows, a rebalance)
+SHARES_WAIT_S = 0.5
 
 
 class CohortExchange:
@@ -293,6 +296,17 @@ class _Member:
 
         found: list[Anomaly] = []
         for _ in range(2):  # what the first pass sent may complete this member's own ticks
+            for anomalies in advance(self.loops, board, send).values():
+                found += anomalies
+        # a tick begun waits for the other members' shares, due within moments: watch for them
+        # here rather than after the next telemetry poll (which may wait its whole timeout)
+        deadline = time.monotonic() + SHARES_WAIT_S
+        while any(loop.pending is not None for loop in self.loops.values()) and time.monotonic() < deadline:
+            before = self.exchange.received
+            self.dead.add(self.exchange.read(board))
+            if self.exchange.received == before:
+                time.sleep(0.002)
+                continue
             for anomalies in advance(self.loops, board, send).values():
                 found += anomalies
         judged = sum(loop.stats.ticks for loop in self.loops.values())
