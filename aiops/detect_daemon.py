@@ -301,7 +301,7 @@ class _Member:
         # a tick begun waits for the other members' shares, due within moments: watch for them
         # here rather than after the next telemetry poll (which may wait its whole timeout)
         deadline = time.monotonic() + SHARES_WAIT_S
-        while any(loop.pending is not None for loop in self.loops.values()) and time.monotonic() < deadline:
+        while self._waiting_on_others(board) and time.monotonic() < deadline:
             before = self.exchange.received
             self.dead.add(self.exchange.read(board))
             if self.exchange.received == before:
@@ -321,6 +321,17 @@ class _Member:
         self.consumer.hold_back(ahead)
         if self.state_dir is None or time.monotonic() - self.last_checkpoint >= self.checkpoint_every_s:
             self.checkpoint()
+
+    def _waiting_on_others(self, board: ShareBoard) -> bool:
+        """Whether a tick begun here waits only for shares of partitions other members hold
+        (one that waits for a partition of this member's needs its telemetry first)."""
+        for loop in self.loops.values():
+            if loop.pending is None:
+                continue
+            missing = {q for q in range(board.partitions) if not board.accounted(q, loop.pending_ns)}
+            if missing and not missing & set(self.loops):
+                return True
+        return False
 
     def _board(self) -> ShareBoard | None:
         if self.board is None:
