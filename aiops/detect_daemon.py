@@ -60,9 +60,6 @@ MAX_WAITING = 3
 # from its checkpoint reads the shares again from the oldest (another partition that had nothing
 # at a tick may have sent its share of the next one a tick earlier)
 BEGUN_KEPT = 4
-# how long a step keeps reading the exchange for the shares its begun ticks wait for, before it
-# polls the telemetry again (the broker's liveness, new rows, a rebalance)
-SHARES_WAIT_S = 0.5
 
 
 class CohortExchange:
@@ -298,22 +295,6 @@ class _Member:
         for _ in range(2):  # what the first pass sent may complete this member's own ticks
             for anomalies in advance(self.loops, board, send).values():
                 found += anomalies
-        # a tick begun waits for the other members' shares, due within moments: watch for them
-        # here rather than after the next telemetry poll (which may wait its whole timeout)
-        deadline = time.monotonic() + SHARES_WAIT_S
-        while self._waiting_on_others(board) and time.monotonic() < deadline:
-            before = self.exchange.received
-            self.dead.add(self.exchange.read(board))
-            if self.exchange.received == before:
-                time.sleep(0.002)
-                continue
-            for anomalies in advance(self.loops, board, send).values():
-                found += anomalies
-        judged = sum(loop.stats.ticks for loop in self.loops.values())
-        if judged != self.judged:
-            self.last_judged_at = time.time()
-        self.judged = judged
-        self.progress = self.exchange.received + judged
         self._say_idle(board)
         self.publish(found)
         board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
@@ -321,17 +302,6 @@ class _Member:
         self.consumer.hold_back(ahead)
         if self.state_dir is None or time.monotonic() - self.last_checkpoint >= self.checkpoint_every_s:
             self.checkpoint()
-
-    def _waiting_on_others(self, board: ShareBoard) -> bool:
-        """Whether a tick begun here waits only for shares of partitions other members hold
-        (one that waits for a partition of this member's needs its telemetry first)."""
-        for loop in self.loops.values():
-            if loop.pending is None:
-                continue
-            missing = {q for q in range(board.partitions) if not board.accounted(q, loop.pending_ns)}
-            if missing and not missing & set(self.loops):
-                return True
-        return False
 
     def _board(self) -> ShareBoard | None:
         if self.board is None:
