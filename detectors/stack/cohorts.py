@@ -107,12 +107,6 @@ class PeerRules:
             )
         return out
 
-    def process(self, m: MeasurementTick) -> list[Anomaly]:
-        """One process holding every entity: its own share is the whole cohort."""
-        summary = CohortSummary()
-        self.summarise(m, summary)
-        return self.judge(m, summary)
-
     def state_dict(self, name: str) -> State:
         p = self._persistence.get(name)
         return {f"persistence.{k}": v for k, v in p.state_dict().items()} if p is not None else {}
