@@ -204,6 +204,7 @@ def _history(
     from aiops.default_model import load_or_train_default
     from aiops.runner import Pipeline
     from detectors.predict.online import OnlinePredictor
+    from detectors.runner import DetectLoop
     from rca.graph import TopologyGraph
     from telemetry_gen.generator import GenConfig, Generation
     from telemetry_gen.workload import CHECKPOINT_S
@@ -220,6 +221,8 @@ def _history(
         executors: dict[str, Executor] = {"drain": recorder, "resume": recorder}
         config = policies(mode, args.max_nodes, args.max_fraction)
         pipeline.act_on(act_loop(config, graph, audits[mode], pipeline.page, executors, pipeline.jobs_on))
+    detect = pipeline.detect
+    assert isinstance(detect, DetectLoop)  # the pipeline detects here
     for tick in gen.ticks():
         t = tick.time_ns / 1e9
         ended = [j for j in gen.workload.jobs if j.end <= t and j.id not in told]
@@ -228,7 +231,7 @@ def _history(
             pipeline.add_events(
                 [{"time": j.end, "type": "job_end", "job": j.id, "reason": j.end_reason} for j in ended]
             )
-        pipeline.detect.analyse(t, {f.measurement: f for f in tick.frames})
+        detect.analyse(t, {f.measurement: f for f in tick.frames})
         on_tick()
     pipeline.take()
     per_node = gen.topology.gpus // max(len(node_ids), 1)

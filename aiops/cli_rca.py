@@ -25,6 +25,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--kafka", metavar="HOST:PORT", help="daemon: aiops.telemetry -> anomalies, predictions, incidents")
     p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
     p.add_argument("--topology", metavar="FILE", help="with --kafka: the cluster's topology.json")
+    p.add_argument(
+        "--from-detection",
+        action="store_true",
+        help="with --kafka: read the anomalies and predictions of `aiops detect --kafka` members (split detection) "
+        "instead of telemetry",
+    )
     p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (jobs, maintenance), JSON lines")
     p.add_argument("--group", help="with --kafka: consumer group (default aiops-run)")
     p.add_argument(
@@ -191,6 +197,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.kafka:
             if not args.topology:
                 raise CliError("with --kafka, give --topology FILE (the cluster's topology.json)")
+            if args.from_detection and actions is not None:
+                raise CliError(
+                    "--actions needs the telemetry (a drain waits for the job's checkpoint in it): "
+                    "run it without --from-detection"
+                )
             settings = _settings(args)
             kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
             events = load_events(Path(args.events)) if args.events else []
@@ -215,6 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 schedule_sink=writer.add_schedule if writer is not None else None,
                 actions=actions,
                 action_sink=_lines_to(writer),
+                from_detection=args.from_detection,
             )
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "

@@ -32,6 +32,7 @@ from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoi
 from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
 from detectors.predict.online import OnlinePredictor
+from detectors.progress import idle_record, judged_record
 from detectors.runner import DetectLoop, DetectStats, apply_events
 from detectors.split import advance
 from detectors.stack import DriftFactory, default_drift
@@ -60,6 +61,7 @@ MAX_WAITING = 3
 # from its checkpoint reads the shares again from the oldest (another partition that had nothing
 # at a tick may have sent its share of the next one a tick earlier)
 BEGUN_KEPT = 4
+IDLE_REPEAT_S = 30.0  # how often a partition with nothing to judge says so again
 
 
 class CohortExchange:
@@ -138,6 +140,7 @@ class _Member:
             settings.predictions_topic,
             settings.deadletter_topic,
             settings.cohorts_topic,
+            settings.progress_topic,
         ]
         self.born = open_topics(settings.bootstrap, [self.topic, *self.outputs], should_stop)
         self.producer = until_reachable(
@@ -152,6 +155,7 @@ class _Member:
         self.begun_at: dict[int, deque[dict[int, int]]] = {}  # per loop: the exchange as its last ticks began
         self.heard: dict[int, float] = {}  # per loop: when its partition last delivered (monotonic)
         self.idle_said: set[int] = set()
+        self.idle_said_at: dict[int, float] = {}  # when it was last said on the progress topic
         # partitions whose held ticks were let go (their input quiet): nothing more is coming
         self.finished: set[int] = set()
         self.progress = 0  # shares read and ticks judged: what a drain watches
@@ -292,11 +296,12 @@ class _Member:
             self.exchange.send(partition, tick_ns, share)
 
         found: list[Anomaly] = []
+        judged: list[tuple[int, int]] = []
         for _ in range(2):  # what the first pass sent may complete this member's own ticks
-            for anomalies in advance(self.loops, board, send).values():
+            for anomalies in advance(self.loops, board, send, judged).values():
                 found += anomalies
+        self.publish(found, judged)
         self._say_idle(board)
-        self.publish(found)
         board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
         ahead = {(self.topic, p) for p, loop in self.loops.items() if len(loop.waiting) > MAX_WAITING}
         self.consumer.hold_back(ahead)
@@ -323,9 +328,17 @@ class _Member:
             if p in self.finished or now - self.heard.get(p, now) >= quiet_s:
                 board.say_idle(p)
                 self.exchange.say_idle(p)
+                self._progress(p, idle_record(p))
                 self.idle_said.add(p)
+                self.idle_said_at[p] = now
+        for p in self.idle_said & set(self.loops):  # said again: a root-cause daemon started since
+            if now - self.idle_said_at.get(p, now) >= IDLE_REPEAT_S:  # without a checkpoint must hear it
+                self._progress(p, idle_record(p))
+                self.idle_said_at[p] = now
 
-    def publish(self, anomalies: list[Anomaly]) -> None:
+    def publish(self, anomalies: list[Anomaly], judged: list[tuple[int, int]]) -> None:
+        """Findings out, then, once the broker has them, which ticks they complete: the
+        root-cause daemon takes a tick whole once every partition said it was judged."""
         topic = self.settings.anomalies_topic
         for a in anomalies:
             self.producer.send_raw(topic, a.to_json(), key=a.entity.encode())
@@ -336,6 +349,11 @@ class _Member:
                 )
             loop.predictions.clear()
         self.producer.flush(should_stop=self.should_stop)
+        for partition, tick_ns in judged:
+            self._progress(partition, judged_record(partition, tick_ns))
+
+    def _progress(self, partition: int, record: bytes) -> None:
+        self.producer.send_raw(self.settings.progress_topic, record, key=str(partition).encode())
 
     def checkpoint(self) -> None:
         """Each partition whose loop has nothing begun: its state with its offsets, then those

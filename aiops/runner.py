@@ -33,7 +33,8 @@ from context.watch import TopologyFile
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.predict.online import OnlinePredictor
-from detectors.runner import DetectLoop, apply_events, read_chunks, read_events
+from detectors.progress import FindingsLoop
+from detectors.runner import DetectLoop, read_chunks, read_events
 from ingest.deadletter import DeadLetter, Source
 from notify.service import Notifier, topology_locate
 from rca.graph import GraphError, TopologyGraph
@@ -81,16 +82,22 @@ class Pipeline:
         predictor: OnlinePredictor | None = None,
         lateness_s: float = 0.0,
         detector_settings: DetectorSettings | None = None,
+        findings: FindingsLoop | None = None,
     ) -> None:
+        """`findings`: detection runs elsewhere (split across members); the engine reads their
+        anomalies and predictions through it instead of detecting here."""
         # the graph is a million long-lived objects: keep the cyclic collector from walking
         # them on every full pass (which would land on a burst tick)
         gc.collect()
         gc.freeze()
-        self.detect = DetectLoop(interval_s, predictor=predictor, settings=detector_settings, lateness_s=lateness_s)
+        self.interval_s = interval_s
+        self.detect: DetectLoop | FindingsLoop = findings or DetectLoop(
+            interval_s, predictor=predictor, settings=detector_settings, lateness_s=lateness_s
+        )
         self.schedule = Schedule.from_events(events or [])
         self.engine = IncidentEngine(graph, self.schedule)
         self._events = events or []
-        apply_events(self.detect, self._events)
+        self.detect.add_events(self._events)
         # where the live scheduler events topic has been read to: partition -> next offset
         self.events_offsets: dict[int, int] = {}
         # (incident id, its state as JSON) per change since the caller last took them: taken as
@@ -118,7 +125,7 @@ class Pipeline:
             "detect": self.detect,
             "engine": self.engine,
             "ticks": (self.first_tick, self.last_tick),
-            "interval_s": self.detect.stack.interval,
+            "interval_s": self.interval_s,
             "router": self.notifier.state() if self.notifier is not None else None,
             "topology": self.topology_digest,  # which topology file it was taken with
             "schedule": self.schedule,  # what the scheduler said, up to events_offsets
@@ -134,9 +141,11 @@ class Pipeline:
 
     def restore(self, state: dict[str, Any]) -> None:
         """Carry on from a checkpoint, under this start's topology, events and predictor."""
-        if state.get("interval_s") != self.detect.stack.interval:
+        if state.get("interval_s") != self.interval_s:
             raise ValueError(f"the checkpoint was taken at a scrape interval of {state.get('interval_s')} s")
-        detect: DetectLoop = state["detect"]
+        detect: DetectLoop | FindingsLoop = state["detect"]
+        if type(detect) is not type(self.detect):
+            raise ValueError("the checkpoint was taken with detection in the other place (in the daemon or apart)")
         engine: IncidentEngine = state["engine"]
         schedule: Schedule | None = state.get("schedule")
         if schedule is not None:  # what the live events said before the checkpoint, and the file's
@@ -145,7 +154,7 @@ class Pipeline:
             self.schedule = schedule
         self.events_offsets = dict(state.get("events_offsets") or {})
         engine.attach(self.engine.graph, self.schedule)
-        apply_events(detect, self._events)
+        detect.add_events(self._events)
         given = self.detect.predictor
         if given is None or detect.predictor is None:
             detect.predictor = given  # prediction switched off, or on for the first time
@@ -253,6 +262,7 @@ class Pipeline:
         self.detect.notices.append(Notice(self.last_tick, "action", subject or "actions", "page", message, {}))
 
     def feed(self, data: bytes) -> tuple[list[Anomaly], list[DeadLetter]]:
+        assert isinstance(self.detect, DetectLoop), "telemetry goes to a pipeline that detects"
         return self.detect.feed(data)
 
     def feed_polled(
@@ -295,7 +305,9 @@ class Pipeline:
         detect = self.detect.stats
         stats.ticks, stats.values, stats.deadletters = detect.ticks, detect.values, detect.deadletters
         stats.late_rows, stats.job_tag_mismatches = detect.late_rows, detect.job_tag_mismatches
-        stats.interval_s = self.detect.stack.interval
+        stats.interval_s = self.interval_s
+        if isinstance(self.detect, FindingsLoop):  # found by the detection members, analysed here
+            stats.anomalies = self.detect.stats.anomalies
         stats.first_tick, stats.last_tick = self.first_tick, self.last_tick
         if self.detect.predictor is not None and self.first_tick is not None:
             stats.predictions_from = self.first_tick + self.detect.predictor.warmup_s
@@ -455,8 +467,12 @@ def run_kafka(
     schedule_sink: ScheduleSink | None = None,
     actions: ActConfig | None = None,
     action_sink: Callable[[str], None] | None = None,
+    from_detection: bool = False,
 ) -> RunStats:
     """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
+    `from_detection`: the detection runs in the members of `aiops detect --kafka` (split across
+    them); this daemon reads their anomalies, predictions and progress instead of telemetry, and
+    hands the engine each tick once every telemetry partition has been judged through it.
     With `api`, it serves the HTTP API (aiops.api) while it runs; `health_sink` gets its own
     metrics (values, ticks, lag, tick delay) every `health_every_s` and on stopping.
     With `state_dir`, it checkpoints its state with the offsets it belongs to every
@@ -472,14 +488,16 @@ def run_kafka(
         until_reachable,
     )
 
-    topics = [
-        settings.telemetry_topic,
-        settings.anomalies_topic,
-        settings.predictions_topic,
-        settings.incidents_topic,
-        settings.notices_topic,
-        settings.deadletter_topic,
-    ]
+    findings_topics = [settings.anomalies_topic, settings.predictions_topic, settings.progress_topic]
+    inputs = findings_topics if from_detection else [settings.telemetry_topic]
+    outputs = [settings.incidents_topic, settings.notices_topic, settings.deadletter_topic]
+    if not from_detection:
+        outputs[:0] = [settings.anomalies_topic, settings.predictions_topic]
+    topics = [settings.telemetry_topic, *(inputs if from_detection else []), *outputs]
+    if from_detection and actions is not None:
+        # a drain waits for the job's checkpoint in its GPUs' utilisation, which only the
+        # detection members see
+        raise ValueError("acting needs the telemetry: run it in the daemon that detects (without --from-detection)")
     metrics = DaemonMetrics()
     acting_holder: list[ActLoop] = []  # the acting loop, once made (the API may be up before it)
     index: IncidentIndex | None = None
@@ -582,8 +600,17 @@ def run_kafka(
         if approvals is not None and audit is None:
             approvals.audit = acting.audit  # in memory: the API reads the loop's own log
 
+    telemetry_partitions = 0
+    if from_detection:  # how many partitions the detection members judge: each tick waits for all
+        telemetry_partitions = guarded(lambda: until_reachable(lambda: _partitions(settings), stopping))
+    fence: list[tuple[int, dict[tuple[str, int], int]]] = []  # (tick ms, findings' ends when it was complete)
+
     def fresh() -> Pipeline:
-        pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings)
+        findings = None
+        if from_detection:
+            findings = FindingsLoop(interval_s, telemetry_partitions, *findings_topics)
+        fence.clear()
+        pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings, findings)
         pipeline.topology_digest = watched.digest
         pipeline.notifier = notifier
         pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
@@ -594,7 +621,6 @@ def run_kafka(
         return pipeline
 
     pipeline = fresh()
-    outputs = topics[1:]
     store = CheckpointStore(state_dir, f"run-{settings.run_group}") if state_dir is not None else None
     producer = guarded(
         lambda: until_reachable(lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-run"), stopping)
@@ -642,7 +668,7 @@ def run_kafka(
     consumer = guarded(
         lambda: until_reachable(
             lambda: TelemetryConsumer(
-                settings, group=settings.run_group, on_revoked=revoked, on_assigned=assigned, one_active=True
+                settings, inputs, settings.run_group, on_revoked=revoked, on_assigned=assigned, one_active=True
             ),
             stopping,
         )
@@ -692,9 +718,29 @@ def run_kafka(
     def let_go() -> None:
         """The input went quiet for a tick's lateness: the ticks held for late rows get
         nothing more (a collector that stopped, the end of a replay); analyse them now, as
-        the offline run does at the end, and commit. Rows that come later are late."""
-        publish(pipeline.finish())
+        the offline run does at the end, and commit. Rows that come later are late. (Fed by
+        the detection members, quiet says nothing: their progress says when a tick is whole.)"""
+        if not from_detection:
+            publish(pipeline.finish())
         checkpoint()
+
+    def release_findings() -> None:
+        """Fed by the detection members: a tick every telemetry partition has been judged
+        through goes to the engine once this member has read the findings topics as far as
+        they went when it heard so (each member's progress record follows its findings on the
+        broker, but a poll may bring it before them)."""
+        findings = pipeline.detect
+        if not isinstance(findings, FindingsLoop):
+            return
+        if fence and consumer.reached(fence[0][1]):
+            findings.release(fence.pop()[0])
+            publish([])
+        ready = findings.ready_through()
+        if not fence and ready is not None:
+            try:
+                fence.append((ready, consumer.ends_of({settings.anomalies_topic, settings.predictions_topic})))
+            except KafkaIOError as exc:  # the broker away: asked again after the next poll
+                log.warning("%s", exc)
 
     def reload_topology() -> None:
         """The topology file changed: validated, then taken; a bad one is refused and the old stays."""
@@ -738,6 +784,7 @@ def run_kafka(
         metrics.took(pipeline.detect.stats.values - values_before)
         dead.add(letters)
         publish(anomalies)
+        release_findings()
         dead.flush(stopping)
         # with a state directory, offsets are committed only with the state they belong to:
         # committed ahead of the checkpoint, a restart would carry on from there with
@@ -752,7 +799,10 @@ def run_kafka(
         report_health(force=True)
 
     try:
-        serve(consumer, stopping, on_batch, let_go, at_end, idle_stop_s, lateness_s)
+        serve(
+            consumer, stopping, on_batch, let_go, at_end, idle_stop_s, lateness_s,
+            on_quiet=release_findings if from_detection else None,
+        )  # fmt: skip
     except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
         log.warning("%s", exc)
     finally:
@@ -761,6 +811,17 @@ def run_kafka(
         feed.close()
         stop_api()
     return pipeline.finish_stats(stats, time.monotonic() - started)
+
+
+def _partitions(settings: KafkaSettings) -> int:
+    """How many partitions the telemetry topic has."""
+    from ingest.kafka_io import TopicReader
+
+    reader = TopicReader(settings.bootstrap, settings.telemetry_topic, client_id="aiops-run")
+    try:
+        return len(reader.ends())
+    finally:
+        reader.close()
 
 
 def _load(pipeline: Pipeline, store: CheckpointStore | None, born: Incarnation) -> Checkpoint | None:

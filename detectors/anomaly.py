@@ -8,6 +8,14 @@ import math
 from dataclasses import asdict, dataclass, field
 
 
+def wire_number(v: float | None) -> float | None:
+    """A number as the anomalies topic carries it: six decimals, None if not finite (JSON has no
+    NaN). Whatever quotes an anomaly's numbers says them so, read from the topic or not."""
+    if isinstance(v, float):
+        return round(v, 6) if math.isfinite(v) else None
+    return v
+
+
 @dataclass(frozen=True, slots=True)
 class Anomaly:
     at: float  # event time, seconds
@@ -23,11 +31,7 @@ class Anomaly:
     def to_json(self) -> bytes:
         body = asdict(self)
         for key in ("score", "value", "expected"):
-            v = body[key]
-            if isinstance(v, float) and not math.isfinite(v):
-                body[key] = None
-            elif isinstance(v, float):
-                body[key] = round(v, 6)
+            body[key] = wire_number(body[key])
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @staticmethod

@@ -14,9 +14,12 @@ from detectors.stack.summary import CohortSummary, ShareBoard
 ShareSink = Callable[[int, int, CohortSummary], None]  # (partition, tick ns, share)
 
 
-def advance(loops: Mapping[int, DetectLoop], board: ShareBoard, send: ShareSink) -> dict[int, list[Anomaly]]:
+def advance(
+    loops: Mapping[int, DetectLoop], board: ShareBoard, send: ShareSink, judged: list[tuple[int, int]] | None = None
+) -> dict[int, list[Anomaly]]:
     """Begin and judge all that can be now, partition by partition; returns what each found
-    (its predictions stay on its loop, as in one process). A share is sent as its tick begins."""
+    (its predictions stay on its loop, as in one process). A share is sent as its tick begins;
+    `judged` gets (partition, tick ns) of each tick judged, in order."""
     found: dict[int, list[Anomaly]] = {}
     progress = True
     while progress:
@@ -31,7 +34,10 @@ def advance(loops: Mapping[int, DetectLoop], board: ShareBoard, send: ShareSink)
                 send(partition, loop.pending_ns, work.summary)
             merged = board.merged(loop.pending_ns)
             if merged is not None:
+                tick_ns = loop.pending_ns
                 found.setdefault(partition, []).extend(loop.complete_pending(merged))
+                if judged is not None:
+                    judged.append((partition, tick_ns))
                 progress = True
     return found
 

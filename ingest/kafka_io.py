@@ -310,7 +310,7 @@ class TelemetryConsumer:
     def __init__(
         self,
         settings: KafkaSettings,
-        topic: str | None = None,
+        topic: str | Sequence[str] | None = None,
         group: str | None = None,
         on_revoked: Callable[[set[Partition]], None] | None = None,
         start_at: Mapping[Partition, int] | None = None,
@@ -318,13 +318,15 @@ class TelemetryConsumer:
         one_active: bool = False,
         sticky: bool = False,
     ) -> None:
-        """`start_at`: where to read from on the first assignment (a checkpoint's offsets), instead
+        """`topic`: what it reads (default the telemetry), or several topics (the root-cause
+        daemon reads the findings of split detection). `start_at`: where to read from on the
+        first assignment (a checkpoint's offsets), instead
         of the group's committed offsets. `on_assigned`: called with partitions this member gets,
         returns where to read them from (a checkpoint loaded then). `one_active`: all partitions
         to one member of the group, the others stand by (OneActiveAssignor). `sticky`: a
         rebalance moves as few partitions as it can (each move costs its new owner a checkpoint
         load), Kafka's StickyPartitionAssignor."""
-        self._topic = topic or settings.telemetry_topic
+        self._topics = [topic or settings.telemetry_topic] if isinstance(topic, str | None) else list(topic)
         self._group = group or settings.ingest_group
         self._settings = settings
         self._timeout_ms = settings.poll_timeout_ms
@@ -379,7 +381,7 @@ class TelemetryConsumer:
                 **({"partition_assignment_strategy": [self._assignor]} if self._assignor else {}),
                 **({"partition_assignment_strategy": [StickyPartitionAssignor()]} if self._sticky else {}),
             )
-            consumer.subscribe([self._topic], listener=_Rebalance(self))
+            consumer.subscribe(self._topics, listener=_Rebalance(self))
             return consumer
         except KafkaError as exc:
             raise KafkaIOError(f"cannot reach Kafka at {self._settings.bootstrap}: {exc}") from exc
@@ -483,6 +485,26 @@ class TelemetryConsumer:
             return self._consumer.position(tp, timeout_ms=1000)  # type: ignore[no-any-return]
         except KafkaError:
             return None
+
+    def ends_of(self, topics: AbstractSet[str]) -> dict[Partition, int]:
+        """The end offsets, now, of the partitions of `topics` this member holds (a request)."""
+        held = [tp for tp in self._consumer.assignment() if tp.topic in topics]
+        try:
+            ends = self._consumer.end_offsets(held) if held else {}
+        except KafkaError as exc:
+            raise KafkaIOError(f"cannot read the ends of {sorted(topics)}: {exc}") from exc
+        return {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+
+    def reached(self, ends: Mapping[Partition, int]) -> bool:
+        """Whether this member has taken everything before `ends` in each of those partitions it
+        still holds."""
+        held = {(tp.topic, tp.partition): tp for tp in self._consumer.assignment()}
+        for p, end in ends.items():
+            if p in held:
+                taken = self._taken(held[p])
+                if taken is None or taken < end:
+                    return False
+        return True
 
     def hold_back(self, partitions: AbstractSet[Partition]) -> None:
         """Fetch nothing more from these partitions until they are no longer named (they ran far

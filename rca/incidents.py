@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.anomaly import Anomaly, Prediction
+from detectors.anomaly import Anomaly, Prediction, wire_number
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, gpu_kind, nic_kind, symptom_of
@@ -168,7 +168,7 @@ class IncidentEngine:
     def process(self, t: float, anomalies: Iterable[Anomaly], predictions: Iterable[Prediction] = ()) -> list[Incident]:
         """Everything detected at event time t; returns the incidents that changed."""
         changed: dict[str, Incident] = {}
-        for p in predictions:
+        for p in sorted(predictions, key=lambda p: (p.entity, p.kind, p.horizon_s)):  # as anomalies below
             if p.entity not in self.graph:
                 self._outside(p.entity)
                 continue
@@ -313,7 +313,14 @@ class IncidentEngine:
         incident.evidence_count += 1
         if len(incident.evidence) < MAX_EVIDENCE:
             incident.evidence.append(
-                {"at": a.at, "entity": a.entity, "metric": a.metric, "detector": a.detector, "value": a.value}
+                # the value as the anomalies topic says it: read from there, the same incident
+                {
+                    "at": a.at,
+                    "entity": a.entity,
+                    "metric": a.metric,
+                    "detector": a.detector,
+                    "value": wire_number(a.value),
+                }
             )
         incident.last_evidence = t
         # a new entity is news; more of the same is reported now and then, so the last state

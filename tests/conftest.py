@@ -57,6 +57,7 @@ def kafka_settings(services: Settings) -> KafkaSettings:
             "notices_topic": f"test.notices.{suffix}",
             "events_topic": f"test.events.{suffix}",
             "cohorts_topic": f"test.cohorts.{suffix}",
+            "progress_topic": f"test.progress.{suffix}",
             "ingest_group": f"test-ingest-{suffix}",
             "poll_timeout_ms": 200,
         }

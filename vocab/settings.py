@@ -28,6 +28,9 @@ class KafkaSettings(BaseModel):
     events_topic: str = "aiops.events"  # the scheduler's events (aiops scheduler follow), keyed by job
     # split detection's members exchange each tick's cohort summaries here (aiops.detect_daemon)
     cohorts_topic: str = "aiops.cohorts"
+    # and say, per telemetry partition, which tick they judged: what the root-cause daemon fed by
+    # them (aiops run --from-detection) waits for before a tick goes to the engine
+    progress_topic: str = "aiops.progress"
     ingest_group: str = "aiops-ingest"
     detect_group: str = "aiops-detect"
     run_group: str = "aiops-run"

@@ -11,14 +11,18 @@ import numpy as np
 import pytest
 from kafka.partitioner.default import murmur2
 
+from aiops.runner import Pipeline
 from detectors.anomaly import Anomaly
 from detectors.predict.features import FEATURES
 from detectors.predict.online import OnlinePredictor
+from detectors.progress import FindingsLoop, idle_record, judged_record
 from detectors.runner import DetectLoop, apply_events
 from detectors.split import advance
 from detectors.stack.summary import CohortSummary, ShareBoard
+from ingest.deadletter import Source
 from ingest.kafka_io import messages_from_lines
 from ingest.lineprotocol import lines_to_bytes
+from rca.graph import TopologyGraph
 from telemetry_gen.generator import GenConfig, Generation
 
 
@@ -64,7 +68,7 @@ def _keyed(items: list[Anomaly]) -> Counter[bytes]:
 
 
 @pytest.fixture(scope="module")
-def fleet() -> tuple[bytes, list[dict[str, object]]]:
+def generation() -> Generation:
     # a fleet with its everyday noise and faults that the comparisons across partitions find: a
     # GPU slower than its job's others, a switch congested beside its role, a rack's cooling, a
     # port trained below the fabric's common width
@@ -78,7 +82,18 @@ def fleet() -> tuple[bytes, list[dict[str, object]]]:
             faults="gpu_straggler=2,gpu_thermal=1,pfc_storm=1,spine_congestion=1,rack_cooling=1,ib_link_degraded=1",
         )
     )
+    return gen
+
+
+@pytest.fixture(scope="module")
+def fleet(generation: Generation) -> tuple[bytes, list[dict[str, object]]]:
+    gen = generation
     return b"".join(lines_to_bytes(e.lines) for tick in gen.ticks() for e in gen.lines(tick)), gen.events()
+
+
+@pytest.fixture(scope="module")
+def graph(generation: Generation) -> TopologyGraph:
+    return TopologyGraph.from_json(generation.topology.to_json())
 
 
 @pytest.mark.parametrize("partitions", [3, 6])
@@ -139,3 +154,95 @@ def test_a_share_survives_the_wire_and_a_damaged_one_is_refused() -> None:
         CohortSummary.from_bytes(share.to_bytes()[:-3])
     with pytest.raises(ValueError, match="not a cohort summary"):
         CohortSummary.from_bytes(b"\x00\x00\x00\x05{bad}")
+
+
+def test_the_engine_fed_by_split_detection_opens_one_processs_incidents(
+    fleet: tuple[bytes, list[dict[str, object]]], graph: TopologyGraph
+) -> None:
+    """The root-cause daemon's side (`aiops run --from-detection`): the members' anomalies and
+    predictions come through topics in whatever order partitions interleave them, each
+    partition's progress after its findings; a tick goes to the engine once every partition has
+    been judged through it. The incidents are the ones a single pipeline opens."""
+    data, events = fleet
+    whole = Pipeline(graph, 30.0, events)
+    whole.feed(data)
+    whole.finish()
+    expected = whole.incidents
+    assert len({i for i, _ in expected}) >= 3
+
+    partitions = 4
+    findings = FindingsLoop(30.0, partitions, "a", "p", "progress")
+    engine_side = Pipeline(graph, 30.0, events, findings=findings)
+    offsets: Counter[str] = Counter()
+    sent: list[tuple[Source, int, bytes]] = []
+
+    def out(topic: str, value: bytes) -> None:
+        sent.append((Source(topic, 0, offsets[topic]), 0, value))
+        offsets[topic] += 1
+
+    def release() -> None:
+        findings.feed_polled(sent[::-1])  # a poll may bring anything first: progress before findings
+        sent.clear()
+        ready = findings.ready_through()
+        if ready is not None:
+            findings.release(ready)
+
+    shares = by_partition(data, partitions)
+    board = ShareBoard(partitions)
+    loops = {p: DetectLoop(30.0) for p in shares}
+    for loop in loops.values():
+        apply_events(loop, events)
+        loop.split = True
+    todo = {p: list(messages) for p, messages in shares.items()}
+
+    def step() -> None:
+        judged: list[tuple[int, int]] = []
+        for anomalies in advance(loops, board, lambda *_: None, judged).values():
+            for a in anomalies:
+                out("a", a.to_json())
+        for p, tick_ns in judged:
+            out("progress", judged_record(p, tick_ns))
+        release()
+
+    while any(todo.values()):
+        for p in sorted(todo):
+            loops[p].feed(b"".join(todo[p][:40]))
+            del todo[p][:40]
+        step()
+    for loop in loops.values():
+        loop.finish()
+    while not all(loop.quiescent for loop in loops.values()):
+        step()
+        for p, loop in loops.items():
+            if loop.quiescent:
+                board.say_idle(p)
+    for p in loops:
+        out("progress", idle_record(p))
+    release()
+    assert findings.ticks == {} and findings.late_findings == 0  # every tick analysed, whole
+    assert engine_side.incidents == expected
+
+
+def test_a_tick_goes_to_the_engine_once_every_partition_judged_it_or_went_idle() -> None:
+    findings = FindingsLoop(30.0, 2, "a", "p", "progress")
+    seen: list[tuple[float, int]] = []
+    findings.tick_listener = lambda t, anomalies, _: seen.append((t, len(anomalies)))
+    anomaly = Anomaly(60.0, "gpu-1", "temp", "rule:x", 1.0, 90.0, 80.0)
+    marks = [judged_record(0, 30 * 10**9), judged_record(0, 60 * 10**9), anomaly.to_json(), b"{not json"]
+    topics = ["progress", "progress", "a", "a"]
+    _, letters = findings.feed_polled(
+        [(Source(t, 0, n), 0, v) for n, (t, v) in enumerate(zip(topics, marks, strict=True))]
+    )
+    assert [letter.stage for letter in letters] == ["findings"]  # the bad record, with its reason
+    assert findings.ready_through() is None  # partition 1 has said nothing
+    findings.feed_polled([(Source("progress", 1, 0), 0, judged_record(1, 30 * 10**9))])
+    assert findings.ready_through() == 30_000
+    findings.release(30_000)
+    assert seen == [(30.0, 0)]
+    findings.feed_polled([(Source("progress", 1, 1), 0, idle_record(1))])
+    findings.release(findings.ready_through() or 0)
+    assert seen == [(30.0, 0), (60.0, 1)]
+    assert findings.held.first_held() == {}  # everything analysed: all of it may be committed
+    late = Anomaly(30.0, "gpu-2", "temp", "rule:x", 1.0, 90.0, 80.0)
+    findings.feed_polled([(Source("a", 0, 9), 0, late.to_json())])
+    assert findings.late_findings == 1 and findings.ticks == {}
