@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiops import cli_dashboards, cli_rca, cli_report, cli_scheduler, cli_topology
+from aiops.cli_daemon import add_daemon_options
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 
 if TYPE_CHECKING:
@@ -256,21 +257,20 @@ def cmd_detect(args: argparse.Namespace) -> int:
     predictor = load_predictor(args)
     if args.kafka:
         events = load_events(Path(args.events)) if args.events else []
+        kafka = settings.kafka.model_copy(update={"detect_group": args.group}) if args.group else settings.kafka
         stats = detect_kafka(
-            settings.kafka,
+            kafka,
             interval,
             stop_on_signals(),
             events,
             idle_stop_s=args.stop_when_idle,
+            lateness_s=args.lateness if args.lateness is not None else settings.tick_lateness_s,
             predictor=predictor,
             detector_settings=settings.detectors,
             state_dir=Path(args.state_dir) if args.state_dir else settings.state_dir,
             checkpoint_every_s=settings.checkpoint_every_s,
         )
-        print(
-            f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> "
-            f"{settings.kafka.anomalies_topic}"
-        )
+        print(f"{stats.ticks} ticks, {stats.values:,} values, {stats.anomalies} anomalies -> {kafka.anomalies_topic}")
         if args.stats:
             Path(args.stats).write_text(json.dumps(dataclasses.asdict(stats)) + "\n")
         return 0
@@ -567,23 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", metavar="DIR", help="folder with telemetry.lp (and events.jsonl)")
     p.add_argument("--out", metavar="DIR", help="where anomalies.jsonl and deadletters.jsonl go")
     p.add_argument("--eval", action="store_true", help="score against DIR/truth.jsonl afterwards")
-    p.add_argument("--kafka", metavar="HOST:PORT", help="daemon: aiops.telemetry -> aiops.anomalies")
-    p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
-    p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (maintenance) as JSON lines")
-    p.add_argument("--stop-when-idle", type=float, metavar="SECONDS")
-    p.add_argument(
-        "--state-dir",
-        metavar="DIR",
-        help="with --kafka: where checkpoints go (default AIOPS_STATE_DIR, else ~/.local/state/aiops)",
-    )
-    p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
-    p.add_argument("--no-predict", action="store_true", help="detect only, no failure prediction")
-    p.add_argument(
-        "--interval",
-        type=float,
-        metavar="SECONDS",
-        help="the collectors' scrape interval (default: the folder's meta.json, or AIOPS_SCRAPE_INTERVAL_S)",
-    )
+    add_daemon_options(p, "aiops.telemetry -> aiops.anomalies, aiops.predictions (a member of the group)")
     p.add_argument("--stats", metavar="FILE", help="with --kafka: what the member counted, as JSON, when it stops")
     p.set_defaults(handler=cmd_detect)
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aiops.cli_daemon import add_daemon_options
+
 if TYPE_CHECKING:
     from aiops.daemon_metrics import DaemonMetrics
     from aiops.runner import HealthSink
@@ -22,8 +24,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("run", help="the whole pipeline: anomalies, predictions and incidents (folder or Kafka)")
     p.add_argument("--input", metavar="DIR", help="folder with topology.json, telemetry.lp, events.jsonl")
     p.add_argument("--out", metavar="DIR", help="where incidents.jsonl, anomalies.jsonl, predictions.jsonl go")
-    p.add_argument("--kafka", metavar="HOST:PORT", help="daemon: aiops.telemetry -> anomalies, predictions, incidents")
-    p.add_argument("--topic", help="telemetry topic (default aiops.telemetry)")
+    add_daemon_options(p, "aiops.telemetry (or, --from-detection, the detectors' findings) -> incidents")
     p.add_argument("--topology", metavar="FILE", help="with --kafka: the cluster's topology.json")
     p.add_argument(
         "--from-detection",
@@ -31,28 +32,6 @@ def add_parsers(sub: Any) -> None:
         help="with --kafka: read the anomalies and predictions of `aiops detect --kafka` members (split detection) "
         "instead of telemetry",
     )
-    p.add_argument("--events", metavar="FILE", help="with --kafka: scheduler events (jobs, maintenance), JSON lines")
-    p.add_argument("--group", help="with --kafka: consumer group (default aiops-run)")
-    p.add_argument(
-        "--interval",
-        type=float,
-        metavar="SECONDS",
-        help="the collectors' scrape interval (default: the folder's meta.json, or AIOPS_SCRAPE_INTERVAL_S)",
-    )
-    p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
-    p.add_argument(
-        "--state-dir",
-        metavar="DIR",
-        help="with --kafka: where checkpoints go (default AIOPS_STATE_DIR, else ~/.local/state/aiops)",
-    )
-    p.add_argument(
-        "--lateness",
-        type=float,
-        metavar="SECONDS",
-        help="with --kafka: how long a tick waits for late samples (default AIOPS_TICK_LATENESS_S, 60)",
-    )
-    p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
-    p.add_argument("--no-predict", action="store_true", help="no failure prediction")
     p.add_argument("--influx", metavar="URL", help="also write incident states to InfluxDB (for Grafana)")
     p.add_argument("--database", help="with --influx: database (default aiops)")
     p.add_argument(

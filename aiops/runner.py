@@ -418,13 +418,7 @@ def run_folder(
             predictions, incidents = pipeline.take()
             predictions_out.writelines(p.to_json() + b"\n" for p in predictions)
             incidents_out.writelines(state + b"\n" for _, state in incidents)
-            if incident_sink is not None:
-                incident_sink([state for _, state in incidents])
-            if finding_sink is not None:
-                finding_sink(anomalies, predictions, where)
-            stats.anomalies += len(anomalies)
-            stats.predictions += len(predictions)
-            stats.incidents += len(incidents)
+            _to_sinks(stats, anomalies, predictions, incidents, incident_sink, finding_sink, where)
 
         dead_out.writelines(d.to_json() + b"\n" for d in bad_events)
         stats.bad_events = len(bad_events)
@@ -707,13 +701,7 @@ def run_kafka(
         for incident_id, state in incidents:  # keyed by incident: its history stays in order
             producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
         producer.flush(should_stop=stopping)
-        if incident_sink is not None:
-            incident_sink([state for _, state in incidents])
-        if finding_sink is not None:
-            finding_sink(anomalies, predictions, where)
-        stats.anomalies += len(anomalies)
-        stats.predictions += len(predictions)
-        stats.incidents += len(incidents)
+        _to_sinks(stats, anomalies, predictions, incidents, incident_sink, finding_sink, where)
 
     def let_go() -> None:
         """The input went quiet for a tick's lateness: the ticks held for late rows get
@@ -811,6 +799,25 @@ def run_kafka(
         feed.close()
         stop_api()
     return pipeline.finish_stats(stats, time.monotonic() - started)
+
+
+def _to_sinks(
+    stats: RunStats,
+    anomalies: list[Anomaly],
+    predictions: list[Prediction],
+    incidents: list[tuple[str, bytes]],
+    incident_sink: IncidentSink | None,
+    finding_sink: FindingSink | None,
+    where: Callable[[str], dict[str, str]],
+) -> None:
+    """What a batch published, to the sinks that were given (InfluxDB), and counted."""
+    if incident_sink is not None:
+        incident_sink([state for _, state in incidents])
+    if finding_sink is not None:
+        finding_sink(anomalies, predictions, where)
+    stats.anomalies += len(anomalies)
+    stats.predictions += len(predictions)
+    stats.incidents += len(incidents)
 
 
 def _partitions(settings: KafkaSettings) -> int:

@@ -3,7 +3,10 @@ one member starts, a second and a third join mid-stream (the group rebalances, p
 with their checkpoints), the second is SIGKILLed (its partitions go to the others, who load their
 checkpoints and skip what it had published). The anomalies topic then equals the offline
 detection of the same data, anomaly for anomaly: none lost, none twice, none changed by a
-comparison that saw only part of a cohort, none invented by a relearning detector."""
+comparison that saw only part of a cohort, none invented by a relearning detector. Meanwhile the
+root-cause daemon (`aiops run --from-detection`, one active member and one standing by) reads
+their findings as they come and opens the offline run's incidents, id for id, state for state:
+each tick reached its engine whole, whichever member judged which partition of it."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
 from ingest.kafka_io import ensure_topics
 from tests.faults.daemons import jsonl, reaped, replay
@@ -36,7 +40,11 @@ def test_members_join_and_one_is_killed_and_the_anomalies_are_the_offline_ones(
     r.env = {**r.env, "AIOPS_KAFKA__DETECT_GROUP": k.ingest_group + "-detect"}
     detect = ["detect", "--kafka", k.bootstrap, "--interval", "30", "--events", str(r.recorded / "events.jsonl")]
     detect += ["--no-predict", "--state-dir", str(tmp_path / "state"), "--stop-when-idle", "15"]
+    rca = ["run", "--kafka", k.bootstrap, "--topology", str(r.recorded / "topology.json"), "--interval", "30"]
+    rca += ["--events", str(r.recorded / "events.jsonl"), "--group", k.ingest_group + "-rca", "--no-predict"]
+    rca += ["--from-detection", "--stop-when-idle", "90"]  # outlasts a rebalance after the kill (~45 s)
     with reaped() as track:
+        engines = [track(r.aiops(*rca)), track(r.aiops(*rca))]  # the second stands by
         first = track(r.aiops(*detect))
         gen = track(r.stream())  # an hour in ~72 s
         time.sleep(15)
@@ -49,9 +57,13 @@ def test_members_join_and_one_is_killed_and_the_anomalies_are_the_offline_ones(
         _, err_second = second.communicate(timeout=60)
         outs = [p.communicate(timeout=600) for p in (first, third)]
         gen.communicate(timeout=60)
-    for p, (_, err) in zip((first, third), outs, strict=True):
+        outs += [p.communicate(timeout=600) for p in engines]
+    for p, (_, err) in zip((first, third, *engines), outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     logs = err_second + "".join(err for _, err in outs)
     assert "resumes from its checkpoint" in logs  # state moved with the partitions
     streamed = Counter(json.dumps(a, sort_keys=True) for a in _consume(k, k.anomalies_topic))
     assert streamed == expected
+    incidents = by_incident(jsonl(r.offline / "incidents.jsonl"))
+    assert incident_differences(by_incident(_consume(k, k.incidents_topic)), incidents) == []
+    assert "standing by" in "".join(err for _, err in outs[2:])  # one engine active, the other ready
