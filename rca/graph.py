@@ -99,6 +99,7 @@ class TopologyGraph:
         self.node_of = lru_cache(maxsize=1 << 20)(self._node_of)
         self.cables = lru_cache(maxsize=1 << 14)(self._cables)
         self._far = self._far_ends()
+        self._nic_switch = self._nic_switches()
 
     # ------------------------------------------------------------------ loading
 
@@ -195,13 +196,26 @@ class TopologyGraph:
                     far[near] = int(parent[other]) if kinds[other] == "optic" and parent[other] >= 0 else other
         return far
 
+    def _nic_switches(self) -> dict[int, int]:
+        """NIC -> the switch its one cable lands on, from the far ends read at load: a storm over
+        a plane asks this of every NIC in it, and walking up from each costs tens of µs. A NIC
+        cabled to several ports is left to the walk."""
+        found: dict[int, list[int]] = {}
+        for port, far in self._far.items():
+            if self.kinds[far] == "nic" and self._parent[port] >= 0:
+                found.setdefault(far, []).append(int(self._parent[port]))
+        return {nic: switches[0] for nic, switches in found.items() if len(switches) == 1}
+
     def switch_of(self, entity: str) -> str | None:
         """The switch a port or NIC is cabled to (for a switch: itself)."""
-        kind = self.kind(entity)
+        i = self._i(entity)
+        kind = self.kinds[i]
         if kind in ("leaf", "spine"):
             return entity
         if kind == "port":
             return self.parent(entity)
+        if i in self._nic_switch:
+            return self.ids[self._nic_switch[i]]
         for up in self.depends_on(entity, max_depth=4):
             if self.kind(up) in ("leaf", "spine"):
                 return up

@@ -199,8 +199,9 @@ class IncidentEngine:
         self.stats.symptoms += len(fresh)
         ctx = self._context(t)
         pending: dict[Symptom, Anomaly] = {}
+        explained: dict[int, Incident | None] = {}  # per suspect list (ctx keeps each alive all tick)
         for s, a in fresh.items():
-            incident = self._explaining(s, ctx)
+            incident = self._explaining(s, ctx, explained)
             if incident is None:
                 pending[s] = a
             else:
@@ -245,12 +246,22 @@ class IncidentEngine:
             by_plane.append(planes)
         return Context(self._families, by_plane[0], by_plane[1])  # live: read within this tick only
 
-    def _explaining(self, s: Symptom, ctx: Context) -> Incident | None:
-        for entity, _ in self.ranker.suspects.of(s, ctx):
+    def _explaining(self, s: Symptom, ctx: Context, memo: dict[int, Incident | None] | None = None) -> Incident | None:
+        """The open incident of the first suspect that has one. `memo`, while no incident opens
+        or closes: answers per suspect list, which the symptoms of one plane's pause frames share
+        (a storm over a plane of 100,000 GPUs is tens of thousands of them a tick, one answer)."""
+        suspects = self.ranker.suspects.of(s, ctx)
+        if memo is not None and id(suspects) in memo:
+            return memo[id(suspects)]
+        found = None
+        for entity, _ in suspects:
             incident = self.open.get(entity)
             if incident is not None and incident.status == "open":
-                return incident
-        return None
+                found = incident
+                break
+        if memo is not None:
+            memo[id(suspects)] = found
+        return found
 
     def _absorbing(
         self, best: Candidate, rivals: list[Candidate], t: float, ctx: Context, changed: dict[str, Incident]

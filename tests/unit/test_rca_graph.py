@@ -355,3 +355,15 @@ def test_dragonfly_router_ports_belong_to_their_router() -> None:
     assert g.far_switch("leaf-g0-r0:x1") == "leaf-g0-r1"
     assert g.far_switch("leaf-g0-r1:x0") == "leaf-g0-r0"
     assert g.plane("leaf-g0-r0:x1") == g.plane("leaf-g0-r0") != -1
+
+
+@pytest.mark.parametrize("build", [build_fat_tree, build_dragonfly, build_torus])
+def test_the_switch_a_nic_is_cabled_to_is_the_one_walking_up_from_it_finds(build: Callable[[int], Topology]) -> None:
+    """NIC -> switch is read from the cables at load (a plane-wide storm asks it of every NIC);
+    it must name the switch the dependency walk names, the way it was found before."""
+    g = TopologyGraph.from_json(build(512).to_json())
+    nics = [e for e in g.ids if g.kind(e) == "nic"]
+    assert nics
+    for nic in nics:
+        walked = next((up for up in g.depends_on(nic, max_depth=4) if g.kind(up) in ("leaf", "spine")), None)
+        assert g.switch_of(nic) == walked, nic
