@@ -1,19 +1,26 @@
 """`aiops bench scale`: split detection at 10,000 and 100,000 GPUs through real Kafka, one
-member against two.
+member against two, with the root-cause daemon reading their findings.
 
 Per size, the cluster (10 s scrapes, typical realism, the published fault rate, the predictor on)
-is recorded to a folder and published whole to a fresh 6-partition topic first: the members then
-drain a backlog, so what is measured is what detection can take per second, apart from the
-generator's and the producer's CPU (which a real cluster does not spend on this machine). Then,
-each in a fresh group and reading the same topic:
-- offline: `aiops detect --input` over the folder, one process: the reference;
-- 1 member, then 2 members: `aiops detect --kafka` processes started together, stopped when idle.
+is recorded to a folder, and the references run over it offline: `aiops detect --input` (the
+anomalies and predictions) and `aiops run --input` (the incidents). Then, per number of detection
+members, each run in fresh groups and topics, with the root-cause daemon (`aiops run --kafka
+--from-detection`: one member; with two detection members, two, one standing by) beside them:
+- backlog (the default): the recording is published whole to a fresh 6-partition topic first, so
+  what is measured is what detection can take per second, apart from the generator's and the
+  producer's CPU (which a real cluster does not spend on this machine);
+- live (`--live`): `aiops gen --kafka --speed 1` publishes the same cluster as it happens, and
+  the members keep up or not: lag (how far the newest tick every partition has judged stands
+  behind the cluster's clock) sampled over the run, and each tick's delay (from its scrape to
+  the last partition's judgement, from the progress records' broker timestamps).
 
 Per run: values per second (all values over the span from the first message any member took to
 the last tick any member judged), that against real time (a cluster of this size makes
-values/interval per second), peak RSS per member, and the anomalies and predictions published
-compared with the offline run's as multisets. The machine's 2 cores are shared by the members, the
-broker and this process (which only samples); the table says how many cores there were.
+values/interval per second), peak RSS per member, the anomalies and predictions published
+compared with the offline run's as multisets, and the incidents compared with the offline run's,
+id for id and state for state. The machine's 2 cores are shared by the members, the broker, the
+root-cause daemon, the generator when live, and this process (which only samples); the table says
+how many cores there were.
 
 Prints a table and writes `scale.json` to `--out`.
 """
@@ -31,11 +38,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from aiops.bench_backlog import _jsonl, _multiset, _Process, _read
 from aiops.bench_consume import ConsumeRow, bench_consume
+from aiops.bench_soak import by_incident, incident_differences
 
 
 @dataclass
@@ -50,6 +59,11 @@ class ScaleRun:
     predictions: int = 0
     equal_to_offline: bool | None = None
     differences: str = ""
+    incidents: int = 0
+    incidents_equal: bool | None = None
+    incident_differences: list[str] = field(default_factory=list)
+    lag_s: list[tuple[float, float]] = field(default_factory=list)  # live: (seconds in, lag)
+    tick_delay_s: list[float] = field(default_factory=list)  # live: per tick
 
     @property
     def rate(self) -> float:
@@ -82,19 +96,21 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
     for gpus in args.sizes:
         folder = work / f"cluster-{gpus}"
         hours = args.ticks * args.interval / 3600
-        gen = ["gen", "--gpus", str(gpus), "--hours", f"{hours:.6f}", "--interval", str(args.interval)]
-        gen += ["--seed", str(args.seed), "--realism", "typical", "--faults", args.faults, "--out", str(folder)]
+        gen_args = ["--gpus", str(gpus), "--hours", f"{hours:.6f}", "--interval", str(args.interval)]
+        gen_args += ["--seed", str(args.seed), "--realism", "typical", "--faults", args.faults]
+        gen = ["gen", *gen_args, "--out", str(folder)]
         console.print(f"[bold]scale[/] {gpus:,} GPUs: {args.ticks} ticks at {args.interval:g} s -> {folder}")
         if _Process(gen, dict(os.environ), work / "gen.log").wait() != 0:
             raise RuntimeError(f"aiops gen failed: see {work / 'gen.log'}")
         topic = f"{run_id}.telemetry.{gpus}"
-        ensure_topics(bootstrap, [topic], partitions=args.partitions)
-        produce = ["produce", str(folder / "telemetry.lp"), "--topic", topic, "--partitions", str(args.partitions)]
-        if _Process(produce, dict(os.environ), work / "produce.log").wait() != 0:
-            raise RuntimeError(f"aiops produce failed: see {work / 'produce.log'}")
-        if args.consume:
-            consumed[gpus] = bench_consume(bootstrap, topic, args.consume)
-            print_consume(gpus, consumed[gpus], console)
+        if not args.live:  # published once, drained by each run
+            ensure_topics(bootstrap, [topic], partitions=args.partitions)
+            produce = ["produce", str(folder / "telemetry.lp"), "--topic", topic, "--partitions", str(args.partitions)]
+            if _Process(produce, dict(os.environ), work / "produce.log").wait() != 0:
+                raise RuntimeError(f"aiops produce failed: see {work / 'produce.log'}")
+            if args.consume:
+                consumed[gpus] = bench_consume(bootstrap, topic, args.consume)
+                print_consume(gpus, consumed[gpus], console)
 
         offline = work / f"offline-{gpus}"
         reference = ScaleRun(gpus, 0, args.ticks)
@@ -109,6 +125,12 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
         reference.peak_rss_mb = [p.peak_mb]
         anomalies, predictions = _jsonl(offline / "anomalies.jsonl"), _jsonl(offline / "predictions.jsonl")
         reference.anomalies, reference.predictions = len(anomalies), len(predictions)
+        offline_run = work / f"offline-run-{gpus}"
+        log = work / f"offline-run-{gpus}.log"
+        if _Process(["run", "--input", str(folder), "--out", str(offline_run), *predict], dict(os.environ), log).wait():
+            raise RuntimeError(f"the offline run failed: see {log}")
+        expected_incidents = by_incident(_jsonl(offline_run / "incidents.jsonl"))
+        reference.incidents = len(expected_incidents)
         runs.append(reference)
         expected = (_multiset(anomalies), _multiset(predictions))
 
@@ -117,22 +139,33 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
             env = {
                 **os.environ,
                 **{f"AIOPS_KAFKA__{k.upper()}": f"{run_id}.{name}.{k.removesuffix('_topic')}" for k in _topic_keys()},
-                "AIOPS_KAFKA__TELEMETRY_TOPIC": topic,
+                "AIOPS_KAFKA__TELEMETRY_TOPIC": topic if not args.live else f"{run_id}.{name}.telemetry",
                 "AIOPS_KAFKA__DETECT_GROUP": f"{run_id}-{name}",
+                "AIOPS_KAFKA__RUN_GROUP": f"{run_id}-{name}-rca",
                 "AIOPS_STATE_DIR": str(work / "state" / name),
                 "OMP_NUM_THREADS": "1",
             }
-            detect = ["detect", "--kafka", bootstrap, "--interval", str(args.interval), "--events"]
-            detect += [str(folder / "events.jsonl"), "--stop-when-idle", str(args.idle_stop_s), *predict]
+            if args.live:
+                ensure_topics(bootstrap, [env["AIOPS_KAFKA__TELEMETRY_TOPIC"]], partitions=args.partitions)
+            events = ["--events", str(folder / "events.jsonl"), "--interval", str(args.interval), *predict]
+            # the root-cause daemon outlasts the members' last ticks: it stops once their findings are quiet
+            rca = ["run", "--kafka", bootstrap, "--from-detection", "--topology", str(folder / "topology.json")]
+            rca += [*events, "--stop-when-idle", str(args.idle_stop_s + 30)]
+            engines = [_Process(rca, env, work / f"rca-{name}-{i}.log") for i in range(min(members, 2))]
+            detect = ["detect", "--kafka", bootstrap, *events, "--stop-when-idle", str(args.idle_stop_s)]
             procs = [
                 _Process(
                     [*detect, "--stats", str(work / f"stats-{name}-{i}.json")], env, work / f"member-{name}-{i}.log"
                 )
                 for i in range(members)
             ]
-            codes = _wait_all(procs)
+            if args.live:
+                gen_live = ["gen", *gen_args, "--kafka", bootstrap, "--speed", "1", "--truth-dir", str(work / "live")]
+                procs.append(_Process(gen_live, env, work / f"gen-live-{name}.log"))
+            codes = _wait_all([*procs, *engines])
             if any(codes):
-                raise RuntimeError(f"a member failed ({codes}): see {work}/member-{name}-*.log")
+                raise RuntimeError(f"a member failed ({codes}): see {work}/*-{name}-*.log")
+            procs = procs[:members]
             stats = [json.loads((work / f"stats-{name}-{i}.json").read_text()) for i in range(members)]
             run = ScaleRun(gpus, members, args.ticks, values=sum(int(s["values"]) for s in stats))
             firsts = [s["first_message_at"] for s in stats if s["first_message_at"]]
@@ -151,11 +184,92 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
                 missing = sum(((expected[0] - got[0]) + (expected[1] - got[1])).values())
                 extra = sum(((got[0] - expected[0]) + (got[1] - expected[1])).values())
                 run.differences = f"{missing} missing, {extra} not offline"
+            got_incidents = by_incident(_read(bootstrap, env["AIOPS_KAFKA__INCIDENTS_TOPIC"]))
+            run.incidents = len(got_incidents)
+            run.incident_differences = incident_differences(got_incidents, expected_incidents)
+            run.incidents_equal = not run.incident_differences
+            if args.live:
+                marks = _timestamped(bootstrap, env["AIOPS_KAFKA__PROGRESS_TOPIC"])
+                started = _first_append(bootstrap, env["AIOPS_KAFKA__TELEMETRY_TOPIC"])
+                run.lag_s, run.tick_delay_s = live_delays(marks, started, args.interval)
             runs.append(run)
-            console.print(f"  {members} member(s): {run.rate:,.0f} values/s, equal to offline: {run.equal_to_offline}")
+            console.print(
+                f"  {members} member(s): {run.rate:,.0f} values/s, anomalies equal to offline: "
+                f"{run.equal_to_offline}, incidents: {run.incidents_equal}"
+            )
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
     return runs
+
+
+def _timestamped(bootstrap: str, topic: str) -> list[tuple[float, bytes]]:
+    """Every record of the topic with the broker's append time (s): the topics the daemons make
+    are timestamped by the broker (LogAppendTime), so this is when each arrived."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8000)
+    records = [(m.timestamp / 1000, m.value) for m in consumer]
+    consumer.close()
+    return records
+
+
+def _first_append(bootstrap: str, topic: str) -> float:
+    """When the first record of the topic reached the broker (s): the live generator's first scrape."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        firsts: list[float] = []
+        deadline = time.monotonic() + 30
+        waiting = set(parts)
+        while waiting and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=500, max_records=len(parts) * 10).items():
+                if tp in waiting and records:
+                    firsts.append(records[0].timestamp / 1000)
+                    waiting.discard(tp)
+                    consumer.pause(tp)
+        if not firsts:
+            raise RuntimeError(f"nothing on {topic}: the live generator published nothing")
+        return min(firsts)
+    finally:
+        consumer.close()
+
+
+def live_delays(
+    marks: list[tuple[float, bytes]], started: float, interval_s: float, every_s: float = 5.0
+) -> tuple[list[tuple[float, float]], list[float]]:
+    """From the progress records of a live run, whose generator scraped its first tick at
+    `started` (wall clock) and each later one `interval_s` after the one before: the lag sampled
+    every `every_s` (how far the newest tick every partition has judged stands behind the
+    cluster's clock), and each tick's delay (its last partition's judgement less its scrape)."""
+    from detectors.progress import JUDGED, read_mark
+
+    judged: dict[int, float] = {}  # tick ns -> when its last partition said it was judged
+    for at, value in marks:
+        kind, _, tick_ns = read_mark(value)
+        if kind == JUDGED:
+            judged[tick_ns] = max(at, judged.get(tick_ns, at))
+    if not judged:
+        return [], []
+    first = min(judged)
+    scraped = {t: started + (t - first) / 1e9 for t in judged}
+    delays = [judged[t] - scraped[t] for t in sorted(judged)]
+    done = sorted((at, t) for t, at in judged.items())  # in the order they completed
+    lag: list[tuple[float, float]] = []
+    newest, k = None, 0
+    end = max(judged.values())
+    w = started + every_s
+    while w <= end + every_s:
+        while k < len(done) and done[k][0] <= w:
+            newest = done[k][1] if newest is None else max(newest, done[k][1])
+            k += 1
+        clock_ns = first + (w - started) * 1e9
+        lag.append((w - started, (clock_ns - newest) / 1e9 if newest is not None else w - started))
+        w += every_s
+    return lag, delays
 
 
 def _wait_all(procs: list[_Process]) -> list[int]:
@@ -180,11 +294,16 @@ def print_scale(runs: list[ScaleRun], interval_s: float, console: Console) -> No
     table = Table(
         title=f"split detection, backlog drained through Kafka ({os.cpu_count()} cores, {interval_s:g} s scrapes)"
     )
-    for column in ("GPUs", "run", "values/s", "× real time", "× 1 member", "peak RSS (MB)", "anomalies", "= offline"):
+    columns = ["GPUs", "run", "values/s", "× real time", "× 1 member", "peak RSS (MB)", "anomalies", "= offline"]
+    columns += ["incidents", "= offline"]
+    live = any(r.tick_delay_s for r in runs)
+    if live:
+        columns += ["lag max (s)", "tick delay p50 / p95 / max (s)"]
+    for column in columns:
         table.add_column(column, justify="right")
     one: dict[int, float] = {r.gpus: r.rate for r in runs if r.members == 1}
     for r in runs:
-        table.add_row(
+        row = [
             f"{r.gpus:,}",
             "offline" if r.members == 0 else f"{r.members} member{'s' if r.members > 1 else ''}",
             f"{r.rate:,.0f}",
@@ -193,8 +312,47 @@ def print_scale(runs: list[ScaleRun], interval_s: float, console: Console) -> No
             " + ".join(f"{mb:,.0f}" for mb in r.peak_rss_mb),
             f"{r.anomalies:,}",
             "" if r.equal_to_offline is None else ("yes" if r.equal_to_offline else f"no: {r.differences}"),
-        )
+            f"{r.incidents:,}",
+            "" if r.incidents_equal is None else ("yes" if r.incidents_equal else f"no: {len(r.incident_differences)}"),
+        ]
+        if live:
+            row += [f"{max(v for _, v in r.lag_s):.0f}" if r.lag_s else "", _delays(r.tick_delay_s)]
+        table.add_row(*row)
     console.print(table)
+
+
+def _delays(delays: list[float]) -> str:
+    if not delays:
+        return ""
+    p50, p95 = (float(np.percentile(delays, q)) for q in (50, 95))
+    return f"{p50:.1f} / {p95:.1f} / {max(delays):.1f}"
+
+
+def lag_svg(runs: list[ScaleRun], width: int = 900, height: int = 300) -> str:
+    """Each live run's lag (s) over the run: bounded, or growing."""
+    live = [r for r in runs if r.lag_s]
+    pad = 60
+    t_max = max((t for r in live for t, _ in r.lag_s), default=1.0) or 1.0
+    peak = max((v for r in live for _, v in r.lag_s), default=1.0) or 1.0
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+
+    def x(t: float) -> float:
+        return pad + (width - 2 * pad) * t / t_max
+
+    def y(v: float) -> float:
+        return 30 + (height - 70) * (1 - v / peak)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif">']
+    parts.append(f'<text x="{pad}" y="20" font-size="13">lag behind the cluster clock, s (max {peak:,.0f})</text>')
+    parts.append(f'<rect x="{pad}" y="30" width="{width - 2 * pad}" height="{height - 70}" fill="none" stroke="#999"/>')
+    for i, r in enumerate(live):
+        colour = colours[i % len(colours)]
+        points = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in r.lag_s)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{points}"/>')
+        label = f"{r.gpus:,} GPUs, {r.members} member{'s' if r.members > 1 else ''}"
+        parts.append(f'<text x="{width - pad - 200}" y="{48 + 16 * i}" font-size="12" fill="{colour}">{label}</text>')
+    parts.append(f'<text x="{width / 2:.0f}" y="{height - 12}" font-size="11">seconds into the run</text></svg>')
+    return "\n".join(parts)
 
 
 def run_scale(args: argparse.Namespace, console: Console) -> int:
@@ -208,7 +366,10 @@ def run_scale(args: argparse.Namespace, console: Console) -> int:
         str(gpus): [{**asdict(r), "mb_per_s": r.mb_per_s} for r in rows] for gpus, rows in args.consumed.items()
     }
     (out / "scale.json").write_text(json.dumps(record, indent=1) + "\n")
-    return 0 if all(r.equal_to_offline is not False for r in runs) else 1
+    if any(r.lag_s for r in runs):
+        (out / "scale-lag.svg").write_text(lag_svg(runs))
+    same = all(r.equal_to_offline is not False and r.incidents_equal is not False for r in runs)
+    return 0 if same else 1
 
 
 __all__ = ["ScaleRun", "print_scale", "run_scale", "scale"]

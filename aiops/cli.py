@@ -697,7 +697,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--work", default="/tmp", help="where the recordings, logs and state go")
     b.add_argument("--keep", action="store_true", help="keep the recordings")
-    b.add_argument("--out", default="docs/bench", help="where scale.json goes")
+    b.add_argument(
+        "--live",
+        action="store_true",
+        help="publish the cluster as it happens (gen --kafka --speed 1), not as a backlog: lag and tick delay",
+    )
+    b.add_argument("--out", default="docs/bench", help="where scale.json (and, live, scale-lag.svg) go")
     p.set_defaults(handler=cmd_bench)
     return parser
 

@@ -1,0 +1,31 @@
+"""`aiops bench scale --live` reads lag and tick delay from the progress records' broker times."""
+
+from __future__ import annotations
+
+from aiops.bench_scale import ScaleRun, lag_svg, live_delays
+from detectors.progress import idle_record, judged_record
+
+S = 10**9
+
+
+def test_lag_and_tick_delay_come_from_when_the_last_partition_judged_each_tick() -> None:
+    started = 1000.0  # the first tick (event time 50 s) was scraped then
+    marks = [
+        (1012.0, judged_record(0, 50 * S)),
+        (1014.0, judged_record(1, 50 * S)),  # tick 50 whole at 1014: 14 s after its scrape
+        (1013.0, idle_record(1)),
+        (1021.0, judged_record(0, 60 * S)),
+        (1023.0, judged_record(1, 60 * S)),  # tick 60, scraped at 1010: 13 s
+        (1055.0, judged_record(0, 70 * S)),
+        (1056.0, judged_record(1, 70 * S)),  # tick 70, scraped at 1020: 36 s (it fell behind)
+    ]
+    lag, delays = live_delays(marks, started, 10.0, every_s=5.0)
+    assert delays == [14.0, 13.0, 36.0]
+    at = dict(lag)
+    assert at[5.0] == 5.0  # nothing judged yet: the whole run so far
+    assert at[15.0] == 15.0  # at 1015 the newest whole tick is 50 (scraped at 1000)
+    assert at[25.0] == 15.0  # at 1025, tick 60 (scraped at 1010)
+    assert at[50.0] == 40.0  # at 1050, still 60: the lag grows while it falls behind
+    assert at[60.0] == 40.0  # at 1060, tick 70 (scraped at 1020): caught up, 40 s behind the clock
+    run = ScaleRun(10_000, 2, lag_s=lag, tick_delay_s=delays)
+    assert "<polyline" in lag_svg([run]) and "10,000 GPUs, 2 members" in lag_svg([run])
