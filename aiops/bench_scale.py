@@ -150,9 +150,11 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
             events = ["--events", str(folder / "events.jsonl"), "--interval", str(args.interval), *predict]
             # the root-cause daemon outlasts the members' last ticks: it stops once their findings are quiet
             rca = ["run", "--kafka", bootstrap, "--from-detection", "--topology", str(folder / "topology.json")]
-            rca += [*events, "--stop-when-idle", str(args.idle_stop_s + 30)]
+            # (it hears nothing until the members judge their first tick: a lateness and more)
+            rca += [*events, "--stop-when-idle", str(args.idle_stop_s + args.lateness + 60)]
             engines = [_Process(rca, env, work / f"rca-{name}-{i}.log") for i in range(min(members, 2))]
             detect = ["detect", "--kafka", bootstrap, *events, "--stop-when-idle", str(args.idle_stop_s)]
+            detect += ["--lateness", str(args.lateness)]
             procs = [
                 _Process(
                     [*detect, "--stats", str(work / f"stats-{name}-{i}.json")], env, work / f"member-{name}-{i}.log"

@@ -129,11 +129,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ingest.service import run_ingest_service
 
     settings = _settings(args)
+    if args.downsample is not None:
+        if args.downsample < 0:
+            raise CliError(f"--downsample takes seconds >= 0 (0 = every value), got {args.downsample:g}")
+        ingest = settings.ingest.model_copy(update={"downsample_s": args.downsample})
+        settings = settings.model_copy(update={"ingest": ingest})
     stats = run_ingest_service(settings, should_stop=stop_on_signals(), idle_stop_s=args.stop_when_idle)
     print(
         f"ingested {stats.lines} lines ({stats.values} values); written {stats.written}, "
         f"dead-lettered {stats.deadlettered}, dropped {stats.dropped}"
     )
+    if settings.ingest.downsample_s > 0:
+        print(
+            f"per {settings.ingest.downsample_s:g} s window: {stats.aggregated_rows} rows as "
+            f"{stats.aggregate_points} points; late for their window {stats.late_for_window}, "
+            f"stored before a restart {stats.repeated_after_restart}, still open {stats.open_rows}"
+        )
     return 0
 
 
@@ -502,6 +513,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--influx", metavar="URL", help="InfluxDB URL (default from AIOPS_INFLUX__URL)")
     p.add_argument("--database", help="InfluxDB database (default aiops)")
     p.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="exit after this long with no input")
+    p.add_argument(
+        "--downsample",
+        type=float,
+        metavar="SECONDS",
+        help="store raw telemetry per window of this many seconds (mean/max/min of gauges, last of counters; "
+        "default AIOPS_INGEST__DOWNSAMPLE_S, 0 = every value); Kafka keeps full resolution",
+    )
     p.set_defaults(handler=cmd_ingest)
 
     p = sub.add_parser("gen", help="generate a synthetic cluster's telemetry, events and truth")
@@ -697,6 +715,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--work", default="/tmp", help="where the recordings, logs and state go")
     b.add_argument("--keep", action="store_true", help="keep the recordings")
+    b.add_argument(
+        "--lateness",
+        type=float,
+        default=5.0,
+        help="how long the members hold a tick for late rows (AIOPS_TICK_LATENESS_S; a tick's delay is at least this)",
+    )
     b.add_argument(
         "--live",
         action="store_true",

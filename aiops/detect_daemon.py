@@ -163,7 +163,7 @@ class _Member:
         self.last_judged_at: float | None = None
         self.last_message_at: float | None = None
         self.idle_wait_s = 0.0
-        self.judged = 0  # ticks begun by the loops held now (one judged before the next begins)
+        self.judged = 0  # ticks this member judged
         self.parked: dict[int, tuple[DetectLoop, int]] = {}  # revoked, with where this member stood
         self.board: ShareBoard | None = None
         self.retired = DetectStats()  # what loops handed to other members had counted
@@ -300,6 +300,10 @@ class _Member:
         for _ in range(2):  # what the first pass sent may complete this member's own ticks
             for anomalies in advance(self.loops, board, send, judged).values():
                 found += anomalies
+        if judged:
+            self.last_judged_at = time.time()
+        self.judged += len(judged)
+        self.progress = self.exchange.received + self.judged  # what a drain watches move
         self.publish(found, judged)
         self._say_idle(board)
         board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
