@@ -293,12 +293,11 @@ def print_consume(gpus: int, rows: list[ConsumeRow], console: Console) -> None:
 
 
 def print_scale(runs: list[ScaleRun], interval_s: float, console: Console) -> None:
-    table = Table(
-        title=f"split detection, backlog drained through Kafka ({os.cpu_count()} cores, {interval_s:g} s scrapes)"
-    )
+    live = any(r.tick_delay_s for r in runs)
+    how = "published as it happens (values/s: the cluster's pace)" if live else "backlog drained"
+    table = Table(title=f"split detection, {how}, through Kafka ({os.cpu_count()} cores, {interval_s:g} s scrapes)")
     columns = ["GPUs", "run", "values/s", "× real time", "× 1 member", "peak RSS (MB)", "anomalies", "= offline"]
     columns += ["incidents", "= offline"]
-    live = any(r.tick_delay_s for r in runs)
     if live:
         columns += ["lag max (s)", "tick delay p50 / p95 / max (s)"]
     for column in columns:
