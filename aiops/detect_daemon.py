@@ -156,8 +156,9 @@ class _Member:
         self.heard: dict[int, float] = {}  # per loop: when its partition last delivered (monotonic)
         self.idle_said: set[int] = set()
         self.idle_said_at: dict[int, float] = {}  # when it was last said on the progress topic
-        # partitions whose held ticks were let go (their input quiet): nothing more is coming
+        # partitions whose held ticks were let go (the whole input quiet for a tick's lateness)
         self.finished: set[int] = set()
+        self.draining = False  # the input has ended (idle_stop_s): what is held is all there is
         self.progress = 0  # shares read and ticks judged: what a drain watches
         self.first_message_at: float | None = None
         self.last_judged_at: float | None = None
@@ -321,15 +322,18 @@ class _Member:
         return self.board
 
     def _say_idle(self, board: ShareBoard) -> None:
-        """A partition with nothing to judge whose input has been quiet for a tick's lateness:
-        the others' ticks must not wait for it (its hosts stopped, or it carries none)."""
+        """A partition with nothing to judge whose input has been quiet for two scrapes and a
+        tick's lateness: the others' ticks must not wait for it (its hosts stopped, or it carries
+        none). Not sooner: a live partition is quiet between its scrapes, and said idle there, the
+        others would judge its next tick without its share. Draining (the input has ended), a
+        partition whose held ticks were let go is idle at once."""
         now = time.monotonic()
-        quiet_s = max(self.lateness_s, self.interval_s)
+        quiet_s = self.lateness_s + 2 * self.interval_s
         backlogged = {p for _, p in self.consumer.backlogged()}
         for p, loop in self.loops.items():
             if p in self.idle_said or not loop.quiescent or p in backlogged:
                 continue
-            if p in self.finished or now - self.heard.get(p, now) >= quiet_s:
+            if (self.draining and p in self.finished) or now - self.heard.get(p, now) >= quiet_s:
                 board.say_idle(p)
                 self.exchange.say_idle(p)
                 self._progress(p, idle_record(p))
@@ -399,6 +403,7 @@ class _Member:
         once nothing has moved for `quiet_s` (the members that held the missing shares are gone)."""
         if self.last_message_at is not None:
             self.idle_wait_s = time.time() - self.last_message_at
+        self.draining = True
         self.let_go()
         moved, last = time.monotonic(), self.progress
         while not self.should_stop() and time.monotonic() - moved < quiet_s:
