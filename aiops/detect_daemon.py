@@ -61,6 +61,9 @@ MAX_WAITING = 3
 # from its checkpoint reads the shares again from the oldest (another partition that had nothing
 # at a tick may have sent its share of the next one a tick earlier)
 BEGUN_KEPT = 4
+# a poll's wait while a begun tick waits for the other members' shares, due within moments: a
+# poll that waited its whole timeout for telemetry would hold the judgement back that long
+SHARES_POLL_MS = 20
 IDLE_REPEAT_S = 30.0  # how often a partition with nothing to judge says so again
 
 
@@ -310,8 +313,19 @@ class _Member:
         board.forget_before(min((_next_ns(loop) for loop in self.loops.values()), default=0))
         ahead = {(self.topic, p) for p, loop in self.loops.items() if len(loop.waiting) > MAX_WAITING}
         self.consumer.hold_back(ahead)
+        others = self._waiting_on_others(board)
+        self.consumer.poll_timeout_ms = SHARES_POLL_MS if others else self.settings.poll_timeout_ms
         if self.state_dir is None or time.monotonic() - self.last_checkpoint >= self.checkpoint_every_s:
             self.checkpoint()
+
+    def _waiting_on_others(self, board: ShareBoard) -> bool:
+        """Whether a tick begun here waits for shares of partitions other members hold."""
+        for loop in self.loops.values():
+            if loop.pending is not None and any(
+                not board.accounted(q, loop.pending_ns) for q in range(board.partitions) if q not in self.loops
+            ):
+                return True
+        return False
 
     def _board(self) -> ShareBoard | None:
         if self.board is None:

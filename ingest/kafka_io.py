@@ -329,7 +329,9 @@ class TelemetryConsumer:
         self._topics = [topic or settings.telemetry_topic] if isinstance(topic, str | None) else list(topic)
         self._group = group or settings.ingest_group
         self._settings = settings
-        self._timeout_ms = settings.poll_timeout_ms
+        # how long a poll waits for records; a caller waiting on something else (split detection,
+        # on the other members' shares) lowers it meanwhile
+        self.poll_timeout_ms = settings.poll_timeout_ms
         self._on_revoked = on_revoked
         self._next: dict[Partition, int] = {}  # per partition, the offset after the last one consumed
         self._ends: dict[Partition, int] = {}  # end offsets asked for partitions no fetch answered yet
@@ -411,13 +413,13 @@ class TelemetryConsumer:
         """Messages of one poll as (where, timestamp ms, value), in partition order."""
         self._unpark_resumed()
         try:
-            records = self._consumer.poll(timeout_ms=self._timeout_ms)
+            records = self._consumer.poll(timeout_ms=self.poll_timeout_ms)
         except KafkaError as exc:  # the broker away while joining or finding the coordinator
             now = time.monotonic()
             if now - self._last_poll_error > 30:
                 log.warning("poll failed (%s); waiting for the broker", exc)
                 self._last_poll_error = now
-            time.sleep(min(1.0, self._timeout_ms / 1000))
+            time.sleep(min(1.0, self.poll_timeout_ms / 1000))
             return []
         out: list[tuple[Source, int, bytes]] = []
         for tp, messages in records.items():
