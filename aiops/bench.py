@@ -436,6 +436,13 @@ def run_bench(args: argparse.Namespace) -> int:
         from aiops.bench_scale import run_scale
 
         return run_scale(args, console)
+    if args.bench == "store":
+        from aiops.bench_store import bench_store
+
+        figures = bench_store(args, console)
+        if args.out:
+            Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+        return 0
     if args.bench == "rca":
         from aiops.bench_rca import bench_rca
 

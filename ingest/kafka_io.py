@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from ingest.deadletter import DeadLetter, Source
 from ingest.lineprotocol import decode
-from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore, SinkUnavailableError
+from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore, SinkUnavailableError, WindowedSink
 from vocab.catalog import measurement
 from vocab.settings import KafkaSettings
 
@@ -831,6 +831,20 @@ def store(
     return refused
 
 
+def line_offsets(
+    messages: Sequence[tuple[Source, int, bytes]], line_no: Mapping[str, NDArray[np.int64]]
+) -> dict[str, NDArray[np.int64]]:
+    """Per measurement, the offset of the message each row came from (rows named by their line
+    in the batch `join_messages` made of these messages)."""
+    counts = np.array([v.count(b"\n") + (not v.endswith(b"\n")) for _, _, v in messages], dtype=np.int64)
+    ends = np.cumsum(counts)
+    offsets = np.array([source.offset for source, _, _ in messages], dtype=np.int64)
+    last = len(offsets) - 1
+    return {
+        name: offsets[np.minimum(np.searchsorted(ends, rows, side="right"), last)] for name, rows in line_no.items()
+    }
+
+
 def consume(
     consumer: TelemetryConsumer,
     core: IngestCore,
@@ -841,17 +855,20 @@ def consume(
     on_batch: Callable[[dict[str, object]], None] | None = None,
 ) -> None:
     """Poll, process, flush both sinks, then commit: a crash anywhere before the commit means
-    the batch is read again (at-least-once); the database and the topics tolerate the repeat."""
-    for messages in polls(consumer, should_stop, idle_stop_s):
-        values = letters = 0
-        for partition, part in per_partition(messages):  # each judged against its own event time
-            batch = process_messages(core, part, partition)
-            frames.write(batch.frames)
-            deadletters.add(batch.deadletters)
-            values, letters = values + batch.value_count, letters + len(batch.deadletters)
+    the batch is read again (at-least-once); the database and the topics tolerate the repeat.
+
+    A sink that holds rows until their window closes (a WindowedSink: downsampling) is told each
+    row's partition and offset, and each partition is committed only up to its first message
+    with rows still held. When the input has been quiet for the sink's `quiet_after_s`, or a run
+    until idle ends, its open windows are closed and written: what arrived is what there is.
+    Asked to stop, nothing open is written (it is read again on restart)."""
+    windowed = frames if isinstance(frames, WindowedSink) else None
+
+    def settle() -> bool:
+        """Flush both sinks and commit what they stored; False if asked to stop meanwhile."""
         refused = store(frames, consumer, should_stop)
         if refused is None:
-            return  # asked to stop while the store was away: nothing committed, read again on restart
+            return False  # asked to stop while the store was away: nothing committed, read again on restart
         if refused:
             deadletters.add([DeadLetter("store", f"refused by the database: {why}", line) for line, why in refused])
             core.stats.deadlettered += len(refused)
@@ -859,7 +876,31 @@ def consume(
             deadletters.flush(should_stop)
         except KafkaIOError as exc:  # asked to stop while the broker was away: read again on restart
             log.warning("%s", exc)
+            return False
+        consumer.commit(cast(Mapping[Partition, int], windowed.held()) if windowed is not None else None)
+        return True
+
+    def close_windows() -> None:
+        if windowed is not None:
+            windowed.close_all()
+            settle()
+
+    quiet: dict[str, Any] = {}  # at full resolution nothing waits for a quiet input
+    if windowed is not None:
+        quiet = {"on_idle": close_windows, "idle_s": windowed.quiet_after_s}
+    for messages in polls(consumer, should_stop, idle_stop_s, **quiet):
+        values = letters = 0
+        for partition, part in per_partition(messages):  # each judged against its own event time
+            batch = process_messages(core, part, partition)
+            if windowed is not None:
+                windowed.write_stream(batch.frames, partition, line_offsets(part, batch.line_no))
+            else:
+                frames.write(batch.frames)
+            deadletters.add(batch.deadletters)
+            values, letters = values + batch.value_count, letters + len(batch.deadletters)
+        if not settle():
             return
-        consumer.commit()
         if on_batch is not None:
             on_batch({"messages": len(messages), "values": values, "deadletters": letters})
+    if windowed is not None and not should_stop():  # a run until idle ended: its windows are complete
+        close_windows()

@@ -8,11 +8,12 @@ without services.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
@@ -26,7 +27,12 @@ class IngestStats:
     """Cumulative counters; written to InfluxDB as measurement `aiops_ingest`.
 
     Every line is accounted for: once the writer has flushed,
-    lines == written + deadlettered + dropped + blank_rows.
+    lines == written + deadlettered + dropped + blank_rows
+             + late_for_window + repeated_after_restart + open_rows + released_rows
+             + (aggregated_rows - aggregate_points).
+    At full resolution the second and third rows are zero. Downsampled (ingest/downsample.py),
+    the database takes one point per series and window, standing for several rows: the last
+    term is the rows folded away, and `written` and refused lines count points.
     """
 
     lines: int = 0
@@ -39,6 +45,13 @@ class IngestStats:
     retried: int = 0  # write attempts repeated after a 5xx or a timeout
     dropped: int = 0  # lines lost: none since the store keeps them until written (Kafka is the buffer)
     blank_rows: int = 0  # rows whose every value was a blank sentinel: nothing to store
+    # downsampling (ingest/downsample.py); all zero at full resolution
+    aggregated_rows: int = 0  # rows folded into window aggregates handed to the store
+    aggregate_points: int = 0  # the points (one per series and window) that stand for them
+    open_rows: int = 0  # rows waiting in memory for their window to close (a level, not a count)
+    late_for_window: int = 0  # rows for a window already closed and written: counted, not written
+    repeated_after_restart: int = 0  # rows of a window written before this reader started: stored
+    released_rows: int = 0  # rows of open windows a rebalance took away: read again by the next owner
     reasons: Counter[str] = field(default_factory=Counter)
 
     def as_fields(self) -> dict[str, int]:
@@ -53,6 +66,12 @@ class IngestStats:
             "retried": self.retried,
             "dropped": self.dropped,
             "blank_rows": self.blank_rows,
+            "aggregated_rows": self.aggregated_rows,
+            "aggregate_points": self.aggregate_points,
+            "open_rows": self.open_rows,
+            "late_for_window": self.late_for_window,
+            "repeated_after_restart": self.repeated_after_restart,
+            "released_rows": self.released_rows,
         }
 
 
@@ -60,6 +79,8 @@ class IngestStats:
 class Batch:
     frames: dict[str, Frame]
     deadletters: list[DeadLetter]
+    # per measurement, the batch line each row came from (to tell which message it was)
+    line_no: dict[str, NDArray[np.int64]] = field(default_factory=dict)
 
     @property
     def value_count(self) -> int:
@@ -77,6 +98,28 @@ class FrameSink(Protocol):
         """Store what was written; returns the lines refused for good with the reason, raises
         SinkUnavailableError (keeping them) while the store is away."""
         ...
+
+
+@runtime_checkable
+class WindowedSink(FrameSink, Protocol):
+    """A sink that keeps rows in memory until their window closes (ingest/downsample.py): it is
+    told which stream (partition) rows came from and each row's offset, and says which offsets
+    it still holds, so the consumer commits nothing it has not stored."""
+
+    def write_stream(
+        self, frames: Mapping[str, Frame], stream: Hashable, offsets: Mapping[str, NDArray[np.int64]] | None
+    ) -> None: ...
+
+    def held(self) -> dict[Hashable, int]: ...
+
+    @property
+    def quiet_after_s(self) -> float:
+        """How long the input must be quiet before the open windows are closed anyway."""
+        ...
+
+    def close_all(self) -> None: ...
+
+    def forget(self, streams: Iterable[Hashable]) -> None: ...
 
 
 class DeadLetterSink(Protocol):
@@ -145,7 +188,7 @@ class IngestCore:
 
         letters = [DeadLetter("decode", r.reason, r.line, where(r.line_no)) for r in decoded.rejects]
         letters += [DeadLetter(r.stage, r.reason, decoded.line(r.line_no), where(r.line_no)) for r in validated.rejects]
-        batch = Batch(validated.frames, letters)
+        batch = Batch(validated.frames, letters, validated.line_no)
         s = self.stats
         s.lines += decoded.lines
         s.values += batch.value_count

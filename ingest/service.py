@@ -1,5 +1,6 @@
-"""The ingest daemon: Kafka -> decode/validate -> raw telemetry to InfluxDB, bad input to the
-dead-letter topic, and the service's own counters to InfluxDB (measurement `aiops_ingest`)."""
+"""The ingest daemon: Kafka -> decode/validate -> raw telemetry to InfluxDB (every value, or per
+window when the site chose a resolution: ingest/downsample.py), bad input to the dead-letter
+topic, and the service's own counters to InfluxDB (measurement `aiops_ingest`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from ingest.downsample import Downsampler
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
 from ingest.kafka_io import (
     KafkaDeadLetterSink,
@@ -17,7 +19,7 @@ from ingest.kafka_io import (
     ensure_topics,
     until_reachable,
 )
-from ingest.pipeline import IngestCore, IngestStats
+from ingest.pipeline import FrameSink, IngestCore, IngestStats
 from vocab.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,10 +45,25 @@ def run_ingest_service(
     )
     core = IngestCore()
     writer = InfluxWriter(settings.influx, core.stats)
+    # raw telemetry per window when the site chose a resolution (full resolution stays in Kafka)
+    sink: FrameSink = writer
+    downsampler: Downsampler | None = None
+    if settings.ingest.downsample_s > 0:
+        downsampler = Downsampler(
+            writer, settings.ingest.downsample_s, settings.ingest.downsample_lateness_s, core.stats
+        )
+        sink = downsampler
+        log.info(
+            "storing raw telemetry per %g s window (lateness %g s)",
+            settings.ingest.downsample_s,
+            settings.ingest.downsample_lateness_s,
+        )
     producer = until_reachable(
         lambda: TelemetryProducer(kafka.bootstrap, client_id="aiops-ingest-deadletters"), should_stop
     )
-    consumer = until_reachable(lambda: TelemetryConsumer(kafka), should_stop)
+    # a rebalance takes partitions away: their open windows are the next owner's to read again
+    forget = downsampler.forget if downsampler is not None else None
+    consumer = until_reachable(lambda: TelemetryConsumer(kafka, on_revoked=forget), should_stop)
     instance = socket.gethostname().replace(" ", "_").replace(",", "_")
     last_stats = time.monotonic()
 
@@ -69,7 +86,7 @@ def run_ingest_service(
         consume(
             consumer,
             core,
-            writer,
+            sink,
             KafkaDeadLetterSink(producer, kafka.deadletter_topic),
             should_stop,
             idle_stop_s=idle_stop_s,

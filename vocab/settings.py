@@ -60,6 +60,23 @@ class InfluxSettings(BaseModel):
         return f"{self.database}/{self.retention_policy}"
 
 
+class IngestSettings(BaseModel):
+    """What `aiops ingest` stores (docs/ingest.md, "Storage at scale")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # Raw telemetry to InfluxDB per window of this many seconds of event time (per series the
+    # mean, max and min of gauges, the last value of counters and states): 0 = every value as it
+    # came. Full resolution always stays in Kafka, for replay. A site past what its InfluxDB
+    # takes at full resolution (measured: `aiops bench store`) sets 60; a multiple of the scrape
+    # interval, so every window holds the same number of scrapes.
+    downsample_s: float = Field(default=0.0, ge=0)
+    # How long a window stays open after its end for rows still on their way (a collector's
+    # flush interval plus broker delay, as AIOPS_TICK_LATENESS_S for detection); later rows are
+    # counted (`late_for_window`) and not written.
+    downsample_lateness_s: float = Field(default=60.0, ge=0)
+
+
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "aiops"
@@ -70,6 +87,7 @@ class Settings(BaseSettings):
 
     kafka: KafkaSettings = KafkaSettings()
     influx: InfluxSettings = InfluxSettings()
+    ingest: IngestSettings = IngestSettings()
     detectors: DetectorSettings = DetectorSettings()
     # The collectors' scrape interval: ticks are windows of this grid. The daemons refuse to
     # start without it (or --interval); it is never guessed from timestamps.
