@@ -54,6 +54,14 @@ class _Piece:
     frame: Frame
     window: NDArray[np.int64]  # window index of each row
     offset: NDArray[np.int64] | None  # the Kafka offset each row came from (None: not from Kafka)
+    # the earliest window and offset, so that a flush or a commit skips a piece without a pass
+    # over its rows (a partition's open windows hold many pieces: one per poll)
+    first_window: int = field(init=False)
+    first_offset: int | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.first_window = int(self.window.min()) if len(self.window) else 0
+        self.first_offset = int(self.offset.min()) if self.offset is not None and len(self.offset) else None
 
 
 @dataclass(slots=True)
@@ -147,6 +155,8 @@ class Downsampler:
 
     def _drop_closed(self, piece: _Piece, state: _Stream) -> _Piece | None:
         """The piece without its rows for windows already closed (counted); None if none is left."""
+        if piece.first_window >= state.closed_before:
+            return piece
         closed = piece.window < state.closed_before
         if not closed.any():
             return piece
@@ -182,6 +192,9 @@ class Downsampler:
         for state in self._streams.values():
             still_open = []
             for piece in state.pieces:
+                if piece.first_window >= state.closed_before:
+                    still_open.append(piece)
+                    continue
                 done = piece.window < state.closed_before
                 if done.any():
                     closing.setdefault(piece.frame.measurement, []).append(_take(piece, np.flatnonzero(done)))
@@ -206,7 +219,7 @@ class Downsampler:
         go past it (those rows are only in memory)."""
         out: dict[Hashable, int] = {}
         for stream, state in self._streams.items():
-            firsts = [int(p.offset.min()) for p in state.pieces if p.offset is not None and len(p.offset)]
+            firsts = [p.first_offset for p in state.pieces if p.first_offset is not None]
             if firsts:
                 out[stream] = min(firsts)
         return out
