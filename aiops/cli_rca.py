@@ -210,6 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
                 f"{stats.predictions} predictions, {stats.incidents} incident updates -> {kafka.incidents_topic}"
+                + (f" ({stats.late_rows} findings late for their tick, not analysed)" if args.from_detection else "")
             )
             return 0
         if not args.input or not args.out:

@@ -101,8 +101,9 @@ class FindingsLoop:
         self.ticks: dict[int, _Tick] = {}  # tick (ms) -> what was found in it, not analysed yet
         self.released_through: int | None = None  # every tick at or before it analysed (ms)
         self.held = HeldMessages()
+        # stats.late_rows: findings that came for a tick already analysed (counted, not analysed;
+        # the daemon's run summary says how many, as it says a detect loop's late rows)
         self.stats = DetectStats()
-        self.late_findings = 0  # came for a tick already analysed: counted, not analysed
         self.tick_listener: Callable[[float, list[Anomaly], list[Prediction]], None] | None = None
         # what a detect loop also offers the pipeline, empty here: the detectors' notices,
         # predictions and job utilisation stay with the detection members
@@ -150,7 +151,7 @@ class FindingsLoop:
     def _tick(self, tick: int, finding: Anomaly | Prediction | None = None) -> int | None:
         """The finding into its tick; None (counted) if that tick was analysed already."""
         if self.released_through is not None and tick <= self.released_through:
-            self.late_findings += finding is not None
+            self.stats.late_rows += finding is not None
             return None
         found = self.ticks.setdefault(tick, _Tick())
         if isinstance(finding, Anomaly):

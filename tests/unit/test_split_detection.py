@@ -219,7 +219,7 @@ def test_the_engine_fed_by_split_detection_opens_one_processs_incidents(
     for p in loops:
         out("progress", idle_record(p))
     release()
-    assert findings.ticks == {} and findings.late_findings == 0  # every tick analysed, whole
+    assert findings.ticks == {} and findings.stats.late_rows == 0  # every tick analysed, whole
     assert engine_side.incidents == expected
 
 
@@ -245,4 +245,4 @@ def test_a_tick_goes_to_the_engine_once_every_partition_judged_it_or_went_idle()
     assert findings.held.first_held() == {}  # everything analysed: all of it may be committed
     late = Anomaly(30.0, "gpu-2", "temp", "rule:x", 1.0, 90.0, 80.0)
     findings.feed_polled([(Source("a", 0, 9), 0, late.to_json())])
-    assert findings.late_findings == 1 and findings.ticks == {}
+    assert findings.stats.late_rows == 1 and findings.ticks == {}
