@@ -1,6 +1,7 @@
 """The consumer hot path: kafka-python against confluent-kafka (librdkafka) reading the same
 telemetry topic to its end, each handing over what the daemons' decoder takes: (partition,
-offset, timestamp, value) per message, in batches. Part of `aiops bench scale`.
+offset, timestamp, value) per message, in batches; and, when it is installed, Quix Streams (a
+stream processor on Kafka) handing each message to a pipeline step. Part of `aiops bench scale`.
 
 Both read without a group from the beginning, one process, one thread of ours; the best of
 `repeat` runs. The daemons use kafka-python (the design card's); this says what the other would
@@ -83,6 +84,46 @@ def _confluent(bootstrap: str, topic: str, batch: int) -> tuple[int, int]:
     return count, size
 
 
+def _quixstreams(bootstrap: str, topic: str, batch: int) -> tuple[int, int]:
+    """Quix Streams, a stream processor on Kafka (on confluent-kafka): its dataframe API hands a
+    pipeline one message at a time, so `batch` means nothing to it. A group of its own, from the
+    beginning; stopped once every message the topic held has passed."""
+    import shutil
+    import tempfile
+    import uuid
+
+    from kafka import KafkaConsumer, TopicPartition
+    from quixstreams import Application
+
+    probe = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in sorted(probe.partitions_for_topic(topic) or ())]
+    total = sum(int(o) for o in probe.end_offsets(parts).values())
+    probe.close()
+    state = tempfile.mkdtemp(prefix="aiops-bench-quix-")  # it makes a state folder even with no state
+    app = Application(
+        broker_address=bootstrap,
+        consumer_group=f"aiops-bench-quix-{uuid.uuid4().hex[:8]}",
+        auto_offset_reset="earliest",
+        auto_create_topics=False,
+        state_dir=state,
+    )
+    seen = [0, 0]
+
+    def take(value: bytes) -> None:  # what the decoder would be handed
+        seen[0] += 1
+        seen[1] += len(value)
+        if seen[0] >= total:
+            app.stop()
+
+    sdf = app.dataframe(app.topic(topic, value_deserializer="bytes"))
+    sdf.update(take)
+    try:
+        app.run()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    return seen[0], seen[1]
+
+
 def bench_consume(bootstrap: str, topic: str, batches: list[int], repeat: int = 2) -> list[ConsumeRow]:
     rows: list[ConsumeRow] = []
     clients = {"kafka-python": _kafka_python}
@@ -92,8 +133,14 @@ def bench_consume(bootstrap: str, topic: str, batches: list[int], repeat: int = 
         clients["confluent-kafka"] = _confluent
     except ImportError:  # pip install -e .[bench]
         pass
+    try:
+        import quixstreams  # noqa: F401
+
+        clients["quixstreams"] = _quixstreams
+    except ImportError:  # pip install quixstreams (not a dependency: measured, not used)
+        pass
     for name, read in clients.items():
-        for batch in batches:
+        for batch in batches if name != "quixstreams" else batches[:1]:
             best, got = float("inf"), (0, 0)
             for _ in range(repeat):
                 started = time.perf_counter()
