@@ -273,6 +273,29 @@ def published_since(bootstrap: str, ends: Offsets) -> Callable[[str, bytes | Non
         raise KafkaIOError(f"cannot read what was published since the checkpoint: {exc}") from exc
 
 
+def topic_beginnings(bootstrap: str, topics: list[str]) -> Offsets:
+    """Each partition's first offset still held, per topic (KafkaIOError if the broker is away)."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    from ingest.kafka_io import KafkaIOError
+
+    try:
+        reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    except KafkaError as exc:
+        raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    try:
+        parts = [TopicPartition(t, p) for t in topics for p in sorted(reader.partitions_for_topic(t) or ())]
+        out: Offsets = {}
+        for tp, first in reader.beginning_offsets(parts).items():
+            out.setdefault(tp.topic, {})[tp.partition] = int(first)
+        return out
+    except KafkaError as exc:
+        raise KafkaIOError(f"cannot read where {topics} begin: {exc}") from exc
+    finally:
+        reader.close()
+
+
 def topic_ends(bootstrap: str, topics: list[str], reader: Any = None) -> Offsets:
     """Each partition's end offset, per topic (where the next record will go)."""
     from kafka import KafkaConsumer, TopicPartition
@@ -298,5 +321,6 @@ __all__ = [
     "PublishedSince",
     "published_since",
     "read_incarnation",
+    "topic_beginnings",
     "topic_ends",
 ]

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiops.checkpoint import CheckpointStore
+from aiops.checkpoint import CheckpointStore, topic_beginnings
 from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
 from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
@@ -158,6 +158,7 @@ class _Member:
         self.begun_at: dict[int, deque[dict[int, int]]] = {}  # per loop: the exchange as its last ticks began
         self.heard: dict[int, float] = {}  # per loop: when its partition last delivered (monotonic)
         self.idle_said: set[int] = set()
+        self.unchecked: set[int] = set()  # taken with no checkpoint: see _cover_unchecked
         self.idle_said_at: dict[int, float] = {}  # when it was last said on the progress topic
         # partitions whose held ticks were let go (the whole input quiet for a tick's lateness)
         self.finished: set[int] = set()
@@ -235,6 +236,7 @@ class _Member:
         self.begun_at[partition] = deque(maxlen=BEGUN_KEPT)
         if checkpoint is None:
             self.events_at[partition] = {}
+            self.unchecked.add(partition)
             return self._fresh(), {}
         loop: DetectLoop = checkpoint.state["detect"]
         fresh = self.make()  # this start's model and events over the restored state
@@ -292,6 +294,7 @@ class _Member:
         board = self._board()
         if board is None:
             return
+        self._cover_unchecked()
         self.once.arm(self.should_stop)
         self.dead.add(self.exchange.read(board))
 
@@ -326,6 +329,23 @@ class _Member:
             ):
                 return True
         return False
+
+    def _cover_unchecked(self) -> None:
+        """A partition taken with no checkpoint and no committed offset is read from its
+        beginning: whatever a member before this one published for it (before its first
+        checkpoint, in a backlog a loop is rarely between ticks) is published again, so the
+        outputs are read back from their beginning, each record to be skipped once. With a
+        committed offset and no checkpoint (a state directory lost), a replay may repeat some."""
+        if not self.unchecked:
+            return
+        taken = {(self.topic, p) for p in self.unchecked if p in self.loops}
+        self.unchecked.clear()
+        if self.state_dir is None or not taken:
+            return
+        committed = until_reachable(lambda: self.consumer.committed(taken), self.should_stop)
+        if any(offset is None for offset in committed.values()):
+            since = until_reachable(lambda: topic_beginnings(self.settings.bootstrap, self.outputs), self.should_stop)
+            self.once.replaying_from(since)
 
     def _board(self) -> ShareBoard | None:
         if self.board is None:

@@ -488,6 +488,13 @@ class TelemetryConsumer:
         except KafkaError:
             return None
 
+    def committed(self, partitions: AbstractSet[Partition]) -> dict[Partition, int | None]:
+        """The group's committed offset of each partition (None: never committed), asked now."""
+        try:
+            return {p: self._consumer.committed(TopicPartition(*p)) for p in partitions}
+        except KafkaError as exc:
+            raise KafkaIOError(f"cannot read the committed offsets of group {self._group}: {exc}") from exc
+
     def ends_of(self, topics: AbstractSet[str]) -> dict[Partition, int]:
         """The end offsets, now, of the partitions of `topics` this member holds (a request)."""
         held = [tp for tp in self._consumer.assignment() if tp.topic in topics]
