@@ -27,10 +27,12 @@ def _aiops(*args: str, env: dict[str, str] | None = None, timeout: float = 180) 
     )
 
 
-def _ingest(k: KafkaSettings, influx: InfluxSettings) -> subprocess.CompletedProcess[str]:
-    """`aiops ingest` on the test's own topics and database until the topic has been quiet 8 s."""
+def _ingest(k: KafkaSettings, influx: InfluxSettings, *more: str) -> subprocess.CompletedProcess[str]:
+    """`aiops ingest` on the test's own topics and database until the topic has been quiet 8 s;
+    `more`: further options (--downsample)."""
     return _aiops(
         "ingest",
+        *more,
         "--kafka",
         k.bootstrap,
         "--topic",

@@ -7,9 +7,7 @@ again, the ingest commits nothing it had only in memory and overwrites no window
 from __future__ import annotations
 
 import math
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,8 @@ from telemetry_gen.emit import write_folder
 from telemetry_gen.generator import GenConfig, Generation
 from telemetry_gen.simulate import T0
 from tests.conftest import influxql
+from tests.integration.test_cli_ingest import _aiops
+from tests.integration.test_cli_ingest import _ingest as ingest_until_idle
 from vocab.catalog import MetricKind, measurement
 from vocab.settings import InfluxSettings, KafkaSettings
 
@@ -117,17 +117,6 @@ def _differences(expected: dict[Point, dict[str, object]], influx: InfluxSetting
     return diffs[:20]
 
 
-def _aiops(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aiops.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 def _produce(k: KafkaSettings, recording: Path) -> None:
     produced = _aiops("produce", str(recording), "--kafka", k.bootstrap, "--topic", k.telemetry_topic)
     assert produced.returncode == 0, produced.stderr
@@ -149,24 +138,7 @@ def _produce_with_a_repeat(k: KafkaSettings, recording: Path) -> None:
 
 
 def _ingest(k: KafkaSettings, influx: InfluxSettings) -> subprocess.CompletedProcess[str]:
-    ingested = _aiops(
-        "ingest",
-        "--kafka",
-        k.bootstrap,
-        "--topic",
-        k.telemetry_topic,
-        "--group",
-        k.ingest_group,
-        "--influx",
-        influx.url,
-        "--database",
-        influx.database,
-        "--downsample",
-        str(WINDOW_S),
-        "--stop-when-idle",
-        "8",
-        env={"AIOPS_KAFKA__DEADLETTER_TOPIC": k.deadletter_topic},
-    )
+    ingested = ingest_until_idle(k, influx, "--downsample", str(WINDOW_S))
     assert ingested.returncode == 0, ingested.stderr
     return ingested
 
