@@ -72,22 +72,37 @@ def until_reachable(connect: Callable[[], T], should_stop: Callable[[], bool]) -
             delay = min(delay * 2, 30.0)
 
 
-def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 6) -> None:
-    """Create topics that do not exist yet (idempotent), retained by log-append time."""
+def ensure_topics(
+    bootstrap: str, topics: Sequence[str], partitions: int = 6, configs: Mapping[str, str] | None = None
+) -> None:
+    """Create topics that do not exist yet (idempotent), retained by log-append time unless
+    `configs` says otherwise (topic configs over TOPIC_CONFIG)."""
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
     except KafkaError as exc:
         raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     try:
         existing = set(admin.list_topics())
+        topic_configs = {**TOPIC_CONFIG, **(configs or {})}
         new = [
-            NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs=dict(TOPIC_CONFIG))
+            NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs=topic_configs)
             for t in topics
             if t not in existing
         ]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):  # created by someone else meanwhile
                 admin.create_topics(new)
+    finally:
+        admin.close()
+
+
+def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
+    """Delete topics that exist (a benchmark's scratch topics; the broker frees their disk)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
+    try:
+        present = [t for t in topics if t in set(admin.list_topics())]
+        if present:
+            admin.delete_topics(present)
     finally:
         admin.close()
 
