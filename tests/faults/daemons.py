@@ -92,4 +92,6 @@ def reaped() -> Iterator[Callable[[subprocess.Popen[str]], subprocess.Popen[str]
         for p in started:
             if p.poll() is None:
                 p.kill()
-                p.communicate()
+                _, err = p.communicate()
+                # a daemon still running when the block failed is usually why: its log says where
+                print(f"--- killed, still running: {str(p.args)[-400:]}\n{(err or '')[-4000:]}")
