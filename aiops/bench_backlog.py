@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.bench_soak import by_incident, incident_differences, status_mb
+from aiops.bench_soak import by_incident, cpu_seconds, incident_differences, status_mb
 from aiops.progress import track
 
 
@@ -61,7 +61,8 @@ class BacklogReport:
 
 
 class _Process:
-    """A command of ours as a process, its peak RSS sampled until it ends."""
+    """A command of ours as a process, its peak RSS and CPU time sampled until it ends (the
+    CPU of its last half second is not seen)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
         self._log = log.open("ab")
@@ -69,13 +70,17 @@ class _Process:
             [sys.executable, "-m", "aiops.cli", *argv], env=env, stdout=self._log, stderr=self._log
         )
         self.peak_mb = 0.0
+        self.cpu_s = 0.0
         self.started = time.monotonic()
 
     def sample(self) -> bool:
-        """Whether it still runs (its peak updated)."""
+        """Whether it still runs (its peak and CPU time updated)."""
         peak = status_mb(self.proc.pid, "VmHWM")
         if peak is not None:
             self.peak_mb = max(self.peak_mb, peak)
+        cpu = cpu_seconds(self.proc.pid)
+        if cpu is not None and self.proc.poll() is None:  # a zombie's stat is no longer its own
+            self.cpu_s = max(self.cpu_s, cpu)
         return self.proc.poll() is None
 
     def wait(self, timeout_s: float = 7200.0) -> int:

@@ -52,7 +52,7 @@ from rich.table import Table
 
 from aiops.bench_backlog import _jsonl, _multiset, _Process, _read
 from aiops.bench_consume import ConsumeRow, bench_consume
-from aiops.bench_soak import by_incident, incident_differences
+from aiops.bench_soak import by_incident, cpu_seconds, incident_differences
 
 
 @dataclass
@@ -72,6 +72,19 @@ class ScaleRun:
     incident_differences: list[str] = field(default_factory=list)
     lag_s: list[tuple[float, float]] = field(default_factory=list)  # live: (seconds in, lag)
     tick_delay_s: list[float] = field(default_factory=list)  # live: per tick
+    # the ticks between the first (members joining, partitions moving) and the last (held for
+    # late rows until the input is quiet): seconds per tick judged everywhere, from the progress
+    # records' broker times
+    steady_s_per_tick: float = 0.0
+    # CPU seconds over the run (from the members' start to their end): the members, the
+    # root-cause daemons, and the whole machine (the broker, the replay and the rest are the gap)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        per_tick = self.values / max(self.ticks, 1)
+        return per_tick / self.steady_s_per_tick if self.steady_s_per_tick > 0 else 0.0
 
     @property
     def rate(self) -> float:
@@ -130,6 +143,7 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
             if _Process(gen, dict(os.environ), work / "gen.log").wait() != 0:
                 raise RuntimeError(f"aiops gen failed: see {work / 'gen.log'}")
         expected = None if args.staged else _references(args, gpus, folder, work, runs)
+        expected_values = runs[-1].values if expected is not None else _generated_values(work / "gen.log")
         if not args.live:  # published once, drained by each run
             ensure_topics(bootstrap, [topic], partitions=args.partitions)
             produce = ["produce", str(folder / "telemetry.lp"), "--topic", topic, "--partitions", str(args.partitions)]
@@ -159,6 +173,8 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
             # (it hears nothing until the members judge their first tick: a lateness and more)
             rca += [*events, "--stop-when-idle", str(args.idle_stop_s + args.lateness + 60)]
             engines = [_Process(rca, env, work / f"rca-{name}-{i}.log") for i in range(min(members, 2))]
+            _settled(engines)  # a root-cause daemon runs long before a backlog: its start is not the members'
+            machine_before, wall_before = cpu_seconds(), time.monotonic()
             detect = ["detect", "--kafka", bootstrap, *events, "--stop-when-idle", str(args.idle_stop_s)]
             detect += ["--lateness", str(args.lateness)]
             procs = [
@@ -177,9 +193,18 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
             codes = _wait_all([*procs, *engines])
             if any(codes):
                 raise RuntimeError(f"a member failed ({codes}): see {work}/*-{name}-*.log")
+            machine_cpu, wall = (cpu_seconds() or 0.0) - (machine_before or 0.0), time.monotonic() - wall_before
             procs = procs[:members]
             stats = [json.loads((work / f"stats-{name}-{i}.json").read_text()) for i in range(members)]
-            run = ScaleRun(gpus, members, args.ticks, values=sum(int(s["values"]) for s in stats))
+            # the cluster's values, once: a member that took a partition with its checkpoint
+            # carries the counts of the member before it
+            cluster_values = expected_values or max(int(s["values"]) for s in stats)
+            run = ScaleRun(gpus, members, args.ticks, values=cluster_values, wall_s=wall)
+            run.cpu_s = {
+                "members": sum(p.cpu_s for p in procs),
+                "root-cause": sum(p.cpu_s for p in engines),
+                "machine": machine_cpu,
+            }
             firsts = [s["first_message_at"] for s in stats if s["first_message_at"]]
             lasts = [s["last_judged_at"] for s in stats if s["last_judged_at"]]
             # less the time the members waited to call the input quiet (the last ticks are held
@@ -203,8 +228,9 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
                     run.differences = f"{missing} missing, {extra} not offline"
                 run.incident_differences = incident_differences(got_incidents, expected_incidents)
                 run.incidents_equal = not run.incident_differences
+            marks = _timestamped(bootstrap, env["AIOPS_KAFKA__PROGRESS_TOPIC"])
+            run.steady_s_per_tick = steady_seconds_per_tick(marks)
             if args.live:
-                marks = _timestamped(bootstrap, env["AIOPS_KAFKA__PROGRESS_TOPIC"])
                 # the replay says when it released the first scrape; a live generator's first
                 # record is on the topic (which the replay's short retention may have deleted)
                 started = float(started_file.read_text()) if args.staged else _first_append(bootstrap, live_topic)
@@ -249,6 +275,48 @@ def _references(
     reference.incidents = len(expected_incidents)
     runs.append(reference)
     return (_multiset(anomalies), _multiset(predictions)), expected_incidents
+
+
+def _generated_values(log: Path) -> int:
+    """The values `aiops gen` said it made (0 if it did not say)."""
+    said = re.search(r"([\d,]+) values", log.read_text()) if log.exists() else None
+    return int(said[1].replace(",", "")) if said else 0
+
+
+def _settled(procs: list[_Process], quiet_s: float = 3.0, timeout_s: float = 180.0) -> None:
+    """Until each process has used under a tenth of a core for `quiet_s` (started: polling)."""
+    since = {id(p): (time.monotonic(), p.cpu_s) for p in procs}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now, quiet = time.monotonic(), True
+        for p in procs:
+            p.sample()
+            at, cpu = since[id(p)]
+            if p.cpu_s - cpu > 0.1 * (now - at):
+                since[id(p)] = (now, p.cpu_s)
+                quiet = False
+            elif now - at < quiet_s:
+                quiet = False
+        if quiet:
+            return
+
+
+def steady_seconds_per_tick(marks: list[tuple[float, bytes]]) -> float:
+    """Seconds per tick judged by every partition, from the second tick to the one before the
+    last (0 with fewer than four ticks): the first waits for the members to join and share out
+    the partitions, the last for the input to go quiet (it is held for late rows)."""
+    from detectors.progress import JUDGED, read_mark
+
+    done: dict[int, float] = {}  # tick ns -> when its last partition said it was judged
+    for at, value in marks:
+        kind, _, tick_ns = read_mark(value)
+        if kind == JUDGED:
+            done[tick_ns] = max(at, done.get(tick_ns, at))
+    ticks = sorted(done)
+    if len(ticks) < 4:
+        return 0.0
+    return (done[ticks[-2]] - done[ticks[1]]) / (len(ticks) - 3)
 
 
 def _timestamped(bootstrap: str, topic: str) -> list[tuple[float, bytes]]:
@@ -343,21 +411,27 @@ def print_scale(runs: list[ScaleRun], interval_s: float, console: Console) -> No
     live = any(r.tick_delay_s for r in runs)
     how = "published as it happens (values/s: the cluster's pace)" if live else "backlog drained"
     table = Table(title=f"split detection, {how}, through Kafka ({os.cpu_count()} cores, {interval_s:g} s scrapes)")
-    columns = ["GPUs", "run", "values/s", "× real time", "× 1 member", "peak RSS (MB)", "anomalies", "= offline"]
-    columns += ["incidents", "= offline"]
+    columns = ["GPUs", "run", "values/s", "× real time", "× 1 member", "steady values/s", "× 1 member (steady)"]
+    columns += ["peak RSS (MB)", "CPU s: members / root-cause / machine, of wall s"]
+    columns += ["anomalies", "= offline", "incidents", "= offline"]
     if live:
         columns += ["lag max (s)", "tick delay p50 / p95 / max (s)"]
     for column in columns:
         table.add_column(column, justify="right")
-    one: dict[int, float] = {r.gpus: r.rate for r in runs if r.members == 1}
+    one = {r.gpus: r for r in runs if r.members == 1}
     for r in runs:
+        first = one.get(r.gpus) if r.members else None
+        cpu = r.cpu_s
         row = [
             f"{r.gpus:,}",
             "offline" if r.members == 0 else f"{r.members} member{'s' if r.members > 1 else ''}",
             f"{r.rate:,.0f}",
             f"{r.real_time(interval_s):.2f}",
-            f"{r.rate / one[r.gpus]:.2f}" if r.members and one.get(r.gpus) else "",
+            f"{r.rate / first.rate:.2f}" if first and first.rate else "",
+            f"{r.steady_rate:,.0f}" if r.steady_rate else "",
+            f"{r.steady_rate / first.steady_rate:.2f}" if first and first.steady_rate and r.steady_rate else "",
             " + ".join(f"{mb:,.0f}" for mb in r.peak_rss_mb),
+            f"{cpu['members']:.0f} / {cpu['root-cause']:.0f} / {cpu['machine']:.0f}, of {r.wall_s:.0f}" if cpu else "",
             f"{r.anomalies:,}",
             "" if r.equal_to_offline is None else ("yes" if r.equal_to_offline else f"no: {r.differences}"),
             f"{r.incidents:,}",
@@ -409,7 +483,11 @@ def run_scale(args: argparse.Namespace, console: Console) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {"cores": os.cpu_count(), "interval_s": args.interval, "ticks": args.ticks}
-    record["runs"] = [{**asdict(r), "values_per_s": r.rate, "real_time": r.real_time(args.interval)} for r in runs]
+    record["runs"] = [
+        {**asdict(r), "values_per_s": r.rate, "real_time": r.real_time(args.interval)}
+        | {"steady_values_per_s": r.steady_rate}
+        for r in runs
+    ]
     record["consume"] = {
         str(gpus): [{**asdict(r), "mb_per_s": r.mb_per_s} for r in rows] for gpus, rows in args.consumed.items()
     }

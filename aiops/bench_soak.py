@@ -79,6 +79,22 @@ def status_mb(pid: int, key: str = "VmRSS") -> float | None:
     return None
 
 
+def cpu_seconds(pid: int | None = None) -> float | None:
+    """CPU time (user + system, s) of a process from /proc/<pid>/stat, or, without a pid, of
+    the whole machine (every core's busy time, /proc/stat); None once the process is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        if pid is None:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+            return (user + nice + system + irq + softirq + steal) / tick
+        # the command name (field 2) may hold spaces: fields count from after its ")"
+        after = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(after[11]) + int(after[12])) / tick  # utime, stime: fields 14 and 15
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def group_lag(bootstrap: str, topic: str, groups: dict[str, str]) -> dict[str, int | None]:
     """Per daemon, messages on the topic its group has not committed."""
     from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition

@@ -1,8 +1,13 @@
-"""`aiops bench scale --live` reads lag and tick delay from the progress records' broker times."""
+"""`aiops bench scale` reads lag, tick delay and the steady rate from the progress records'
+broker times, and CPU time from /proc."""
 
 from __future__ import annotations
 
-from aiops.bench_scale import ScaleRun, lag_svg, live_delays
+import os
+import time
+
+from aiops.bench_scale import ScaleRun, lag_svg, live_delays, steady_seconds_per_tick
+from aiops.bench_soak import cpu_seconds
 from detectors.progress import idle_record, judged_record
 
 S = 10**9
@@ -29,3 +34,27 @@ def test_lag_and_tick_delay_come_from_when_the_last_partition_judged_each_tick()
     assert at[60.0] == 40.0  # at 1060, tick 70 (scraped at 1020): caught up, 40 s behind the clock
     run = ScaleRun(10_000, 2, lag_s=lag, tick_delay_s=delays)
     assert "<polyline" in lag_svg([run]) and "10,000 GPUs, 2 members" in lag_svg([run])
+
+
+def test_the_steady_rate_leaves_out_the_first_tick_and_the_last() -> None:
+    """The first tick waits for the members to join, the last for the input to go quiet."""
+    whole = {50: 30.0, 60: 34.0, 70: 38.5, 80: 42.0, 90: 46.0, 100: 90.0}  # tick s -> judged everywhere
+    marks = [(at - 0.5, judged_record(0, t * S)) for t, at in whole.items()]
+    marks += [(at, judged_record(1, t * S)) for t, at in whole.items()] + [(31.0, idle_record(2))]
+    assert steady_seconds_per_tick(marks) == (46.0 - 34.0) / 3
+    assert steady_seconds_per_tick(marks[:3]) == 0.0  # too few ticks to say
+    run = ScaleRun(10_000, 2, ticks=6, values=6_000_000, steady_s_per_tick=4.0)
+    assert run.steady_rate == 250_000.0  # a tick's values every 4 s
+
+
+def test_cpu_seconds_of_this_process_grow_with_work_and_the_machine_has_more() -> None:
+    before = cpu_seconds(os.getpid())
+    assert before is not None
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    after = cpu_seconds(os.getpid())
+    machine = cpu_seconds()
+    assert after is not None and machine is not None
+    assert after - before >= 0.2 and machine >= after
+    assert cpu_seconds(2**22 + 7) is None  # no such process
