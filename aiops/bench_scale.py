@@ -302,17 +302,23 @@ def _settled(procs: list[_Process], quiet_s: float = 3.0, timeout_s: float = 180
             return
 
 
-def steady_seconds_per_tick(marks: list[tuple[float, bytes]]) -> float:
-    """Seconds per tick judged by every partition, from the second tick to the one before the
-    last (0 with fewer than four ticks): the first waits for the members to join and share out
-    the partitions, the last for the input to go quiet (it is held for late rows)."""
+def judged_everywhere(marks: list[tuple[float, bytes]]) -> dict[int, float]:
+    """Per tick (ns), when its last partition said it was judged (the progress records' times)."""
     from detectors.progress import JUDGED, read_mark
 
-    done: dict[int, float] = {}  # tick ns -> when its last partition said it was judged
+    done: dict[int, float] = {}
     for at, value in marks:
         kind, _, tick_ns = read_mark(value)
         if kind == JUDGED:
             done[tick_ns] = max(at, done.get(tick_ns, at))
+    return done
+
+
+def steady_seconds_per_tick(marks: list[tuple[float, bytes]]) -> float:
+    """Seconds per tick judged by every partition, from the second tick to the one before the
+    last (0 with fewer than four ticks): the first waits for the members to join and share out
+    the partitions, the last for the input to go quiet (it is held for late rows)."""
+    done = judged_everywhere(marks)
     ticks = sorted(done)
     if len(ticks) < 4:
         return 0.0
@@ -362,13 +368,7 @@ def live_delays(
     `started` (wall clock) and each later one `interval_s` after the one before: the lag sampled
     every `every_s` (how far the newest tick every partition has judged stands behind the
     cluster's clock), and each tick's delay (its last partition's judgement less its scrape)."""
-    from detectors.progress import JUDGED, read_mark
-
-    judged: dict[int, float] = {}  # tick ns -> when its last partition said it was judged
-    for at, value in marks:
-        kind, _, tick_ns = read_mark(value)
-        if kind == JUDGED:
-            judged[tick_ns] = max(at, judged.get(tick_ns, at))
+    judged = judged_everywhere(marks)
     if not judged:
         return [], []
     first = min(judged)
