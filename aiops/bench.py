@@ -18,7 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from aiops.progress import Progress, output_console, track
+from aiops.progress import output_console, track
 from ingest.frames import Frame, merge_rows
 from ingest.lineprotocol import decode, encode
 from vocab.settings import InfluxSettings, KafkaSettings
@@ -352,42 +352,6 @@ def _peers(sample: np.ndarray) -> list[tuple[str, Callable[[float], object], obj
     return out
 
 
-def bench_nab(args: argparse.Namespace, console: Console) -> int:
-    """score-csv over every file of a NAB-layout folder, scored with our NAB implementation."""
-    import tempfile
-    from pathlib import Path
-
-    import pandas as pd
-
-    from detectors.nab import format_table, load_corpus, run_nab
-    from detectors.scorecsv import score_csv
-
-    root = Path(args.data)
-    data = root / "data" if (root / "data").is_dir() else root
-    windows = data.parent / "labels" / "combined_windows.json"
-    if not windows.is_file():
-        console.print(f"no labels at {windows}")
-        return 2
-    corpus = load_corpus(data, windows)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "scores.csv"
-
-        progress = Progress(len(corpus), "aiops bench nab", "files")
-
-        def score(f: object) -> np.ndarray:
-            score_csv(data / f.name, out)  # type: ignore[attr-defined]
-            scores: np.ndarray = pd.read_csv(out)["anomaly_score"].to_numpy(dtype=np.float64)
-            progress.advance()
-            return scores
-
-        with progress:
-            results = run_nab(corpus, score)
-    console.print(f"NAB on {len(corpus)} files from {data} (score-csv per file, {time.perf_counter() - started:.1f}s)")
-    print(format_table(results))
-    return 0
-
-
 def print_rows(title: str, rows: list[Row], console: Console) -> None:
     table = Table(title=title)
     table.add_column("stage")
@@ -412,6 +376,8 @@ def run_bench(args: argparse.Namespace) -> int:
         bench_detect(args, console)
         return 0
     if args.bench == "nab":
+        from aiops.bench_nab import bench_nab
+
         return bench_nab(args, console)
     if args.bench == "soak":
         from aiops.bench_soak import bench_soak

@@ -698,8 +698,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--ticks", type=int, default=5)
     b.add_argument("--peer-samples", type=int, default=20_000, help="samples fed to each one-at-a-time library")
-    b = bench.add_parser("nab", help="NAB scores of score-csv on a NAB-layout folder (data/ and labels/)")
+    b = bench.add_parser(
+        "nab", help="NAB scores of the series detector, settings chosen out of fold (a NAB-layout folder)"
+    )
     b.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nab"))
+    b.add_argument("--out", help="also write the figures as JSON here")
     b = bench.add_parser("rca", help="root-cause ranking latency per tick: trickle, a leaf going down, a PFC storm")
     b.add_argument("--sizes", type=int, nargs="+", default=[1024, 10_000, 100_000], help="cluster sizes in GPUs")
     b.add_argument("--repeat", type=int, default=3, help="runs per size, fresh engine each (first: cold caches)")

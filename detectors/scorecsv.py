@@ -1,8 +1,8 @@
-"""Score a CSV of one entity's metrics with the univariate detector, row by row, strictly online.
+"""Score a CSV of one entity's metrics with the series detector, row by row, strictly online.
 
 Input: a header with a ``timestamp`` column and one or more numeric columns, one row per sample.
-Each numeric column is its own series; every row is one block over all columns (one vectorised
-call per row), and a row's score is the largest of its columns' scores. Output: ``timestamp,
+Each numeric column is its own series (`detectors.series`: row t sees rows <= t only, so the
+whole file goes through one compiled call), and a row's score is the largest of its columns'. Output: ``timestamp,
 anomaly_score`` with one row per input row, in input order, the timestamp written exactly as read.
 
 Row order drives the statistics: repeated timestamps are scored in order and gaps in time are
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from detectors.base import Block, FloatArray
-from detectors.univariate import Univariate, UnivariateConfig
+from detectors.base import FloatArray
+from detectors.series import SeriesConfig, SeriesDetector
 
 __all__ = ["ScoreCsvError", "score_columns", "score_csv", "score_frame"]
 
@@ -33,7 +33,7 @@ class ScoreCsvError(ValueError):
     """The input cannot be scored; the message says why in one line."""
 
 
-def score_csv(in_path: Path, out_path: Path, config: UnivariateConfig | None = None) -> int:
+def score_csv(in_path: Path, out_path: Path, config: SeriesConfig | None = None) -> int:
     """Score `in_path` into `out_path` (``timestamp,anomaly_score``); returns the rows written."""
     frame = _read_csv(Path(in_path))
     scores = score_frame(frame, config)
@@ -44,7 +44,7 @@ def score_csv(in_path: Path, out_path: Path, config: UnivariateConfig | None = N
     return len(frame)
 
 
-def score_frame(df: pd.DataFrame, config: UnivariateConfig | None = None) -> FloatArray:
+def score_frame(df: pd.DataFrame, config: SeriesConfig | None = None) -> FloatArray:
     """One score in [0, 1] per row of `df` (a ``timestamp`` column and numeric columns)."""
     columns = [str(c).strip() for c in df.columns]
     if len(set(columns)) != len(columns):
@@ -57,15 +57,18 @@ def score_frame(df: pd.DataFrame, config: UnivariateConfig | None = None) -> Flo
         raise ScoreCsvError(f"no numeric column besides '{TIMESTAMP}'")
     if len(df) == 0:
         raise ScoreCsvError("no data rows (header only)")
-    _parse_timestamps(df[TIMESTAMP])
+    seconds = _parse_timestamps(df[TIMESTAMP])
     values = np.column_stack([_parse_numbers(df[c], c) for c in metrics])
-    per_column = score_columns(values, config)
+    per_column = score_columns(values, config, seconds)
     out: FloatArray = np.round(per_column.max(axis=1), DECIMALS)
     return out
 
 
-def score_columns(values: FloatArray, config: UnivariateConfig | None = None) -> FloatArray:
-    """Scores of a (rows, columns) array, each column its own series, one block per row.
+def score_columns(
+    values: FloatArray, config: SeriesConfig | None = None, seconds: FloatArray | None = None
+) -> FloatArray:
+    """Scores of a (rows, columns) array, each column its own series; ``seconds`` (one per row,
+    since the epoch) place rows in the day for the daily profile, which is off without them.
 
     NaN values are skipped; their score, and any score the detector withholds, is 0. Columns of
     different lengths can be scored together by padding them with NaN at the end.
@@ -73,13 +76,7 @@ def score_columns(values: FloatArray, config: UnivariateConfig | None = None) ->
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
         raise ValueError(f"expected a (rows, columns) array, got shape {values.shape}")
-    rows, cols = values.shape
-    detector = Univariate(1, config)
-    series = np.arange(cols, dtype=np.int64)
-    out = np.zeros((rows, cols), dtype=np.float64)
-    for i in range(rows):
-        block = Block(float(i), series, values[i, :, None])
-        out[i] = detector.score_and_learn(block)[:, 0]
+    out = SeriesDetector(values.shape[1], config).score_rows(values, seconds)
     return np.nan_to_num(np.clip(out, 0.0, 1.0), nan=0.0)
 
 
@@ -113,8 +110,9 @@ def _read_csv(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[h.strip() for h in header], dtype=object)
 
 
-def _parse_timestamps(column: pd.Series) -> None:
-    """Every timestamp must parse (the statistics use row order, so the values are not kept)."""
+def _parse_timestamps(column: pd.Series) -> FloatArray:
+    """Seconds since the epoch of every timestamp, which must all parse (a time without a zone is
+    taken as UTC: only its time of day matters, for the daily profile; the statistics use row order)."""
     text = column.astype(str).str.strip()
     parsed = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
     if parsed.isna().any():
@@ -123,6 +121,9 @@ def _parse_timestamps(column: pd.Series) -> None:
     if len(bad):
         row = int(bad[0])
         raise ScoreCsvError(f"unparseable timestamp {column.iloc[row]!r} at row {row + 1}")
+    nanoseconds = parsed.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    seconds: FloatArray = nanoseconds / 1e9
+    return seconds
 
 
 def _parse_numbers(column: pd.Series, name: str) -> FloatArray:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from detectors.scorecsv import ScoreCsvError, score_columns, score_csv, score_frame
+from detectors.series import SeriesConfig
 
 
 def _series(rows: int = 600, seed: int = 0, spike_at: int | None = 400) -> np.ndarray:
@@ -36,13 +37,24 @@ def _read_out(path: Path) -> tuple[list[str], np.ndarray]:
     return [r[0] for r in rows[1:]], np.array([float(r[1]) for r in rows[1:]])
 
 
-def _score_file(tmp_path: Path, header: list[str], rows: list[list[str]], newline: str = "\n") -> np.ndarray:
+def _score_file(
+    tmp_path: Path,
+    header: list[str],
+    rows: list[list[str]],
+    newline: str = "\n",
+    config: SeriesConfig | None = None,
+) -> np.ndarray:
     out = tmp_path / "out.csv"
-    n = score_csv(_write(tmp_path / "in.csv", header, rows, newline), out)
+    n = score_csv(_write(tmp_path / "in.csv", header, rows, newline), out, config)
     stamps, scores = _read_out(out)
     assert n == len(rows) == len(scores)
     assert stamps == [r[header.index("timestamp")] for r in rows]
     return scores
+
+
+def _seconds(rows: int, step: str = "5min") -> np.ndarray:
+    stamps = pd.date_range("2024-01-01", periods=rows, freq=step).to_numpy(dtype="datetime64[s]")
+    return stamps.astype(np.float64)
 
 
 def _univariate_rows(values: np.ndarray, stamps: list[str] | None = None) -> list[list[str]]:
@@ -74,6 +86,7 @@ def test_crlf_line_endings_give_the_same_scores(tmp_path: Path) -> None:
 
 
 def test_repeated_timestamps_and_gaps_are_scored_by_row_order(tmp_path: Path) -> None:
+    """The deviations follow row order; only the daily profile reads the time of day."""
     values = _series()
     regular = _stamps(600)
     odd = regular.copy()
@@ -82,9 +95,12 @@ def test_repeated_timestamps_and_gaps_are_scored_by_row_order(tmp_path: Path) ->
     odd[300:] = [str(pd.Timestamp(t) + pd.Timedelta(days=30)) for t in odd[300:]]  # ...then jumps a month on
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    plain = _score_file(tmp_path / "a", ["timestamp", "value"], _univariate_rows(values, regular))
-    gappy = _score_file(tmp_path / "b", ["timestamp", "value"], _univariate_rows(values, odd))
+    no_profile = SeriesConfig(season=False)
+    plain = _score_file(tmp_path / "a", ["timestamp", "value"], _univariate_rows(values, regular), config=no_profile)
+    gappy = _score_file(tmp_path / "b", ["timestamp", "value"], _univariate_rows(values, odd), config=no_profile)
     np.testing.assert_array_equal(plain, gappy)
+    with_profile = _score_file(tmp_path / "b", ["timestamp", "value"], _univariate_rows(values, odd))
+    assert ((with_profile >= 0.0) & (with_profile <= 1.0)).all()
 
 
 def test_missing_values_are_skipped_and_an_empty_row_scores_zero(tmp_path: Path) -> None:
@@ -96,7 +112,7 @@ def test_missing_values_are_skipped_and_an_empty_row_scores_zero(tmp_path: Path)
     assert (scores[[200, 201, 202, 450]] == 0.0).all()
     kept = np.ones(600, dtype=bool)
     kept[[200, 201, 202, 450]] = False
-    alone = score_columns(values[kept, None])[:, 0]
+    alone = score_columns(values[kept, None], seconds=_seconds(600)[kept])[:, 0]
     np.testing.assert_allclose(scores[kept], alone, atol=5e-7)
 
 
@@ -118,12 +134,13 @@ def test_multivariate_rows_take_the_largest_column_score(tmp_path: Path) -> None
         for t, x, y, z in zip(_stamps(600), a, b, c, strict=True)
     ]
     scores = _score_file(tmp_path, ["cpu", "timestamp", "mem", "temp"], rows)
-    per_column = score_columns(np.column_stack([a, b, c]))
+    per_column = score_columns(np.column_stack([a, b, c]), seconds=_seconds(600))
     np.testing.assert_allclose(scores, per_column.max(axis=1), atol=5e-7)
     assert scores[500] == scores.max() > 0.5
     for j, col in enumerate((a, b, c)):  # each column scores as it would alone
-        alone = score_columns(col[:, None])[:, 0]
-        np.testing.assert_array_equal(per_column[~np.isnan(col), j], alone[~np.isnan(col)])
+        kept = ~np.isnan(col)
+        alone = score_columns(col[kept, None], seconds=_seconds(600)[kept])[:, 0]
+        np.testing.assert_array_equal(per_column[kept, j], alone)
 
 
 def test_score_frame_takes_a_parsed_frame() -> None:
@@ -131,7 +148,7 @@ def test_score_frame_takes_a_parsed_frame() -> None:
     frame = pd.DataFrame({"timestamp": pd.date_range("2024-01-01", periods=600, freq="min"), "value": values})
     scores = score_frame(frame)
     assert scores.shape == (600,)
-    np.testing.assert_allclose(scores, score_columns(values[:, None])[:, 0], atol=5e-7)
+    np.testing.assert_allclose(scores, score_columns(values[:, None], seconds=_seconds(600, "min"))[:, 0], atol=5e-7)
 
 
 @pytest.mark.parametrize(
