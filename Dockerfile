@@ -21,6 +21,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
+# numba's compiled detectors (detectors/series.py) cache beside the sources by default, and
+# site-packages is not writable by the service user
+ENV NUMBA_CACHE_DIR=/var/lib/aiops/.cache/numba
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels aiops-gpu \
  && useradd --system --uid 10001 --home-dir /var/lib/aiops --create-home aiops
