@@ -22,7 +22,7 @@ import pandas as pd
 from detectors.base import FloatArray
 from detectors.series import SeriesConfig, SeriesDetector
 
-__all__ = ["ScoreCsvError", "score_columns", "score_csv", "score_frame"]
+__all__ = ["ScoreCsvError", "counter_increases", "score_columns", "score_csv", "score_frame"]
 
 TIMESTAMP = "timestamp"
 MISSING = frozenset({"", "nan", "na", "n/a", "null", "none"})
@@ -71,13 +71,48 @@ def score_columns(
     since the epoch) place rows in the day for the daily profile, which is off without them.
 
     NaN values are skipped; their score, and any score the detector withholds, is 0. Columns of
-    different lengths can be scored together by padding them with NaN at the end.
+    different lengths can be scored together by padding them with NaN at the end. A column that
+    is a counter is scored on its increases (`counter_increases`).
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
         raise ValueError(f"expected a (rows, columns) array, got shape {values.shape}")
+    config = config or SeriesConfig()
+    values = counter_increases(values, config.judge_after)
     out = SeriesDetector(values.shape[1], config).score_rows(values, seconds)
     return np.nan_to_num(np.clip(out, 0.0, 1.0), nan=0.0)
+
+
+def counter_increases(values: FloatArray, decide_after: int) -> FloatArray:
+    """Columns that are counters replaced by their per-row increases; other columns as they are.
+
+    A counter (bytes received, packets, errors since boot) only grows, and what matters is how
+    fast: its level says nothing but how long since the last restart, and a restart's drop to zero
+    is not a fault. A column counts as one when its first ``decide_after`` values never fall and
+    at least half of their steps rise. The test sees those rows only, and the detector scores
+    nothing before its ``judge_after`` rows, so a prefix still scores the same as the whole file.
+    Then each row's increase is the change from the value before, or, after a fall (a reset, as
+    Prometheus's ``rate`` reads one), the new value itself.
+    """
+    out = values.copy()
+    for j in range(values.shape[1]):
+        column = values[:, j]
+        valid = np.flatnonzero(~np.isnan(column))
+        if len(valid) <= decide_after:
+            continue
+        first = column[valid[: decide_after + 1]]
+        steps = np.diff(first)
+        if (steps < 0.0).any() or (steps > 0.0).mean() < 0.5:
+            continue
+        kept = column[valid]
+        increase = np.empty(len(kept))
+        increase[0] = np.nan  # no increase before the first value
+        increase[1:] = np.diff(kept)
+        reset = increase[1:] < 0.0
+        increase[1:][reset] = kept[1:][reset]
+        out[:, j] = np.nan
+        out[valid, j] = increase
+    return out
 
 
 # -- reading --------------------------------------------------------------------------------------

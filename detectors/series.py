@@ -66,6 +66,7 @@ class SeriesConfig:
     # daily profile
     season: bool = True
     bins: int = 48  # bins per day (30 min each)
+    period_days: int = 1  # the profile's period: 1 (daily) or 7 (weekly)
     season_rate: float = 0.05  # EWMA weight of a bin's profile, per row in the bin
     season_weight: float = 0.5  # weight of the deviation from the profile against the others
     season_days: float = 2.0  # days of data before the profile is judged
@@ -83,7 +84,7 @@ class SeriesConfig:
             raise ValueError(f"record_decay must be in [0, 1), got {self.record_decay}")
         if self.warmup < 1 or self.judge_after < self.warmup:
             raise ValueError("need 1 <= warmup <= judge_after")
-        if self.bins < 1 or self.cooldown < 0 or self.season_days < 0:
+        if self.bins < 1 or self.period_days < 1 or self.cooldown < 0 or self.season_days < 0:
             raise ValueError("need bins >= 1, cooldown >= 0 and season_days >= 0")
 
     def replace(self, **changes: float | int | bool) -> SeriesConfig:
@@ -126,7 +127,7 @@ class SeriesDetector:
         self._params = np.array([float(v) for v in astuple(self.config)], dtype=np.float64)
         self._scalars = np.zeros((series, SCALARS), dtype=np.float64)
         self._scalars[:, SINCE_ALARM] = 1e12  # no alarm in memory
-        self._profile = np.zeros((series, self.config.bins, 3), dtype=np.float64)
+        self._profile = np.zeros((series, self.config.bins * self.config.period_days, 3), dtype=np.float64)
 
     @property
     def state_bytes_per_series(self) -> int:
@@ -162,8 +163,8 @@ P_SLOW, P_SPREAD, P_CLIP, P_FLOOR, P_RESOLUTION = (_P[k] for k in ("slow", "spre
 P_WARMUP, P_JUDGE, P_LW, P_SHIFT_Z, P_RELEARN = (
     _P[k] for k in ("warmup", "judge_after", "level_weight", "shift_z", "relearn")
 )
-P_SEASON, P_BINS, P_SEASON_RATE, P_SEASON_W, P_SEASON_DAYS = (
-    _P[k] for k in ("season", "bins", "season_rate", "season_weight", "season_days")
+P_SEASON, P_BINS, P_PERIOD, P_SEASON_RATE, P_SEASON_W, P_SEASON_DAYS = (
+    _P[k] for k in ("season", "bins", "period_days", "season_rate", "season_weight", "season_days")
 )
 P_DECAY, P_MIN_RECORD, P_ALARM, P_COOLDOWN = (_P[k] for k in ("record_decay", "min_record", "alarm", "cooldown"))
 
@@ -178,7 +179,7 @@ def _run(
     warmup, judge_after = p[P_WARMUP], p[P_JUDGE]
     lw, shift_z, relearn = p[P_LW], p[P_SHIFT_Z], p[P_RELEARN]
     use_season = p[P_SEASON] > 0.5
-    bins, season_rate, season_w = int(p[P_BINS]), p[P_SEASON_RATE], p[P_SEASON_W]
+    bins, period, season_rate, season_w = int(p[P_BINS]), int(p[P_PERIOD]), p[P_SEASON_RATE], p[P_SEASON_W]
     season_wait = p[P_SEASON_DAYS] * DAY_S
     keep = 1.0 - p[P_DECAY]
     min_record, alarm, cooldown = p[P_MIN_RECORD], p[P_ALARM], p[P_COOLDOWN]
@@ -194,7 +195,7 @@ def _run(
                 st[s, SLOW] = x
                 st[s, FIRST_TIME] = seconds[t]
                 if use_season:
-                    _learn_bin(profile, s, _bin(seconds[t], bins), x, 0.0, clip, season_rate)
+                    _learn_bin(profile, s, _bin(seconds[t], bins, period), x, 0.0, clip, season_rate)
                 continue
             fast, slow = st[s, FAST], st[s, SLOW]
             ef = x - fast
@@ -215,7 +216,7 @@ def _run(
             daily = False
             b = 0
             if use_season:
-                b = _bin(seconds[t], bins)
+                b = _bin(seconds[t], bins, period)
                 daily = seconds[t] - st[s, FIRST_TIME] >= season_wait and profile[s, b, COUNT] > 0.0
                 zd = (x - profile[s, b, MEAN]) / (max(profile[s, b, SPREAD], resolution) + tiny)
 
@@ -270,8 +271,8 @@ def _run(
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _bin(second: float, bins: int) -> int:  # pragma: no cover - compiled
-    return int((second % DAY_S) / DAY_S * bins) % bins
+def _bin(second: float, bins: int, period: int) -> int:  # pragma: no cover - compiled
+    return int((second % (period * DAY_S)) / DAY_S * bins) % (bins * period)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from detectors.scorecsv import ScoreCsvError, score_columns, score_csv, score_frame
+from detectors.scorecsv import ScoreCsvError, counter_increases, score_columns, score_csv, score_frame
 from detectors.series import SeriesConfig
 
 
@@ -185,3 +185,31 @@ def test_errors_are_value_errors() -> None:
     assert issubclass(ScoreCsvError, ValueError)
     with pytest.raises(ValueError, match="no 'timestamp' column"):
         score_frame(pd.DataFrame({"value": [1.0, 2.0]}))
+
+
+def test_a_counter_is_scored_on_its_increases_and_a_restart_is_not_a_fault(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    increases = rng.poisson(1000.0, 3000).astype(float)  # bytes a scrape, about 1,000
+    increases[2000] = 9000.0  # a burst: nine scrapes' worth at once
+    counter = np.cumsum(increases)
+    counter[1500:] -= counter[1499]  # the exporter restarted: the counter starts again from zero
+    scores = _score_file(tmp_path, ["timestamp", "bytes"], _univariate_rows(counter))
+    assert scores[2000] == scores.max() > 0.5
+    assert scores[1495:1505].max() < 0.5  # the restart's drop is read as a reset, not a fall
+    # before the restart, exactly the scores of the increases themselves
+    as_rate = score_columns(np.r_[np.nan, increases[1:1500]][:, None])[:, 0]
+    np.testing.assert_array_equal(score_columns(counter[:1500, None])[:, 0], as_rate)
+    for k in (50, 100, 101, 102, 1700):  # deciding after the first rows keeps prefixes exact
+        prefix = score_columns(counter[:k, None])[:, 0]
+        np.testing.assert_array_equal(prefix, score_columns(counter[:, None])[:k, 0])
+
+
+def test_a_gauge_that_falls_is_not_taken_for_a_counter() -> None:
+    values = _series(600)
+    np.testing.assert_array_equal(counter_increases(values[:, None], 100), values[:, None])
+    mostly_rising = np.r_[np.zeros(40), np.ones(80)].cumsum()  # 60 of its first 100 steps rise
+    assert np.isnan(counter_increases(mostly_rising[:, None], 100)[0, 0])
+    mostly_flat = np.r_[np.zeros(60), np.ones(60)].cumsum()  # 40 of 100 rise: a step function
+    np.testing.assert_array_equal(counter_increases(mostly_flat[:, None], 100), mostly_flat[:, None])
+    flat = np.full((300, 1), 7.0)  # never falls, never rises: a constant, not a counter
+    np.testing.assert_array_equal(counter_increases(flat, 100), flat)
