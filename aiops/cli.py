@@ -450,9 +450,14 @@ def _scrape_interval(args: argparse.Namespace, settings: Settings) -> float:
 
 def cmd_score_csv(args: argparse.Namespace) -> int:
     from detectors.scorecsv import ScoreCsvError, score_csv
+    from detectors.series import SeriesConfig
 
     try:
-        rows = score_csv(Path(args.input), Path(args.out))
+        config = SeriesConfig.from_settings(args.set or [])
+    except ValueError as exc:
+        raise CliError(f"--set {exc}") from None
+    try:
+        rows = score_csv(Path(args.input), Path(args.out), config)
     except (ScoreCsvError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     print(f"scored {rows} rows -> {args.out}")
@@ -655,6 +660,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("score-csv", help="anomaly scores in [0, 1] for a CSV with a timestamp column, online")
     p.add_argument("input", metavar="IN.csv")
     p.add_argument("--out", metavar="OUT.csv", required=True)
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="change a detector setting (detectors/series.py SeriesConfig), e.g. still=true for sensors "
+        "that freeze, period_days=7 for series with weeks of history; repeatable",
+    )
     p.set_defaults(handler=cmd_score_csv)
 
     p = sub.add_parser("demo", help="run the pipeline in-process on an embedded sample (no services needed)")

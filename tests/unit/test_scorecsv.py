@@ -213,3 +213,13 @@ def test_a_gauge_that_falls_is_not_taken_for_a_counter() -> None:
     np.testing.assert_array_equal(counter_increases(mostly_flat[:, None], 100), mostly_flat[:, None])
     flat = np.full((300, 1), 7.0)  # never falls, never rises: a constant, not a counter
     np.testing.assert_array_equal(counter_increases(flat, 100), flat)
+
+
+def test_the_command_takes_settings_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiops.cli import main
+
+    source = _write(tmp_path / "in.csv", ["timestamp", "value"], _univariate_rows(_series()))
+    assert main(["score-csv", str(source), "--out", str(tmp_path / "a.csv"), "--set", "still=true"]) == 0
+    assert main(["score-csv", str(source), "--out", str(tmp_path / "b.csv"), "--set", "stil=true"]) == 2
+    assert "expected NAME=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "b.csv").exists()

@@ -111,3 +111,29 @@ def test_bad_input_is_refused_with_a_reason() -> None:
         SeriesConfig().replace(windows=3)
     with pytest.raises(ValueError, match="season_rate"):
         SeriesConfig(season_rate=0.0)
+
+
+def test_stillness_flags_a_frozen_sensor_once() -> None:
+    rng = np.random.default_rng(4)
+    values = np.round(40.0 + rng.normal(0.0, 0.5, 3000), 2)  # a temperature read to 0.01
+    values[2000:2400] = values[1999]  # the sensor froze: the same reading for 400 rows
+    still = _score(values, config=SeriesConfig(season=False, still=True))
+    plain = _score(values, config=SeriesConfig(season=False))
+    alarms = np.flatnonzero(still >= SeriesConfig().alarm)
+    frozen = alarms[(alarms >= 2000) & (alarms < 2400)]
+    assert len(frozen) == 1 and frozen[0] < 2010  # within a few readings, and once
+    assert plain[2000:2400].max() < 0.5  # no other part sees a value that did not move
+
+
+def test_settings_by_name_are_checked() -> None:
+    config = SeriesConfig.from_settings(["still=true", "period_days=7", "season_weight=0.35"])
+    assert (config.still, config.period_days, config.season_weight) == (True, 7, 0.35)
+    for bad, message in (
+        (["stil=true"], "expected NAME=VALUE"),
+        (["still"], "expected NAME=VALUE"),
+        (["still=maybe"], "takes a bool"),
+        (["period_days=1.5"], "takes a int"),
+        (["season_rate=0"], "season_rate"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            SeriesConfig.from_settings(bad)
