@@ -41,8 +41,8 @@ def folds(corpus: list[NabFile]) -> dict[str, list[str]]:
         cat = category(f.name)
         with_windows[cat] = with_windows.get(cat, False) or bool(f.windows)
     judged = sorted(c for c, has in with_windows.items() if has)
-    if not judged:
-        raise ValueError("no category has labelled windows: nothing to cross-validate")
+    if len(judged) < 2:
+        raise ValueError(f"{len(judged)} categories with labelled windows: leaving one out needs at least two")
     out: dict[str, list[str]] = {c: [c] for c in judged}
     for cat in sorted(c for c, has in with_windows.items() if not has):
         out[max(judged, key=lambda c: (_common_prefix(c, cat), c))].append(cat)
@@ -103,7 +103,7 @@ def out_of_fold(corpus: list[NabFile], candidates: Mapping[Any, Scores], profile
         for key, scores in candidates.items():
             prep = _prepare(train, scores, [geometry[f.name] for f in train])
             result = _optimise(prep, profile)
-            if result.score > best_score:
+            if best_key is None or result.score > best_score:
                 best_key, best_score, best_threshold = key, result.score, result.threshold
         assert best_key is not None
         choice = _apply(test, candidates[best_key], profile, best_threshold, geometry)

@@ -36,8 +36,10 @@ def _detects(rows: dict[str, list[int]]) -> dict[str, np.ndarray]:
 def test_a_category_without_windows_joins_its_closest_sibling() -> None:
     assert category("realTweets/x.csv") == "realTweets"
     assert folds(_corpus()) == {"alpha": ["alpha"], "beta": ["beta"], "gamma": ["gamma", "gammaQuiet"]}
-    with pytest.raises(ValueError, match="no category"):
+    with pytest.raises(ValueError, match="needs at least two"):
         folds([make_file("quiet/q.csv", N, [])])
+    with pytest.raises(ValueError, match="needs at least two"):
+        folds([make_file("one/a.csv", N, [WINDOW]), make_file("one/b.csv", N, [WINDOW])])
 
 
 def test_the_held_out_category_is_scored_with_what_the_others_chose() -> None:
