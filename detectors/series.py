@@ -26,6 +26,10 @@ spends it on what generalises across kinds of series. Three parts, each switchab
    ``R`` the largest weighted ratio. After an alarm the next ``cooldown`` rows score 0: one
    incident, one alarm (NAB, like an on-call engineer, charges every false positive).
 
+Off by default, **stillness** (``still=True``) flags a reading repeated exactly for longer than the
+series' own repeats make likely, once per run: a sensor that froze. On NAB it cost false positives
+(quantised series sit still), and NAB has no frozen sensors to find.
+
 Strictly online and deterministic: row t uses rows <= t only, so a prefix of a file scores the same
 as the start of the whole file. State per series is fixed. The detector is vectorised over
 series: one compiled call scores a block of rows of many series. Every setting below was chosen by
@@ -89,7 +93,7 @@ class SeriesConfig:
         if self.warmup < 1 or self.judge_after < self.warmup:
             raise ValueError("need 1 <= warmup <= judge_after")
         if self.bins < 1 or self.period_days < 1 or self.cooldown < 0 or self.season_days < 0:
-            raise ValueError("need bins >= 1, cooldown >= 0 and season_days >= 0")
+            raise ValueError("need bins >= 1, period_days >= 1, cooldown >= 0 and season_days >= 0")
 
     @classmethod
     def from_settings(cls, settings: list[str]) -> SeriesConfig:
@@ -111,7 +115,7 @@ class SeriesConfig:
                 else:
                     changes[name] = kind(float(text)) if kind is int and float(text).is_integer() else kind(text)
             except ValueError:
-                raise ValueError(f"{item!r}: {name} takes a {kind.__name__}") from None
+                raise ValueError(f"{item!r}: {name} takes {kind.__name__} values") from None
         return cls().replace(**changes)
 
     def replace(self, **changes: float | int | bool) -> SeriesConfig:

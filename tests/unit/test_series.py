@@ -131,8 +131,8 @@ def test_settings_by_name_are_checked() -> None:
     for bad, message in (
         (["stil=true"], "expected NAME=VALUE"),
         (["still"], "expected NAME=VALUE"),
-        (["still=maybe"], "takes a bool"),
-        (["period_days=1.5"], "takes a int"),
+        (["still=maybe"], "takes bool values"),
+        (["period_days=1.5"], "takes int values"),
         (["season_rate=0"], "season_rate"),
     ):
         with pytest.raises(ValueError, match=message):
