@@ -65,6 +65,9 @@ BEGUN_KEPT = 4
 # poll that waited its whole timeout for telemetry would hold the judgement back that long
 SHARES_POLL_MS = 20
 IDLE_REPEAT_S = 30.0  # how often a partition with nothing to judge says so again
+# a begun tick that has waited this long for shares is logged with what it waits for: shares are
+# due within moments of each other, so a wait this long means a member is slow, gone or stuck
+STUCK_REPORT_S = 30.0
 
 
 class CohortExchange:
@@ -78,6 +81,11 @@ class CohortExchange:
         self.at: dict[int, int] = self._ends()  # what came before this start is of ticks long judged
         self.refused = 0
         self.received = 0  # records read
+        # after a rewind, where the topic ended then: until it is read that far, the board does not
+        # hold what the restored loops need, and a partition's newest share (sent since, or by this
+        # member's own loops directly) would pass for "it had nothing" at the ticks being read again
+        self.replay_to: dict[int, int] | None = None
+        self._rewound = False
 
     def _ends(self) -> dict[int, int]:
         return self.reader.ends()
@@ -93,11 +101,29 @@ class CohortExchange:
         """Read again from `to` (a restored partition's ticks need the shares of their time)."""
         for p, offset in to.items():
             self.at[p] = min(offset, self.at.get(p, offset))
+        self._rewound = True
+
+    def rewind_to_beginning(self) -> None:
+        """Read everything the topic holds again (a partition read again from its beginning)."""
+        self.at = {}
+        self._rewound = True
+
+    @property
+    def replaying(self) -> bool:
+        """Whether shares read again after a rewind are still being read: nothing is judged meanwhile."""
+        return self._rewound or self.replay_to is not None
 
     def read(self, board: ShareBoard) -> list[DeadLetter]:
         """What arrived since the last read, onto the board; a record that is no share is
-        dead-lettered with the reason (a member of another version, a stray producer)."""
-        records, self.at = self.reader.read_new(self.at, wait_s=0.05)
+        dead-lettered with the reason (a member of another version, a stray producer). Reading
+        again after a rewind, it reads longer at a time, up to where the topic ended then."""
+        if self._rewound:
+            self._rewound = False
+            ends = self._ends()
+            self.replay_to = {q: max(end, (self.replay_to or {}).get(q, 0)) for q, end in ends.items()}
+        records, self.at = self.reader.read_new(self.at, wait_s=1.0 if self.replay_to else 0.05)
+        if self.replay_to is not None and all(self.at.get(q, 0) >= end for q, end in self.replay_to.items()):
+            self.replay_to = None
         self.received += len(records)
         letters: list[DeadLetter] = []
         for cohort_partition, offset, value in records:
@@ -173,6 +199,8 @@ class _Member:
         self.board: ShareBoard | None = None
         self.retired = DetectStats()  # what loops handed to other members had counted
         self.last_checkpoint = time.monotonic()
+        self.stuck_since: dict[tuple[int, int], float] = {}  # (partition, tick) begun: since when
+        self.stuck_reported = 0.0
         self.consumer = until_reachable(
             lambda: TelemetryConsumer(
                 settings, group=settings.detect_group, on_revoked=self.revoked, on_assigned=self.assigned, sticky=True
@@ -297,6 +325,10 @@ class _Member:
         self._cover_unchecked()
         self.once.arm(self.should_stop)
         self.dead.add(self.exchange.read(board))
+        if self.exchange.replaying:  # judged now, a restored tick could miss a share read again below
+            self.progress = self.exchange.received + self.judged
+            self.consumer.poll_timeout_ms = SHARES_POLL_MS
+            return
 
         def send(partition: int, tick_ns: int, share: CohortSummary) -> None:
             self.begun_at[partition].append(dict(self.exchange.at))
@@ -317,6 +349,7 @@ class _Member:
         ahead = {(self.topic, p) for p, loop in self.loops.items() if len(loop.waiting) > MAX_WAITING}
         self.consumer.hold_back(ahead)
         others = self._waiting_on_others(board)
+        self._report_stuck(board, ahead)
         self.consumer.poll_timeout_ms = SHARES_POLL_MS if others else self.settings.poll_timeout_ms
         if self.state_dir is None or time.monotonic() - self.last_checkpoint >= self.checkpoint_every_s:
             self.checkpoint()
@@ -330,12 +363,35 @@ class _Member:
                 return True
         return False
 
+    def _report_stuck(self, board: ShareBoard, paused: set[Partition]) -> None:
+        """A warning, at most every STUCK_REPORT_S, naming begun ticks that have waited that long
+        and the partitions whose shares they wait for: what an operator needs to find the member."""
+        now = time.monotonic()
+        begun = {(p, loop.pending_ns) for p, loop in self.loops.items() if loop.pending is not None}
+        self.stuck_since = {key: self.stuck_since.get(key, now) for key in begun}
+        if now - self.stuck_reported < STUCK_REPORT_S:
+            return
+        stuck = []
+        for (p, tick_ns), since in sorted(self.stuck_since.items()):
+            if now - since >= STUCK_REPORT_S:
+                missing = [q for q in range(board.partitions) if not board.accounted(q, tick_ns)]
+                stuck.append(f"partition {p} tick {tick_ns} for {now - since:.0f} s, missing {missing}")
+        if stuck:
+            self.stuck_reported = now
+            waiting = {p: len(loop.waiting) for p, loop in self.loops.items()}
+            log.warning(
+                "ticks waiting for shares: %s (ticks released per partition %s, paused %s, exchange at %s)",
+                "; ".join(stuck), waiting, sorted(q for _, q in paused), self.exchange.at,
+            )  # fmt: skip
+
     def _cover_unchecked(self) -> None:
         """A partition taken with no checkpoint and no committed offset is read from its
         beginning: whatever a member before this one published for it (before its first
         checkpoint, in a backlog a loop is rarely between ticks) is published again, so the
-        outputs are read back from their beginning, each record to be skipped once. With a
-        committed offset and no checkpoint (a state directory lost), a replay may repeat some."""
+        outputs are read back from their beginning, each record to be skipped once, and so are
+        the cohort shares (its ticks need the other partitions' shares of their time). With a
+        committed offset and no checkpoint (a state directory lost), a replay may repeat some,
+        and its first ticks may be judged without shares sent before this member started."""
         if not self.unchecked:
             return
         taken = {(self.topic, p) for p in self.unchecked if p in self.loops}
@@ -346,6 +402,12 @@ class _Member:
         if any(offset is None for offset in committed.values()):
             since = until_reachable(lambda: topic_beginnings(self.settings.bootstrap, self.outputs), self.should_stop)
             self.once.replaying_from(since)
+            unread = sorted(p for (_, p), offset in committed.items() if offset is None)
+            log.warning("partitions %s have no checkpoint and no committed offset: read from the beginning", unread)
+            # its ticks from the first need the other partitions' shares of their time, which came
+            # before this member's start: without them, a later share of a partition would pass
+            # for "it had nothing", and its first ticks would be judged on part of their cohorts
+            self.exchange.rewind_to_beginning()
 
     def _board(self) -> ShareBoard | None:
         if self.board is None:

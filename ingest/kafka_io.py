@@ -376,6 +376,10 @@ class TelemetryConsumer:
             offset = self._start_at.pop((tp.topic, tp.partition), None)
             if offset is not None:
                 self._consumer.seek(tp, offset)
+                # what came before the offset is done (a checkpoint, or the loop carried on holds
+                # it): said so at once, or a partition that delivers nothing more before the next
+                # rebalance would have no position, and its loop and checkpoint would lose theirs
+                self._next[(tp.topic, tp.partition)] = offset
                 log.info("resuming %s[%d] at the checkpoint's offset %d", tp.topic, tp.partition, offset)
 
     def _connect(self) -> KafkaConsumer:
@@ -558,10 +562,14 @@ class TelemetryConsumer:
     def caught_up(self, timeout_s: float = 2.0) -> bool:
         """Whether the broker confirms, now, that this member has taken everything its
         partitions hold. False when the broker cannot say (away, or slow to answer): a silent
-        broker is not a quiet input."""
-        assignment = list(self._consumer.assignment())
-        if not assignment:
+        broker is not a quiet input. A partition held back (hold_back) counts as taken: its
+        records wait on the others, and when the others wait on a tick only the quiet would let go
+        (the last of a finite input), counting it would keep the input from ever going quiet."""
+        assignment = [tp for tp in self._consumer.assignment() if (tp.topic, tp.partition) not in self._held_back]
+        if not self._consumer.assignment():
             return False
+        if not assignment:
+            return True
         try:
             ends = self._consumer.end_offsets(assignment, timeout_ms=int(timeout_s * 1000))
         except KafkaError:

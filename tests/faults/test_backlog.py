@@ -112,7 +112,9 @@ def test_the_detection_daemon_catches_up_a_backlog_anomaly_for_anomaly(
     if kill:
         assert "resumes from its checkpoint" in err
     streamed = Counter(json.dumps(a, sort_keys=True) for a in _consume(k, k.anomalies_topic))
-    assert streamed == expected
+    restored = [line for line in err.splitlines() if "checkpoint" in line or "beginning" in line]
+    extra, missing = streamed - expected, expected - streamed
+    assert streamed == expected, (sorted(extra)[:5], sorted(missing)[:5], len(extra), len(missing), restored)
 
 
 def _recreate(k: KafkaSettings) -> None:

@@ -264,3 +264,69 @@ def test_topics_keep_old_event_time_by_append_time(kafka_settings: KafkaSettings
     assert len(records) == len(stamps) == 1
     assert abs(stamps[0] - time.time() * 1000) < 600_000  # appended now, not a year ago
     assert event_time_ms(records[0][1], stamps[0]) == a_year_ago_ns // 1_000_000
+
+
+def test_a_partition_held_back_does_not_keep_the_input_from_going_quiet(kafka_settings: KafkaSettings) -> None:
+    """Split detection holds back a partition far ahead of the others; when the others wait on a
+    tick that only the input's quiet lets go (the last tick of a replay), the held-back records
+    must not count as input still to come, or the quiet never comes and the member waits forever."""
+    topic = kafka_settings.telemetry_topic
+    ensure_topics(kafka_settings.bootstrap, [topic], partitions=2)
+    producer = TelemetryProducer(kafka_settings.bootstrap)
+
+    def send(partition: int, n: int) -> None:
+        for i in range(n):
+            producer.send_raw(topic, f"m{partition}-{i}".encode(), partition=partition)
+        producer.flush()
+
+    send(0, 5)
+    consumer = TelemetryConsumer(kafka_settings)
+    try:
+        taken = {0: 0, 1: 0}
+        for _ in range(100):
+            for where, _, _ in consumer.poll():
+                taken[where.partition] += 1
+            if consumer.assigned and taken[0] == 5:
+                break
+        assert taken == {0: 5, 1: 0}
+        consumer.hold_back({(topic, 1)})
+        send(1, 3)  # arrives while it is held back
+        assert consumer.caught_up()  # nothing more will come while it is held back
+        consumer.hold_back(set())
+        assert not consumer.caught_up()  # released: it has records to take
+        for _ in range(100):
+            for where, _, _ in consumer.poll():
+                taken[where.partition] += 1
+            if taken[1] == 3:
+                break
+        assert taken == {0: 5, 1: 3} and consumer.caught_up()
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def test_a_partition_resumed_at_a_checkpoint_has_its_position_before_it_delivers(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """A member that resumes a partition at its checkpoint's offset and gets nothing more from it
+    before the next rebalance must still know where it stands: its loop is handed on (or saved)
+    with that position, and its commit says it, instead of the partition looking never read."""
+    topic = kafka_settings.telemetry_topic
+    ensure_topics(kafka_settings.bootstrap, [topic], partitions=1)
+    producer = TelemetryProducer(kafka_settings.bootstrap)
+    for i in range(5):
+        producer.send_raw(topic, f"m{i}".encode(), partition=0)
+    producer.flush()
+    producer.close()
+    consumer = TelemetryConsumer(kafka_settings, start_at={(topic, 0): 5})  # the checkpoint had all five
+    try:
+        delivered = []
+        for _ in range(30):
+            delivered += consumer.poll()
+            if consumer.assigned:
+                break
+        assert consumer.assigned and delivered == []
+        assert consumer.positions() == {(topic, 0): 5}
+        assert consumer.done() == {(topic, 0): 5}
+    finally:
+        consumer.close()
