@@ -130,9 +130,9 @@ class CohortExchange:
             try:
                 kind, partition, tick_ns = _HEAD.unpack_from(value or b"")
                 if kind == IDLE:
-                    board.say_idle(partition)
+                    board.say_idle(partition, offset)
                 elif kind == SHARE:
-                    board.add(partition, tick_ns, CohortSummary.from_bytes(value[_HEAD.size :]))
+                    board.add(partition, tick_ns, CohortSummary.from_bytes(value[_HEAD.size :]), offset)
                 else:
                     raise ValueError(f"unknown record kind {kind!r}")
             except (struct.error, ValueError) as exc:

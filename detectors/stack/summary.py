@@ -159,15 +159,33 @@ class ShareBoard:
         self.shares: dict[int, dict[int, CohortSummary]] = {}
         self.newest: dict[int, int] = {}  # partition -> its newest share's tick (ns)
         self.idle: dict[int, bool] = {}  # partition -> its last word was "idle"
+        # partition -> the offset of the last of its records that set `newest` and `idle`: a record
+        # read again (a member rewinds the exchange for a restored partition) brings its share
+        # back but must not undo what later records said (an old "idle" would stand for now)
+        self.read_through: dict[int, int] = {}
 
-    def add(self, partition: int, tick_ns: int, share: CohortSummary) -> None:
+    def _later(self, partition: int, offset: int | None) -> bool:
+        """Whether this record says something new about the partition (None: this member's own
+        loop, now)."""
+        if offset is None:
+            return True
+        if offset <= self.read_through.get(partition, -1):
+            return False
+        self.read_through[partition] = offset
+        return True
+
+    def add(self, partition: int, tick_ns: int, share: CohortSummary, offset: int | None = None) -> None:
+        """A partition's share of a tick; `offset`: where it was read (None: sent by a loop here)."""
         self.shares.setdefault(tick_ns, {}).setdefault(partition, share)
-        if tick_ns >= self.newest.get(partition, -1):
-            self.newest[partition] = tick_ns
+        if self._later(partition, offset):
+            # a share after "idle" says the partition is at work again, even of an older tick (it
+            # is read again from a checkpoint): its next ticks are waited for
+            self.newest[partition] = max(tick_ns, self.newest.get(partition, tick_ns))
             self.idle[partition] = False
 
-    def say_idle(self, partition: int) -> None:
-        self.idle[partition] = True
+    def say_idle(self, partition: int, offset: int | None = None) -> None:
+        if self._later(partition, offset):
+            self.idle[partition] = True
 
     def accounted(self, partition: int, tick_ns: int) -> bool:
         if partition in self.shares.get(tick_ns, {}):

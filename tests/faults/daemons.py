@@ -79,7 +79,9 @@ def replay(k: KafkaSettings, tmp_path: Path) -> Replay:
 
 @contextmanager
 def reaped() -> Iterator[Callable[[subprocess.Popen[str]], subprocess.Popen[str]]]:
-    """Processes started in the block are killed if it fails: no daemon outlives its test."""
+    """Processes started in the block are killed if it fails: no daemon outlives its test, and
+    none leaves its pipes open (closed by the garbage collector during a later test, they would
+    fail that test with an unraisable ResourceWarning)."""
     started: list[subprocess.Popen[str]] = []
 
     def track(p: subprocess.Popen[str]) -> subprocess.Popen[str]:
@@ -95,3 +97,5 @@ def reaped() -> Iterator[Callable[[subprocess.Popen[str]], subprocess.Popen[str]
                 _, err = p.communicate()
                 # a daemon still running when the block failed is usually why: its log says where
                 print(f"--- killed, still running: {str(p.args)[-400:]}\n{(err or '')[-4000:]}")
+            else:
+                p.communicate()  # what it wrote and nobody read: its pipes closed here

@@ -143,6 +143,26 @@ def test_a_tick_waits_for_every_partition_unless_it_skipped_the_tick_or_went_idl
     assert board.merged(190) is None
 
 
+def test_records_read_again_after_a_rewind_bring_shares_back_but_not_an_old_idle() -> None:
+    """A member restoring a partition reads the cohorts topic again from the checkpoint's time:
+    the shares of those ticks come back (they were forgotten), but partition 1's old "idle",
+    said before it went to work again, must not make its coming ticks look accounted for."""
+    board = ShareBoard(2)
+    board.add(1, 100, CohortSummary(), offset=0)
+    board.say_idle(1, offset=1)
+    board.add(1, 130, CohortSummary(), offset=2)  # at work again
+    board.add(0, 160, CohortSummary())  # a loop here begins 160
+    assert board.merged(160) is None  # partition 1's share of 160 is due
+    board.forget_before(160)
+    board.add(1, 100, CohortSummary(), offset=0)  # read again
+    board.say_idle(1, offset=1)
+    board.add(1, 130, CohortSummary(), offset=2)
+    assert board.merged(160) is None  # still due: the old "idle" is not its last word
+    assert board.merged(100) is not None  # the restored loop's old tick has its share again
+    board.say_idle(1, offset=3)  # now it is idle
+    assert board.merged(160) is not None
+
+
 def test_a_share_survives_the_wire_and_a_damaged_one_is_refused() -> None:
     share = CohortSummary()
     share.add_values("peer/gpu/0/job-1", np.array([1.5, np.nan, np.inf, -2.0]))
