@@ -503,8 +503,8 @@ class _Member:
         self.let_go()
         moved, last = time.monotonic(), self.progress
         while not self.should_stop() and time.monotonic() - moved < quiet_s:
-            if all(loop.quiescent for loop in self.loops.values()):
-                return
+            if all(loop.quiescent for loop in self.loops.values()) and not self.consumer.backlogged():
+                return  # (a partition held back until the others caught up may still hold records)
             messages = self.consumer.poll()
             if messages:
                 self.on_batch(messages)

@@ -559,15 +559,19 @@ class TelemetryConsumer:
                 total += max(0, high - taken)
         return total
 
-    def caught_up(self, timeout_s: float = 2.0) -> bool:
+    def caught_up(self, timeout_s: float = 2.0, held_back_taken: bool = False) -> bool:
         """Whether the broker confirms, now, that this member has taken everything its
         partitions hold. False when the broker cannot say (away, or slow to answer): a silent
-        broker is not a quiet input. A partition held back (hold_back) counts as taken: its
-        records wait on the others, and when the others wait on a tick only the quiet would let go
-        (the last of a finite input), counting it would keep the input from ever going quiet."""
-        assignment = [tp for tp in self._consumer.assignment() if (tp.topic, tp.partition) not in self._held_back]
+        broker is not a quiet input. `held_back_taken`: a partition held back (hold_back) counts
+        as taken (its records wait on the others, and when the others wait on a tick that only the
+        input's quiet lets go, the last of a finite input, they would keep it from ever coming)."""
         if not self._consumer.assignment():
             return False
+        assignment = [
+            tp
+            for tp in self._consumer.assignment()
+            if not (held_back_taken and (tp.topic, tp.partition) in self._held_back)
+        ]
         if not assignment:
             return True
         try:
@@ -584,6 +588,11 @@ class TelemetryConsumer:
             if taken is None or taken < ends.get(tp, 0):
                 return False
         return True
+
+    @property
+    def holding_back(self) -> bool:
+        """Whether some partitions are held back (hold_back)."""
+        return bool(self._held_back)
 
     @property
     def assigned(self) -> bool:
@@ -790,29 +799,33 @@ def polls(
     that there is nothing more to take: while the broker is away, producers buffer, and what they
     buffered arrives after it is back, so a spell counts only from the broker's return.
     `on_empty` is called after every poll that brought nothing (work that waits on others)."""
-    idle_since = joining_since = quiet_checked = time.monotonic()
+    # idle: nothing more to take (stopping waits for it); quiet: nothing more but what is held
+    # back (letting held ticks go waits only for that: the held-back records wait on those ticks)
+    idle_since = quiet_since = joining_since = quiet_checked = time.monotonic()
     idle_told = False
     rejoins = 0
     while not should_stop():
         messages = consumer.poll()
         now = time.monotonic()
         if messages:
-            idle_since = quiet_checked = now
+            idle_since = quiet_since = quiet_checked = now
             idle_told = False
             yield messages
             continue
         if on_empty is not None:
             on_empty()
         telling = on_idle is not None and not idle_told
-        spell_over = (telling and now - idle_since > idle_s) or (
+        spell_over = (telling and now - quiet_since > idle_s) or (
             idle_stop_s is not None and now - idle_since > idle_stop_s
         )
         watching = telling or idle_stop_s is not None
         if watching and consumer.assigned and (spell_over or now - quiet_checked >= QUIET_CHECK_S):
-            if not consumer.caught_up():
+            if not consumer.caught_up(held_back_taken=True):
+                idle_since = quiet_since = now
+            elif consumer.holding_back and not consumer.caught_up():
                 idle_since = now
             now = quiet_checked = time.monotonic()
-        if on_idle is not None and not idle_told and consumer.assigned and now - idle_since > idle_s:
+        if on_idle is not None and not idle_told and consumer.assigned and now - quiet_since > idle_s:
             idle_told = True
             on_idle()
         if not consumer.assigned:
