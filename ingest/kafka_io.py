@@ -565,13 +565,11 @@ class TelemetryConsumer:
         broker is not a quiet input. `held_back_taken`: a partition held back (hold_back) counts
         as taken (its records wait on the others, and when the others wait on a tick that only the
         input's quiet lets go, the last of a finite input, they would keep it from ever coming)."""
-        if not self._consumer.assignment():
+        held = self._consumer.assignment()
+        if not held:
             return False
-        assignment = [
-            tp
-            for tp in self._consumer.assignment()
-            if not (held_back_taken and (tp.topic, tp.partition) in self._held_back)
-        ]
+        skip = self._held_back if held_back_taken else set()
+        assignment = [tp for tp in held if (tp.topic, tp.partition) not in skip]
         if not assignment:
             return True
         try:
