@@ -367,9 +367,14 @@ class TelemetryConsumer:
         for p in partitions:
             self._next.pop(p, None)
             self._ends.pop(p, None)
-        self._held_back -= partitions
+        # `_held_back` is left alone: kafka-python tells the listener every partition is revoked
+        # (an eager rebalance) yet keeps the paused flag of each one the member is handed back;
+        # forgetting it here left such a partition paused for good (`_assigned` trims the set)
 
     def _assigned(self, partitions: set[TopicPartition]) -> None:
+        # the whole new assignment (eager): a partition held back and handed back is still paused;
+        # one given away comes back, if ever, with fresh unpaused state
+        self._held_back &= {(tp.topic, tp.partition) for tp in partitions}
         if self._on_assigned is not None:  # also with nothing: a one-active member now stands by
             self._start_at.update(self._on_assigned({(tp.topic, tp.partition) for tp in partitions}))
         for tp in partitions:
@@ -414,6 +419,7 @@ class TelemetryConsumer:
         log.warning("consumer of group %s got no partitions; joining again", self._group)
         self._consumer.close(autocommit=False)
         self._revoked(set(self._next))
+        self._held_back = set()  # a new consumer: nothing paused
         if self._assignor is not None:  # a new member: nothing held, no assignment yet
             self._assignor.standby, self._assignor.generation = False, -1
         delay = 1.0
@@ -640,7 +646,9 @@ class TelemetryConsumer:
         self._consumer.pause(*self._consumer.assignment())
 
     def resume(self) -> None:
-        self._consumer.resume(*self._consumer.paused())
+        """Fetch again (the store is back), except the partitions held back (hold_back)."""
+        held = {(tp.topic, tp.partition) for tp in self._consumer.paused()} - self._held_back
+        self._consumer.resume(*(TopicPartition(*p) for p in held))
 
     def wait_paused(self, seconds: float) -> None:
         """Wait while paused, polling so the group keeps this member. Partitions a rebalance hands

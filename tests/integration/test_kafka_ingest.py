@@ -4,6 +4,7 @@ reason, and a consumer group member that stops mid-stream loses nothing."""
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ from ingest.deadletter import DeadLetter
 from ingest.frames import Frame, concat, frame_differences
 from ingest.kafka_io import (
     KafkaDeadLetterSink,
+    Partition,
     TelemetryConsumer,
     TelemetryProducer,
     consume,
@@ -304,6 +306,56 @@ def test_a_partition_held_back_does_not_keep_the_input_from_going_quiet(kafka_se
         assert taken == {0: 5, 1: 3} and consumer.caught_up()
     finally:
         consumer.close()
+        producer.close()
+
+
+def test_a_partition_held_back_through_a_rebalance_it_stays_with_is_let_go(kafka_settings: KafkaSettings) -> None:
+    """kafka-python keeps a partition's paused flag through a rebalance that leaves it with the
+    same member, while the listener hears every partition revoked: a member that forgot it held
+    the partition back would never resume it, and split detection waited for its shares forever
+    (the three-member SIGKILL test hung now and then under load)."""
+    topic = kafka_settings.telemetry_topic
+    ensure_topics(kafka_settings.bootstrap, [topic], partitions=1)
+    producer = TelemetryProducer(kafka_settings.bootstrap)
+    rebalances: list[set[Partition]] = []
+    first = TelemetryConsumer(kafka_settings, sticky=True, on_assigned=lambda ps: rebalances.append(ps) or {})
+    stop = threading.Event()
+    second: list[TelemetryConsumer] = []
+
+    def join_and_poll() -> None:  # the newcomer's rebalance: the sticky assignor leaves the partition where it is
+        second.append(TelemetryConsumer(kafka_settings, sticky=True))
+        while not stop.is_set():
+            assert second[0].poll() == []
+
+    newcomer = threading.Thread(target=join_and_poll, daemon=True)
+    try:
+        for _ in range(100):
+            first.poll()
+            if first.assigned:
+                break
+        first.hold_back({(topic, 0)})
+        before = len(rebalances)
+        newcomer.start()
+        for _ in range(200):
+            first.poll()
+            if len(rebalances) > before:
+                break
+        assert rebalances[-1] == {(topic, 0)}  # it stayed with the first member, held back
+        for i in range(3):
+            producer.send_raw(topic, f"m{i}".encode(), partition=0)
+        producer.flush()
+        first.hold_back(set())  # no longer far ahead
+        taken = []
+        for _ in range(100):
+            taken += first.poll()
+            if len(taken) == 3:
+                break
+        assert [value for _, _, value in taken] == [b"m0", b"m1", b"m2"]
+    finally:
+        stop.set()
+        newcomer.join(timeout=30)
+        for consumer in (first, *second):
+            consumer.close()
         producer.close()
 
 
