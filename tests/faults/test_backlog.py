@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from kafka import KafkaAdminClient
 
 from aiops.bench_soak import by_incident
 from aiops.checkpoint import CheckpointStore
@@ -86,10 +87,14 @@ def test_a_daemon_killed_mid_backlog_restarts_and_still_publishes_what_offline_d
     r.assert_topics_equal_offline()
 
 
-@pytest.mark.parametrize("kill", ["whole", "killed"])
+@pytest.mark.parametrize("kill", ["whole", "killed", "half-lost"])
 def test_the_detection_daemon_catches_up_a_backlog_anomaly_for_anomaly(
     kafka_settings: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path, kill: str
 ) -> None:
+    """`half-lost`: after the kill, every other partition's checkpoint is deleted and so are the
+    group's committed offsets: those partitions are read again from their beginning, and what the
+    first daemon published for them must not come twice, nor their first ticks be judged without
+    the other partitions' cohort shares of their time."""
     r = _backlog(kafka_settings, recording, tmp_path)
     k = r.k
     expected = Counter(json.dumps(a, sort_keys=True) for a in jsonl(recording[2] / "anomalies.jsonl"))
@@ -106,21 +111,41 @@ def test_the_detection_daemon_catches_up_a_backlog_anomaly_for_anomaly(
             assert first.poll() is None, "the backlog was done before the kill: nothing to show"
             first.kill()
             first.communicate(timeout=60)
+            if kill == "half-lost":
+                _lose_half_the_state(k.bootstrap, Path(r.env["AIOPS_STATE_DIR"]), r.env["AIOPS_KAFKA__DETECT_GROUP"])
         daemon = track(r.aiops(*detect))
         _, err = daemon.communicate(timeout=900)
     assert daemon.returncode == 0, err[-3000:]
     if kill != "whole":
         assert "resumes from its checkpoint" in err
+    if kill == "half-lost":
+        assert "no checkpoint and no committed offset: read from the beginning" in err
     streamed = Counter(json.dumps(a, sort_keys=True) for a in _consume(k, k.anomalies_topic))
     restored = [line for line in err.splitlines() if "checkpoint" in line or "beginning" in line]
     extra, missing = streamed - expected, expected - streamed
     assert streamed == expected, (sorted(extra)[:5], sorted(missing)[:5], len(extra), len(missing), restored)
 
 
+def _lose_half_the_state(bootstrap: str, state_dir: Path, group: str) -> None:
+    """Every other partition's detection checkpoint deleted, and the group's committed offsets
+    (a state volume half restored from an old backup, a group expired while the daemon was down)."""
+    checkpoints = sorted(state_dir.glob(f"detect-{group}-p*.ckpt"))
+    assert len(checkpoints) >= 2, f"the first daemon checkpointed {len(checkpoints)} partitions: nothing to show"
+    for path in checkpoints[::2]:
+        path.unlink()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:  # the killed member stays in the group until its session times out: the group is not empty
+        deadline = time.monotonic() + 120
+        while (said := admin.delete_groups([group])[group]) != "OK" and time.monotonic() < deadline:
+            time.sleep(2)
+        assert said == "OK", f"the group's offsets could not be deleted: {said}"
+    finally:
+        admin.close()
+
+
 def _recreate(k: KafkaSettings) -> None:
     """Every topic of the test deleted and created again under its name (a topic recreated, a
     broker rebuilt): offsets start from 0 again and describe other records."""
-    from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     from ingest.kafka_io import ensure_topics
