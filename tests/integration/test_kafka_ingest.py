@@ -318,7 +318,12 @@ def test_a_partition_held_back_through_a_rebalance_it_stays_with_is_let_go(kafka
     ensure_topics(kafka_settings.bootstrap, [topic], partitions=1)
     producer = TelemetryProducer(kafka_settings.bootstrap)
     rebalances: list[set[Partition]] = []
-    first = TelemetryConsumer(kafka_settings, sticky=True, on_assigned=lambda ps: rebalances.append(ps) or {})
+
+    def heard(partitions: set[Partition]) -> dict[Partition, int]:
+        rebalances.append(partitions)
+        return {}
+
+    first = TelemetryConsumer(kafka_settings, sticky=True, on_assigned=heard)
     stop = threading.Event()
     second: list[TelemetryConsumer] = []
 
