@@ -374,9 +374,10 @@ class TelemetryConsumer:
     def _assigned(self, partitions: set[TopicPartition]) -> None:
         # the whole new assignment (eager): a partition held back and handed back is still paused;
         # one given away comes back, if ever, with fresh unpaused state
-        self._held_back &= {(tp.topic, tp.partition) for tp in partitions}
+        given = {(tp.topic, tp.partition) for tp in partitions}
+        self._held_back &= given
         if self._on_assigned is not None:  # also with nothing: a one-active member now stands by
-            self._start_at.update(self._on_assigned({(tp.topic, tp.partition) for tp in partitions}))
+            self._start_at.update(self._on_assigned(given))
         for tp in partitions:
             offset = self._start_at.pop((tp.topic, tp.partition), None)
             if offset is not None:
