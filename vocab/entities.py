@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-# An entity id is a host name (at most 255 octets, RFC 1123) with a short suffix ("-gpu3",
-# "-nic7-optic"); twice that leaves room for any site's naming and stays far below InfluxDB's
-# 64 KB series key. Longer, or with a control character (a NUL ends a C string in every tool
-# downstream), it is not an id: the line is dead-lettered.
-MAX_ID_LENGTH = 512
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+from vocab.ids import MAX_ID_LENGTH, entity_refusal
 
 
 def id_problem(entity_id: str) -> str | None:
-    """Why a string cannot be an entity id, or None."""
-    if len(entity_id) > MAX_ID_LENGTH:
-        return f"entity id of {len(entity_id):,} characters (the limit is {MAX_ID_LENGTH})"
-    bad = _CONTROL.search(entity_id)
-    if bad:
-        return f"entity id with a control character (U+{ord(bad.group()):04X})"
-    return None
+    """Why a string cannot be an entity id (the grammar of `vocab.ids`, naming its rule), or None."""
+    refusal = entity_refusal(entity_id)
+    return None if refusal is None else str(refusal)
 
 
 class EntityIndex:
@@ -63,3 +52,6 @@ class EntityIndex:
             self._index = self._index.append(pd.Index(new, dtype=object))
             found[missing] = self._index.get_indexer(pd.Index(np.asarray(ids, dtype=object)[missing], dtype=object))
         return found
+
+
+__all__ = ["MAX_ID_LENGTH", "EntityIndex", "id_problem"]

@@ -209,7 +209,7 @@ def test_an_id_too_long_to_be_a_host_name_is_dead_lettered_and_its_neighbours_ke
     batch = IngestCore().process(data)
     assert sorted(batch.frames["gpu"].tag("gpu").tolist()) == sorted(["n1-gpu0", longest])
     assert [(d.stage, d.reason) for d in batch.deadletters] == [
-        ("validate", f"gpu: entity id of 1,048,576 characters (the limit is {MAX_ID_LENGTH})")
+        ("validate", f"gpu: entity id of 1,048,576 characters (the limit is {MAX_ID_LENGTH}) [rule ids.length]")
     ]
 
 

@@ -1,0 +1,179 @@
+"""The grammar of ids: what a node, an entity (GPU, NIC, optic, switch, port, rack, PSU) and a job
+id may contain. Every door applies it (line-protocol tags, every importer, the events topic, the
+API); a name outside it is refused with the rule it broke, so nothing downstream has to guess
+what a string means.
+
+Why these rules:
+- printable ASCII only: a host name is ASCII in DNS (an international name travels as punycode,
+  RFC 3492), and a look-alike letter (Cyrillic "о" in "n0оо1") would name a node no tool can
+  find;
+- a letter or digit first: a leading "-" turns an argument into an option for every command line
+  tool an executor runs (`scontrol`, a site's reset script);
+- a node name is an RFC 1123 host name (labels of letters, digits and "-", at most 63 octets each,
+  253 in all; "_" is tolerated because real sites use it and no tool reads it specially): no
+  brackets, commas or spaces, since Slurm reads `n[0-15]` or `n1,n2` as many nodes
+  (`scontrol update NodeName=...` expands host lists), and no "/", which changes a URL's path;
+- an entity id is a node name with a suffix: it may also hold ":" and "/" (a switch port, "leaf-3:p7"
+  or an NDR port label "sw01:1/3/2"), never anything a shell, a URL or a host list reads;
+- a job id is a scheduler's: Slurm's "1234", "1234_7" (array), "1234+1" (heterogeneous), a
+  Kubernetes "namespace/name"; it is shown and joined on, never acted on.
+
+A job's *name* (free text a user chose) is not an id: it is shown escaped and never parsed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# RFC 1035 2.3.4 and RFC 1123 2.1: 63 octets a label, 253 a name written without its final dot.
+MAX_NODE_LENGTH = 253
+MAX_LABEL_LENGTH = 63
+# A host name with a short suffix ("-gpu3", "-nic7-optic", ":1/3/2"); twice a host name leaves room
+# for any site's naming and stays far below InfluxDB's 64 KB series key.
+MAX_ID_LENGTH = 512
+# Slurm's job ids are numbers with an array or het suffix; a Kubernetes namespace/name is at most
+# 63 + 1 + 253.
+MAX_JOB_LENGTH = 320
+
+_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+_ENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+_JOB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/+@-]*$")
+_PRINTABLE_ASCII = re.compile(r"^[\x20-\x7e]*$")
+_HOSTLIST = re.compile(r"[\[\],\s]")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a string is not an id: the rule it broke (a short name a dead letter carries) and a
+    sentence for a person."""
+
+    rule: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.text} [rule {self.rule}]"
+
+
+class InvalidId(ValueError):
+    """A string offered as an id that the grammar refuses."""
+
+    def __init__(self, kind: str, value: str, refusal: Refusal) -> None:
+        super().__init__(f"{kind} id {shown(value)}: {refusal}")
+        self.refusal = refusal
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """A refused value as a message may carry it: repr'd (control characters visible), cut."""
+    text = repr(value[: limit + 1])
+    return text if len(value) <= limit else f"{text[:-1]}…' ({len(value):,} characters)"
+
+
+def _common(value: str, limit: int, kind: str) -> Refusal | None:
+    if not value:
+        return Refusal("ids.empty", f"empty {kind} id")
+    if len(value) > limit:
+        return Refusal("ids.length", f"{kind} id of {len(value):,} characters (the limit is {limit})")
+    if not _PRINTABLE_ASCII.match(value):
+        bad = next(c for c in value if not 0x20 <= ord(c) <= 0x7E)
+        what = "a control character" if ord(bad) < 0x20 or ord(bad) == 0x7F else "a character outside ASCII"
+        return Refusal("ids.ascii", f"{kind} id with {what} (U+{ord(bad):04X})")
+    if not value[0].isascii() or not value[0].isalnum():
+        return Refusal("ids.first", f"{kind} id must start with a letter or digit, not {value[0]!r}")
+    return None
+
+
+def node_refusal(value: str) -> Refusal | None:
+    """Why `value` cannot be a node (host) name, or None."""
+    if problem := _common(value, MAX_NODE_LENGTH, "node"):
+        return problem
+    if _HOSTLIST.search(value):
+        return Refusal(
+            "ids.node.hostlist",
+            "a node id with brackets, commas or spaces is a host list to Slurm (many nodes, not one)",
+        )
+    for label in value.split("."):
+        if len(label) > MAX_LABEL_LENGTH:
+            return Refusal("ids.node.label", f"a node id label of {len(label)} characters (the limit is 63)")
+        if not _LABEL.match(label):
+            return Refusal(
+                "ids.node.charset",
+                "a node id is a host name: letters, digits, '-' and '_' in dot-separated labels,"
+                " none empty or ending in '-'",
+            )
+    return None
+
+
+def entity_refusal(value: str) -> Refusal | None:
+    """Why `value` cannot be an entity id (a GPU, NIC, optic, link, switch, port, rack...), or None."""
+    if problem := _common(value, MAX_ID_LENGTH, "entity"):
+        return problem
+    if not _ENTITY.match(value):
+        bad = next(c for c in value if not (c.isalnum() or c in "._:/-"))
+        return Refusal(
+            "ids.entity.charset",
+            f"an entity id holds letters, digits and . _ : / - only, not {bad!r}",
+        )
+    return None
+
+
+def job_refusal(value: str) -> Refusal | None:
+    """Why `value` cannot be a job id, or None."""
+    if problem := _common(value, MAX_JOB_LENGTH, "job"):
+        return problem
+    if not _JOB.match(value):
+        bad = next(c for c in value if not (c.isalnum() or c in "._:/+@-"))
+        return Refusal("ids.job.charset", f"a job id holds letters, digits and . _ : / + @ - only, not {bad!r}")
+    return None
+
+
+def check_node(value: str) -> str:
+    """`value` if the grammar accepts it as a node name, else InvalidId."""
+    if problem := node_refusal(value):
+        raise InvalidId("node", value, problem)
+    return value
+
+
+def check_entity(value: str) -> str:
+    if problem := entity_refusal(value):
+        raise InvalidId("entity", value, problem)
+    return value
+
+
+def check_job(value: str) -> str:
+    if problem := job_refusal(value):
+        raise InvalidId("job", value, problem)
+    return value
+
+
+# Kubernetes' own grammar for a node's name (an RFC 1123 subdomain: lower case, digits, "-" and
+# ".", at most 253): kubernetes.io/docs/concepts/overview/working-with-objects/names/
+_K8S_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
+def kubernetes_name_refusal(value: str) -> Refusal | None:
+    if problem := node_refusal(value):
+        return problem
+    if not _K8S_NAME.match(value):
+        return Refusal(
+            "ids.kubernetes.name",
+            "a Kubernetes node name is an RFC 1123 subdomain: lower case letters, digits, '-' and '.'",
+        )
+    return None
+
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_JOB_LENGTH",
+    "MAX_NODE_LENGTH",
+    "InvalidId",
+    "Refusal",
+    "check_entity",
+    "check_job",
+    "check_node",
+    "entity_refusal",
+    "job_refusal",
+    "kubernetes_name_refusal",
+    "node_refusal",
+    "shown",
+]
