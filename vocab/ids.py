@@ -55,7 +55,7 @@ class Refusal:
         return f"{self.text} [rule {self.rule}]"
 
 
-class InvalidId(ValueError):
+class InvalidIdError(ValueError):
     """A string offered as an id that the grammar refuses."""
 
     def __init__(self, kind: str, value: str, refusal: Refusal) -> None:
@@ -128,21 +128,21 @@ def job_refusal(value: str) -> Refusal | None:
 
 
 def check_node(value: str) -> str:
-    """`value` if the grammar accepts it as a node name, else InvalidId."""
+    """`value` if the grammar accepts it as a node name, else InvalidIdError."""
     if problem := node_refusal(value):
-        raise InvalidId("node", value, problem)
+        raise InvalidIdError("node", value, problem)
     return value
 
 
 def check_entity(value: str) -> str:
     if problem := entity_refusal(value):
-        raise InvalidId("entity", value, problem)
+        raise InvalidIdError("entity", value, problem)
     return value
 
 
 def check_job(value: str) -> str:
     if problem := job_refusal(value):
-        raise InvalidId("job", value, problem)
+        raise InvalidIdError("job", value, problem)
     return value
 
 
@@ -166,7 +166,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JOB_LENGTH",
     "MAX_NODE_LENGTH",
-    "InvalidId",
+    "InvalidIdError",
     "Refusal",
     "check_entity",
     "check_job",
