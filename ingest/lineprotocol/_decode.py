@@ -12,11 +12,17 @@ A record is normally one line, but a string field may hold raw newlines, so befo
 the lines with a quote are read by the scalar parser to find where their records end, and the
 lines a record swallows are folded into it. Line numbers (`Reject.line_no`, `Decoded.line_no`)
 are those of a record's first line.
+
+Whatever the input, the work is linear in its size (docs/ingest.md): a record never runs past
+the end of its message (`record_ends`) nor past MAX_RECORD_BYTES; a longer line is dead-lettered
+unread; and a string left open that does not make a valid record with the lines after it is
+dead-lettered alone, its line only, so one stray quote costs one line, not the rest of the batch.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -32,6 +38,7 @@ from ._scalar import (
     FALSE_LITERALS,
     FLOAT_PATTERN,
     INT_PATTERN,
+    MAX_RECORD_BYTES,
     TRUE_LITERALS,
     UINT_PATTERN,
     ParsedLine,
@@ -82,18 +89,24 @@ class _Part:
 DefaultTime = int | NDArray[np.int64] | None
 
 
-def decode(data: bytes, default_time_ns: DefaultTime = None) -> Decoded:
+def decode(
+    data: bytes, default_time_ns: DefaultTime = None, record_ends: Sequence[int] | NDArray[np.int64] | None = None
+) -> Decoded:
     """Decode newline-separated line protocol.
 
     Lines without a timestamp get `default_time_ns`: one time for the batch, or one per line
     (each Kafka message's time, say; a multi-line record takes its first line's); without a
     default they are rejected. Blank lines and `#` comments are skipped. Rows come out in input
     order within each measurement.
+
+    `record_ends`: byte offsets in `data`, each just past a newline, where every record ends
+    whatever it holds (the ends of the messages a batch was joined from): a string open there is
+    unterminated, never continued by the next message. None: only the end of `data`.
     """
     out = Decoded()
     if not data:
         return out
-    batch = _Tokens(data)
+    batch = _Tokens(data, record_ends)
     out._batch = batch
     if not isinstance(default_time_ns, int | None) and len(default_time_ns) < len(batch.line_end):
         raise ValueError(f"{len(default_time_ns)} default times for {len(batch.line_end)} lines")
@@ -164,7 +177,7 @@ class _Tokens:
     (the buffer gets a leading newline so every token has one), which column conversion strips.
     """
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, record_ends: Sequence[int] | NDArray[np.int64] | None = None) -> None:
         if not data.endswith(b"\n"):
             data += b"\n"
         self.data = data
@@ -182,6 +195,16 @@ class _Tokens:
                 data.decode("utf-8")
             except UnicodeDecodeError:  # let the scalar parser find and name the bad bytes
                 self.complex_[np.searchsorted(newlines, np.flatnonzero(buf >= 0x80))] = True
+        # A line past the bound is not tokenised by anyone: the scalar parser refuses it unread.
+        self.complex_ |= self.line_end - self.line_start > MAX_RECORD_BYTES
+        # For each line, the last line its record may reach: its message's last line.
+        if record_ends is None:
+            self.last_line = np.full(len(newlines), len(newlines) - 1, dtype=np.int64)
+        else:
+            ends = np.asarray(record_ends, dtype=np.int64)
+            message = np.searchsorted(ends, newlines, side="right")  # the message holding each line
+            last_of_message = np.searchsorted(newlines, ends - 1)  # the line ending at each message's end
+            self.last_line = np.append(last_of_message, len(newlines) - 1)[message]
         first_byte = buf[np.minimum(self.line_start, len(buf) - 1)]
         # A comment with a control character is an error, so only a simple one is skipped here.
         self.skip = (self.line_start == self.line_end) | ((first_byte == ord("#")) & ~self.complex_)
@@ -201,13 +224,19 @@ class _Tokens:
         """Find the records that run over several lines and make each one line.
 
         Only a string opened and not closed on a line carries its record onto the next, so only
-        lines with a quote need reading, in order, skipping those already swallowed.
+        lines with a quote need reading, in order, skipping those already swallowed. A record
+        that fails after taking in lines is refused as its first line alone, and the lines after
+        it are read as they are: a stray quote must not take its neighbours with it. (Reading is
+        linear: a scan started on one line stops at the first quote that closes a string, and
+        every line that opens a string has one, so no line is scanned for two others.)
         """
         resume = 0
         for i in np.unique(np.searchsorted(newlines, quotes)).tolist():
             if i < resume:
                 continue
             record = read_record(self.line(i), partial(self._physical_after, i, newlines))
+            if record.lines > 1 and record.error is not None:
+                record = Record(None, _alone(read_record(self.line(i)), record), 1)
             self.records[i] = record
             resume = i + record.lines
             if record.lines > 1:
@@ -215,8 +244,9 @@ class _Tokens:
                 self.skip[i + 1 : resume] = True
 
     def _physical_after(self, i: int, newlines: NDArray[np.intp], k: int) -> bytes | None:
+        """The k-th line after line i, or None past the end of line i's message."""
         j = i + k
-        if j >= len(newlines):
+        if j > self.last_line[i]:
             return None
         return self.data[self.line_start[j] : newlines[j]]
 
@@ -312,6 +342,17 @@ class _Tokens:
             return _Part(lines, frame), np.zeros(0, dtype=np.int64)
         keep = np.flatnonzero(valid)
         return _Part(lines[keep], frame.take(keep)), lines[~valid]
+
+
+def _alone(alone: Record, carried: Record) -> str:
+    """Why a line whose string the lines after it did not complete is refused (by itself)."""
+    opened = (alone.error or "").partition(": no closing quote")[0]  # "unterminated string in field 'k' at column c"
+    if carried.error is not None and carried.error.startswith(opened + ":"):
+        return f"{carried.error}; the lines after it are read on their own"
+    return (
+        f"{opened}: no closing quote on its line, and the {carried.lines - 1} lines after it do not complete"
+        f" the record ({carried.error}); they are read on their own"
+    )
 
 
 def _separators(buf: NDArray[np.uint8]) -> tuple[NDArray[np.intp], NDArray[np.uint8], NDArray[np.intp] | None]:
@@ -462,7 +503,9 @@ def _decode_scalar(
         if record is None:  # no quote, so the record is this one line
             record = read_record(batch.line(i))
         if record.error is not None:
-            rejects.append(Reject(i, batch.line(i), record.error))
+            # an overlong line is kept in its dead letter up to the bound (its message's offset
+            # finds the rest): a dead letter must fit in a message of the dead-letter topic
+            rejects.append(Reject(i, batch.line(i)[:MAX_RECORD_BYTES], record.error))
             continue
         parsed = record.parsed
         if parsed is None:

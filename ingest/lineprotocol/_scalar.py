@@ -10,6 +10,12 @@ are skipped, a comment is `#` and printable characters, names stop at control ch
 backslash escapes only the characters that would end the token it stands in (so `\\` outside a
 string is two backslashes), a string field may hold raw newlines (so a record can span lines), and
 spaces may repeat between sections and trail the line.
+
+Two bounds the reference does not have keep the cost of any input linear in its size (docs/ingest.md):
+a record is at most MAX_RECORD_BYTES, and a string carried over several lines is scanned once, line
+by line, and joined once (re-scanning what was gathered for each new line made one unclosed quote
+quadratic in everything after it). Where a record may stop (its message's end) is the caller's
+`following`: it answers None there.
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ from dataclasses import dataclass
 from vocab.catalog import FieldType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# The most bytes one record (a line, or the lines a string carries it over) may take. The longest
+# line an exporter we read writes is a DCGM `gpu` line with every field, about 2 KB; 64 KiB is
+# thirty times that, and InfluxDB refuses a series key (measurement and tags) past 64 KiB anyway.
+# Past it a record is dead-lettered unread: what a parser does with a line must not grow with
+# whatever a sender chose to put on it.
+MAX_RECORD_BYTES = 64 * 1024
 UINT64_MAX = 2**64 - 1
 
 FLOAT_PATTERN = r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
@@ -95,8 +107,11 @@ def _nothing_follows(_: int) -> bytes | None:
     return None
 
 
-def read_record(line: bytes, following: Following = _nothing_follows) -> Record:
-    """Read the record that starts at `line`, pulling in further lines only for a string left open."""
+def read_record(line: bytes, following: Following = _nothing_follows, max_bytes: int = MAX_RECORD_BYTES) -> Record:
+    """Read the record that starts at `line`, pulling in further lines only for a string left open
+    (and never more than `max_bytes` in all)."""
+    if len(line) > max_bytes:
+        return Record(None, overlong_reason(len(line), max_bytes), 1)
     body = line.lstrip(b" ")
     if body in (b"", b"\r"):
         return Record(None, None, 1)
@@ -104,7 +119,7 @@ def read_record(line: bytes, following: Following = _nothing_follows) -> Record:
         if _COMMENT.fullmatch(body):
             return Record(None, None, 1)
         return Record(None, "control character in comment line", 1)
-    parser = _Parser(line, following)
+    parser = _Parser(line, following, max_bytes)
     try:
         return Record(parser.record(), None, parser.lines)
     except LineError as exc:
@@ -126,11 +141,17 @@ def parse_line(raw: bytes) -> ParsedLine:
     return record.parsed
 
 
+def overlong_reason(size: int, bound: int) -> str:
+    return f"line of {size:,} bytes is over the bound of {bound:,} bytes a record may take"
+
+
 class _Parser:
-    def __init__(self, line: bytes, following: Following) -> None:
+    def __init__(self, line: bytes, following: Following, max_bytes: int = MAX_RECORD_BYTES) -> None:
         self.s = line.decode("utf-8", "surrogateescape")
         self.bad_bytes = _has_bad_bytes(line, self.s)
         self.following = following
+        self.max_bytes = max_bytes
+        self.size = len(line)  # bytes of the record's lines read so far, newlines included
         self.lines = 1
         self.i = len(self.s) - len(self.s.lstrip(" "))
 
@@ -285,26 +306,44 @@ class _Parser:
     def quoted_string(self, key: str) -> str:
         start = self.i + 1
         end = _match_end(_STRING, self.s, start)
-        while end == len(self.s):  # no closing quote on this line: the string goes on
-            if not self.extend():
-                self.i = len(self.s)
-                raise LineError(f"unterminated string in field {key!r} at column {start}")
-            end = _match_end(_STRING, self.s, start)
+        if end == len(self.s):  # no closing quote on this line: the string goes on
+            end = self.carry_string(key, start)
         self.i = end + 1
         self.check_utf8(start, end)
         text = self.s[start:end]
         return _STRING_ESCAPE.sub(_unescape_in_string, text) if "\\" in text else text
 
-    def extend(self) -> bool:
-        """Append the next physical line (a newline inside a string is content)."""
-        more = self.following(self.lines)
-        if more is None:
-            return False
-        text = more.decode("utf-8", "surrogateescape")
-        self.bad_bytes = self.bad_bytes or _has_bad_bytes(more, text)
-        self.s += "\n" + text
-        self.lines += 1
-        return True
+    def carry_string(self, key: str, start: int) -> int:
+        """Take in following lines until one closes the string (a newline in a string is
+        content); returns where its closing quote is in the record, now joined into `self.s`.
+
+        Each line is scanned once, from its own start: a newline ends any escape (a backslash
+        before it stands alone), so a quote's meaning never depends on the lines before. The
+        record is joined once, when the quote is found, so the cost is linear in what is read."""
+        pieces = [self.s]
+        while True:
+            more = self.following(self.lines)
+            if more is None:
+                self.i = len(self.s)
+                raise LineError(
+                    f"unterminated string in field {key!r} at column {start}:"
+                    " no closing quote before the end of its message"
+                )
+            self.size += 1 + len(more)
+            if self.size > self.max_bytes:
+                self.i = len(self.s)
+                raise LineError(
+                    f"unterminated string in field {key!r} at column {start}: no closing quote"
+                    f" within the bound of {self.max_bytes:,} bytes a record may take"
+                )
+            text = more.decode("utf-8", "surrogateescape")
+            self.bad_bytes = self.bad_bytes or _has_bad_bytes(more, text)
+            self.lines += 1
+            pieces.append(text)
+            end = _match_end(_STRING, text, 0)
+            if end < len(text):
+                self.s = "\n".join(pieces)
+                return len(self.s) - len(text) + end
 
 
 def _match_end(pattern: re.Pattern[str], text: str, start: int) -> int:

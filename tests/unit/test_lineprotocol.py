@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ingest.frames import Column, Frame, frame_differences
 from ingest.lineprotocol import EncodeError, LineError, decode, encode, parse_line
-from ingest.lineprotocol._scalar import read_record
+from ingest.lineprotocol._scalar import MAX_RECORD_BYTES, read_record
 from vocab.catalog import FieldType
 
 T = 1_767_225_600_000_000_000
@@ -112,8 +112,8 @@ def test_scalar_parser_rejects_with_reason(line: bytes, reason: str) -> None:
         parse_line(line)
 
 
-# (an unterminated string runs to the end of the input, so it has no neighbour after it)
-@pytest.mark.parametrize(("line", "reason"), [r for r in REJECTED if r[1] != "unterminated string"])
+# (an unterminated string included: a string the lines after it do not close is refused alone)
+@pytest.mark.parametrize(("line", "reason"), REJECTED)
 def test_batch_decoder_rejects_the_same_line_and_keeps_its_neighbours(line: bytes, reason: str) -> None:
     good = b"m,t=a f=1 1\n"
     decoded = decode(good + line + b"\n" + good.replace(b" 1\n", b" 2\n"))
@@ -141,11 +141,49 @@ def test_a_string_with_newlines_makes_one_record_of_several_lines() -> None:
     assert decoded.line(1) == b'm s="two\nlines",f=2 2'
 
 
-def test_an_unterminated_string_runs_to_the_end_of_the_input() -> None:
-    decoded = decode(b'm f=1 1\nm s="open 2\nm f=3 3\n')
-    assert list(decoded.frames["m"].time_ns) == [1]
-    assert [(r.line_no, r.line) for r in decoded.rejects] == [(1, b'm s="open 2\nm f=3 3')]
-    assert "unterminated string" in decoded.rejects[0].reason
+def test_an_unterminated_string_is_refused_alone_and_the_lines_after_it_are_kept() -> None:
+    # The reference reads on to the end of the input for the quote; one stray quote then took
+    # every line after it (and, in a batch joined from a poll, every other host's messages).
+    decoded = decode(b'm f=1 1\nm s="open 2\nm f=3 3\nm f=4 4\n')
+    assert list(decoded.frames["m"].time_ns) == [1, 3, 4]
+    assert [(r.line_no, r.line) for r in decoded.rejects] == [(1, b'm s="open 2')]
+    assert "unterminated string in field 's'" in decoded.rejects[0].reason
+
+
+def test_a_string_closed_lines_later_by_another_records_quote_takes_only_its_own_line() -> None:
+    # The quote that "closes" it opens the string of a later record: read together they are no
+    # record, so the open line is refused and every line after it read as it is.
+    decoded = decode(b'm s="open 1\nm f=2 2\nm s="ok" 3\n')
+    assert [r.line_no for r in decoded.rejects] == [0]
+    assert "no closing quote on its line" in decoded.rejects[0].reason
+    assert list(decoded.frames["m"].time_ns) == [2, 3]
+
+
+def test_a_record_never_runs_past_the_end_of_its_message() -> None:
+    first, second = b'm s="two\n', b'lines" 1\nm f=2 2\n'
+    joined = decode(first + second)
+    assert joined.rejects == [] and joined.value_count == 2  # one input: the string goes on
+    apart = decode(first + second, record_ends=[len(first), len(first) + len(second)])
+    assert [(r.line_no, r.line) for r in apart.rejects] == [(0, b'm s="two'), (1, b'lines" 1')]
+    assert "before the end of its message" in apart.rejects[0].reason
+    assert list(apart.frames["m"].time_ns) == [2]
+
+
+def test_a_line_over_the_bound_is_refused_unread_and_kept_up_to_the_bound() -> None:
+    long_line = b"m,t=" + b"a" * MAX_RECORD_BYTES + b" f=1 1"
+    decoded = decode(b"m f=0 0\n" + long_line + b"\nm f=2 2\n")
+    assert [r.line_no for r in decoded.rejects] == [1]
+    assert "over the bound of 65,536 bytes" in decoded.rejects[0].reason
+    assert decoded.rejects[0].line == long_line[:MAX_RECORD_BYTES]
+    assert list(decoded.frames["m"].time_ns) == [0, 2]
+
+
+def test_a_string_carried_past_the_bound_is_refused() -> None:
+    lines = b"\n".join([b'm s="open 1', *[b"x" * 1000] * 100, b'end" 2'])
+    decoded = decode(lines + b"\nm f=3 3\n")
+    assert decoded.rejects[0].line_no == 0
+    assert "within the bound of 65,536 bytes" in decoded.rejects[0].reason
+    assert list(decoded.frames["m"].time_ns) == [3]
 
 
 def test_default_time_applies_to_lines_without_timestamp_per_line() -> None:
