@@ -2,6 +2,9 @@
 
 Decoding accepts any valid line protocol; this stage decides what the service can use:
 - a measurement the catalog does not know, or a row without its entity id tag, is dead-lettered;
+- a row whose entity id, `node` or `job` tag the id grammar (vocab.ids) refuses is dead-lettered
+  naming the rule: `node=n[0-15]` is a host list to Slurm, and an action taken on that row's node
+  would reach sixteen;
 - a catalog field of the wrong kind of type (text where a number belongs) dead-letters the row;
   numeric types are converted to the catalog's (exporters disagree on 1 vs 1i);
 - DCGM "blank" sentinels become missing values (counted): they mean "no reading", and a detector
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from numpy.typing import NDArray
 
 from ingest.frames import Column, Frame
@@ -34,7 +38,7 @@ from vocab.catalog import (
     MetricKind,
     measurement,
 )
-from vocab.entities import id_problem
+from vocab.ids import Refusal, entity_refusal, job_refusal, node_refusal
 
 _NUMERIC = (FieldType.FLOAT, FieldType.INT, FieldType.UINT)
 
@@ -62,6 +66,25 @@ LATENESS_BOUND_S = 3600.0
 # spans little event time even in a backlog (a tick of one partition is thousands of rows), large
 # enough that a host with a broken clock (a message of a few dozen rows) cannot move its median
 CLOCK_BLOCK_ROWS = 1024
+# Ids the grammar accepted are remembered, so a batch costs one set lookup per distinct id, not a
+# grammar check per row. A 10,000-GPU cluster has a few hundred thousand entities (GPUs, NICs,
+# optics, ports) and far fewer nodes and jobs; past this many the memory starts over (the
+# grammar only runs again), so a sender inventing a new id every line cannot grow it for ever.
+MAX_REMEMBERED_IDS = 1 << 20
+
+Grammar = Callable[[str], Refusal | None]
+
+
+def id_grammar(tag: str, spec: Measurement) -> Grammar | None:
+    """The grammar a tag's values must follow, or None for a tag that is no id (a rail index,
+    a switch role). The node a part belongs to is a host name, stricter than an entity id."""
+    if tag == "node":
+        return node_refusal
+    if tag == "job":  # a Slurm or Kubernetes job id, or "idle" (which the grammar accepts)
+        return job_refusal
+    if tag == spec.id_tag:
+        return entity_refusal
+    return None
 
 
 class Validator:
@@ -76,6 +99,7 @@ class Validator:
     def __init__(self, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
         self._bound_ns = int(lateness_bound_s * 1e9)
         self.clocks: dict[object, _StreamClock] = {}
+        self._accepted: dict[Grammar, set[str]] = {}  # ids each grammar accepted (MAX_REMEMBERED_IDS)
 
     def clock_of(self, stream: object = None) -> _StreamClock:
         clock = self.clocks.get(stream)
@@ -93,10 +117,9 @@ class Validator:
         for stream in streams:
             self.clocks.pop(stream, None)
 
-    def __call__(self, decoded: Decoded, check_ids: bool = True, stream: object = None) -> Validated:
-        """`check_ids=False` when the raw batch holds no control byte and no line longer than
-        an id may be (IngestCore checks that on the bytes, in one vectorised pass). `stream`:
-        which stream the batch was read from (its rows are judged against that stream's time)."""
+    def __call__(self, decoded: Decoded, stream: object = None) -> Validated:
+        """`stream`: which stream the batch was read from (its rows are judged against that
+        stream's time)."""
         out = Validated()
         checked: list[tuple[str, Frame, NDArray[np.int64], NDArray[np.bool_], dict[int, str]]] = []
         for name, decoded_frame in decoded.frames.items():
@@ -112,12 +135,13 @@ class Validator:
             for r in np.flatnonzero(missing_id):
                 reasons[int(r)] = f"missing entity id tag {spec.id_tag!r}"
             keep &= ~missing_id
-            if check_ids:
-                for row, entity_id in enumerate(ids.tolist()):
-                    problem = id_problem(entity_id) if entity_id else None
-                    if problem:
-                        reasons[row] = f"{spec.id_tag}: {problem}"
-                        keep[row] = False
+            for key, values in decoded_frame.tags.items():
+                grammar = id_grammar(key, spec)
+                if grammar is None:
+                    continue
+                for row, why in self._refused(key, values, grammar).items():
+                    reasons.setdefault(row, why)
+                    keep[row] = False
             fields: dict[str, Column] = {}
             for key, col in decoded_frame.fields.items():
                 metric = spec.metric(key)
@@ -149,6 +173,28 @@ class Validator:
                 index = np.flatnonzero(keep)
                 out.frames[name], out.line_no[name] = frame.take(index), rows[index]
         return out
+
+    def _refused(self, tag: str, values: NDArray[np.object_], grammar: Grammar) -> dict[int, str]:
+        """The rows whose `tag` the grammar refuses, with the reason naming the tag and the rule.
+        Each distinct value is checked once (and remembered if good); an empty value is an
+        absent tag, which only the entity id tag may not be (checked before)."""
+        codes, distinct = pd.factorize(values)
+        accepted = self._accepted.setdefault(grammar, set())
+        bad: dict[int, str] = {}
+        for code, value in enumerate(distinct.tolist()):
+            if value in accepted or value == "":
+                continue
+            refusal = grammar(value)
+            if refusal is not None:
+                bad[code] = f"{tag}: {refusal}"
+                continue
+            if len(accepted) >= MAX_REMEMBERED_IDS:
+                accepted.clear()
+            accepted.add(value)
+        if not bad:
+            return {}
+        rows = np.flatnonzero(np.isin(codes, np.fromiter(bad, dtype=np.int64)))
+        return {int(r): bad[int(codes[r])] for r in rows}
 
     def _check_times(
         self,
