@@ -31,7 +31,7 @@ from kafka.structs import OffsetAndMetadata
 from numpy.typing import NDArray
 
 from ingest.deadletter import DeadLetter, Source
-from ingest.lineprotocol import decode
+from ingest.lineprotocol import MAX_RECORD_BYTES, decode
 from ingest.pipeline import Batch, DeadLetterSink, FrameSink, IngestCore, SinkUnavailableError, WindowedSink
 from vocab.catalog import measurement
 from vocab.settings import KafkaSettings
@@ -39,6 +39,11 @@ from vocab.settings import KafkaSettings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The most bytes one message may take, both ways: what our producer may send (its request size)
+# and what the consumer decodes. Kafka's own default is 1 MiB and our producer groups at most 1 MiB
+# of lines per message (messages_from_lines); 8 MiB leaves room for a site whose Telegraf sends
+# bigger batches. A message over it is dead-lettered whole, unread: the poll's joined buffer, and
+# the work on it, stay bounded whatever one sender does.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 JOIN_TIMEOUT_S = 20.0  # a first group join normally takes a few seconds
 MAX_REJOINS = 3  # when running until idle (tests, batch jobs); a daemon keeps trying
@@ -740,21 +745,63 @@ class TopicReader:
         self._consumer.close()
 
 
-def join_messages(
-    messages: Sequence[tuple[Source, int, bytes]],
-) -> tuple[bytes, NDArray[np.int64], Callable[[int], Source | None]]:
-    """One decodable batch from many messages, each line's default time (its message's
-    timestamp, for lines that carry none, as Telegraf does), and a map from line to message."""
-    values = [v if v.endswith(b"\n") else v + b"\n" for _, _, v in messages]
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A poll's messages as one decodable batch."""
+
+    data: bytes
+    default_times: NDArray[np.int64]  # each line's default time: its message's timestamp
+    record_ends: NDArray[np.int64]  # byte offset of each message's end: no record runs past one
+    source_of: Callable[[int], Source | None]  # the message a batch line came from
+
+
+def joined(messages: Sequence[tuple[Source, int, bytes]]) -> Joined:
+    """One decodable batch from many messages. A message boundary is a line boundary (a message
+    without a final newline gets one) and a record boundary (decode's `record_ends`: a quote left
+    open never reaches into the next message). A message over MAX_MESSAGE_BYTES stands as one
+    blank line (`process_messages` dead-letters it), which keeps the line count `line_offsets`
+    finds for it."""
+    values = [_bounded(v) for _, _, v in messages]
+    values = [v if v.endswith(b"\n") else v + b"\n" for v in values]
     counts = np.array([v.count(b"\n") for v in values], dtype=np.int64)
     ends = np.cumsum(counts)
     default_times = np.repeat(np.array([ts for _, ts, _ in messages], dtype=np.int64) * 1_000_000, counts)
+    record_ends = np.cumsum(np.array([len(v) for v in values], dtype=np.int64))
 
     def source_of(line_no: int) -> Source | None:
         i = int(np.searchsorted(ends, line_no, side="right"))
         return messages[i][0] if i < len(messages) else None
 
-    return b"".join(values), default_times, source_of
+    return Joined(b"".join(values), default_times, record_ends, source_of)
+
+
+def join_messages(
+    messages: Sequence[tuple[Source, int, bytes]],
+) -> tuple[bytes, NDArray[np.int64], Callable[[int], Source | None]]:
+    """One decodable batch from many messages, each line's default time (its message's
+    timestamp, for lines that carry none, as Telegraf does), and a map from line to message.
+    (Without the message ends: `joined` has them, and `process_messages` uses it.)"""
+    batch = joined(messages)
+    return batch.data, batch.default_times, batch.source_of
+
+
+def _bounded(value: bytes) -> bytes:
+    return value if len(value) <= MAX_MESSAGE_BYTES else b""
+
+
+def oversized(messages: Sequence[tuple[Source, int, bytes]]) -> list[DeadLetter]:
+    """A dead letter for each message over MAX_MESSAGE_BYTES, keeping its head (its offset in the
+    source finds the rest: a dead letter must fit in a message of the dead-letter topic)."""
+    return [
+        DeadLetter(
+            "decode",
+            f"message of {len(v):,} bytes is over the bound of {MAX_MESSAGE_BYTES:,} bytes a message may take",
+            v[:MAX_RECORD_BYTES],
+            source,
+        )
+        for source, _, v in messages
+        if len(v) > MAX_MESSAGE_BYTES
+    ]
 
 
 def per_partition(messages: Sequence[tuple[Source, int, bytes]]) -> list[tuple[Partition, Polled]]:
@@ -768,9 +815,22 @@ def per_partition(messages: Sequence[tuple[Source, int, bytes]]) -> list[tuple[P
 def process_messages(core: IngestCore, messages: Sequence[tuple[Source, int, bytes]], partition: Partition) -> Batch:
     """The ingest core over one partition's messages of a poll; a failure of ours dead-letters
     them whole (with the reason) instead of stopping the cluster's monitoring."""
-    data, default_times, source_of = join_messages(messages)
+    batch = joined(messages)
     try:
-        return core.process(data, default_time_ns=default_times, source_of=source_of, stream=partition)
+        out = core.process(
+            batch.data,
+            default_time_ns=batch.default_times,
+            source_of=batch.source_of,
+            stream=partition,
+            record_ends=batch.record_ends,
+        )
+        if too_big := oversized(messages):  # each stands as one line of the batch, refused unread
+            core.stats.lines += len(too_big)
+            core.stats.rejected += len(too_big)
+            core.stats.deadlettered += len(too_big)
+            core.stats.reasons.update(letter.category for letter in too_big)
+            out.deadletters[:0] = too_big
+        return out
     except Exception as exc:
         log.exception("ingest failed on a batch of %d messages; dead-lettering them whole", len(messages))
         letters = [DeadLetter("internal", f"internal error: {exc!r}"[:500], v, src) for src, _, v in messages]
@@ -886,7 +946,9 @@ def line_offsets(
 ) -> dict[str, NDArray[np.int64]]:
     """Per measurement, the offset of the message each row came from (rows named by their line
     in the batch `join_messages` made of these messages)."""
-    counts = np.array([v.count(b"\n") + (not v.endswith(b"\n")) for _, _, v in messages], dtype=np.int64)
+    counts = np.array(
+        [(v := _bounded(value)).count(b"\n") + (not v.endswith(b"\n")) for _, _, value in messages], dtype=np.int64
+    )
     ends = np.cumsum(counts)
     offsets = np.array([source.offset for source, _, _ in messages], dtype=np.int64)
     last = len(offsets) - 1

@@ -19,7 +19,6 @@ from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.lineprotocol import DefaultTime, decode
 from ingest.validate import LATENESS_BOUND_S, Validator
-from vocab.entities import MAX_ID_LENGTH
 
 
 @dataclass(slots=True)
@@ -133,35 +132,6 @@ class DeadLetterSink(Protocol):
 SourceOf = Callable[[int], Source | None]
 
 
-# per byte value: 1 = a separator between tokens (comma, space, equals sign, newline), 2 = a
-# control byte no id may hold (a table lookup is several times faster than np.isin)
-_BYTE_CLASS = np.zeros(256, dtype=np.uint8)
-_BYTE_CLASS[list(b", =\n")] = 1
-_BYTE_CLASS[[*range(0x20), 0x7F]] = 2
-_BYTE_CLASS[0x0A] = 1
-
-
-def _may_hold_bad_ids(data: bytes) -> bool:
-    """Whether any tag could carry an id that breaks the limits: a control byte other than the
-    newline, or a run between separators (comma, space, equals sign) longer than an id may be.
-    Vectorised passes over the bytes, so the per-row check runs only on batches that need it."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if not len(raw):
-        return False
-    kind = _BYTE_CLASS[raw]
-    if (kind == 2).any():
-        return True
-    # a run longer than MAX_ID_LENGTH covers a whole aligned block of half that size: if every
-    # such block holds a separator, there is none (the common case, decided without indices)
-    block = MAX_ID_LENGTH // 2
-    whole = len(kind) // block * block
-    if kind[:whole].reshape(-1, block).any(axis=1).all() and len(kind) - whole < block:
-        return False
-    cuts = np.flatnonzero(kind)
-    edges = np.concatenate(([-1], cuts, [len(raw)]))
-    return int(np.diff(edges).max()) - 1 > MAX_ID_LENGTH
-
-
 class IngestCore:
     def __init__(self, stats: IngestStats | None = None, lateness_bound_s: float = LATENESS_BOUND_S) -> None:
         self.validator = Validator(lateness_bound_s)
@@ -173,15 +143,17 @@ class IngestCore:
         default_time_ns: DefaultTime = None,
         source_of: SourceOf | None = None,
         stream: object = None,
+        record_ends: Sequence[int] | NDArray[np.int64] | None = None,
     ) -> Batch:
         """Decode and validate one batch of line protocol.
 
         `source_of(line_no)` tells where a batch line came from (Kafka partition and offset), so
         a dead letter points back at its message. `stream`: the partition the whole batch was
         read from, whose own event time its rows are judged against (None: one stream).
+        `record_ends`: where the messages the batch was joined from end (no record runs past one).
         """
-        decoded = decode(data, default_time_ns)
-        validated = self.validator(decoded, check_ids=_may_hold_bad_ids(data), stream=stream)
+        decoded = decode(data, default_time_ns, record_ends)
+        validated = self.validator(decoded, stream=stream)
 
         def where(line_no: int) -> Source | None:
             return source_of(line_no) if source_of is not None else None
