@@ -58,7 +58,11 @@ class DetectStats:
 
 
 def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """A line-protocol file in pieces that end on line boundaries."""
+    """A line-protocol file in pieces that end on line boundaries.
+
+    A piece with no newline at all (a line longer than a piece: nothing a real exporter writes)
+    is handed on as it is, and decoding refuses it as over the bound a record may take: waiting
+    for its end would hold the whole run in memory and copy it once per piece."""
     with path.open("rb") as f:
         rest = b""
         while chunk := f.read(size):
@@ -67,6 +71,9 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
             if cut:
                 yield data[:cut]
                 rest = data[cut:]
+            elif len(data) >= size:
+                yield data
+                rest = b""
             else:
                 rest = data
         if rest:

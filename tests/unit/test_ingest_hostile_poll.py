@@ -98,3 +98,18 @@ def test_a_line_over_the_bound_is_refused_unread_and_the_rest_of_its_message_kep
     [letter] = batch.deadletters
     assert "over the bound of 65,536 bytes a record may take" in letter.reason
     assert batch.frames["gpu"].tag("node").tolist() == ["n00001"] * 8
+
+
+def test_a_recorded_file_with_an_endless_line_is_read_in_bounded_pieces_and_the_rest_kept(tmp_path: Path) -> None:
+    from detectors.runner import read_chunks
+
+    now = time.time_ns()
+    path = tmp_path / "telemetry.lp"
+    path.write_bytes(_message(0, now) + b"x" * 3000 + b"\n" + _message(1, now))
+    pieces = list(read_chunks(path, size=1000))
+    assert max(len(p) for p in pieces) <= 2 * 1000  # before: the run without a newline was held whole
+    core = IngestCore()
+    batches = [core.process(p) for p in pieces]
+    nodes = [n for b in batches if "gpu" in b.frames for n in b.frames["gpu"].tag("node").tolist()]
+    assert nodes == ["n00000"] * 8 + ["n00001"] * 8
+    assert all(d.reason for b in batches for d in b.deadletters)
