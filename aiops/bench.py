@@ -414,5 +414,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
         bench_rca(args, console)
         return 0
+    if args.bench == "hostile-poll":
+        from aiops.bench_hostile import bench_hostile_poll
+
+        bench_hostile_poll(args, console)
+        return 0
     console.print(f"unknown benchmark {args.bench!r}")
     return 2

@@ -800,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
         "100,000-GPU recording is ~40 GB as a folder)",
     )
     b.add_argument("--out", default="docs/bench", help="where scale.json (and, live, scale-lag.svg) go")
+    b = bench.add_parser("hostile-poll", help="a poll with strings never closed: time, values kept, dead letters")
+    b.add_argument("--messages", type=int, nargs="+", default=[10, 20, 40, 80], help="poll sizes, in messages")
+    b.add_argument("--repeat", type=int, default=3, help="runs per size (best is reported)")
     p.set_defaults(handler=cmd_bench)
     return parser
 
