@@ -9,12 +9,27 @@
 - OpenAPI at `/openapi.json`, its pages at `/docs`.
 
 Reads are open to whoever reaches the port (compose binds it to loopback); every mutation needs
-`Authorization: Bearer <AIOPS_API_TOKEN>`, and with no token configured mutations are refused."""
+`Authorization: Bearer <AIOPS_API_TOKEN>`, and with no token configured mutations are refused.
+
+What a client may make the daemon hold is bounded before any route runs (`Guard`, an ASGI
+middleware ahead of FastAPI's parsing): a body over `MAX_BODY_BYTES` is refused (413) from its
+Content-Length, or, sent chunked, at the byte that crosses the limit, and the rest is never read;
+a mutation without the token (or a signed link without its signature) is refused before one byte
+of its body is read; a body that does not arrive within `BODY_TIMEOUT_S` is refused (408).
+uvicorn bounds the headers (`MAX_HEADER_BYTES`) and the connections (`MAX_CONNECTIONS`). Free text
+(names, notes) has a length limit and no control characters; ids in paths and silence matchers
+follow the id grammar (vocab/ids.py), and a refusal names the rule. Every response says
+`X-Content-Type-Options: nosniff`; pages add a strict Content-Security-Policy (show/page.py),
+`X-Frame-Options: DENY` and `Referrer-Policy: no-referrer`."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,12 +41,24 @@ from urllib.parse import parse_qs, quote
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from act.audit import AuditLog, Row
 from act.loop import signed
@@ -42,9 +69,10 @@ from notify.config import Match
 from notify.service import Notifier
 from notify.silences import SilenceStore
 from rca.graph import TopologyGraph
-from show.page import grafana_links, render_incident, render_list
+from show.page import PAGE_CSP, grafana_links, render_incident, render_list
 from show.series import WINDOW_S, InfluxSeries, from_evidence, key_series
 from show.topology_svg import Picture, neighbourhood
+from vocab.ids import MAX_ID_LENGTH, Refusal, entity_refusal, shown
 from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
@@ -54,6 +82,36 @@ _bearer = HTTPBearer(auto_error=False)
 LIVE_WITHIN_S = 120.0  # /healthz fails when the loop has not come round for this long
 MAX_SILENCE_S = 366 * 86400.0
 EVENT_TIME_SLACK_S = 3600.0  # a silence "from now" also covers states this far behind the wall clock
+
+# The largest body a client has a reason to send is a silence with its matchers: a few KB even
+# with a hundred entity patterns (the notes below are at most 2,000 characters, 8 KB in UTF-8).
+# 64 KB is ten times that, and what the daemon holds per request if every connection sends it:
+# MAX_CONNECTIONS x 64 KB = 4 MB. (Before this limit a 300 MB POST was read whole and parsed
+# before the token was checked: the daemon went from 146 MB to 1.29 GB.)
+MAX_BODY_BYTES = 64 * 1024
+# A 64 KB body arrives in milliseconds on any network an operator works from; a client that takes
+# longer is holding a connection open (slowloris), so it is answered 408 and closed.
+BODY_TIMEOUT_S = 30.0
+# The request line and headers: a browser's with a bearer token are under 2 KB; uvicorn (h11)
+# answers 400 beyond this (its default is 16 KB too: stated here so it stays so).
+MAX_HEADER_BYTES = 16 * 1024
+# The API serves a few engineers, their browsers and Prometheus: 64 connections at once is far
+# above that; beyond it uvicorn answers 503 instead of holding more sockets and tasks.
+MAX_CONNECTIONS = 64
+# A person's name as the chat message, the audit log and the page show it: 100 characters hold any
+# real name or e-mail address; more is a paste, or an attempt to bury the message it is quoted in.
+MAX_NAME_CHARS = 100
+# An operator's note: a paragraph. 2,000 characters fit one chat message (Slack's block is 3,000).
+MAX_NOTE_CHARS = 2000
+# Incident ids are 30 characters (rca/incidents.py), plan ids 20 (act/audit.py), silence ids 16.
+MAX_ROUTE_ID_CHARS = 128
+_ROUTE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The approval page: no script or style at all; its one form posts back to the daemon.
+APPROVAL_CSP = "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_SIGNED_APPROVE = re.compile(r"^/actions/([^/]+)/approve$")
 
 
 @dataclass(frozen=True)
@@ -92,7 +150,8 @@ class ActionsApi:
         return asdict(found)
 
     def signed(self, plan_id: str, signature: str) -> bool:
-        return signed(self.secret, plan_id, signature)
+        # hmac.compare_digest raises on a str that is not ASCII; such a signature is simply wrong
+        return signature.isascii() and signed(self.secret, plan_id, signature)
 
     def approve(self, plan_id: str, who: str) -> dict[str, str]:
         row = self.row(plan_id)
@@ -161,9 +220,36 @@ class _Collector(Collector):
         )
 
 
+def _name(value: str) -> str:
+    if found := _CONTROL.search(value):
+        raise ValueError(
+            f"a name holds no control characters (U+{ord(found.group()):04X}): a newline in it would"
+            " start a line of its own in chat and in the audit log"
+        )
+    return value
+
+
+def _note(value: str) -> str:
+    if found := _CONTROL_BUT_LINES.search(value):
+        raise ValueError(f"a note holds no control characters but newlines and tabs (U+{ord(found.group()):04X})")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_name)]
+Note = Annotated[str, Field(max_length=MAX_NOTE_CHARS), AfterValidator(_note)]
+_NAME: TypeAdapter[str] = TypeAdapter(Name)
+
+
 class Acknowledge(BaseModel):
-    by: str = Field(min_length=1, max_length=100)
-    comment: str = Field("", max_length=2000)
+    by: Name
+    comment: Note = ""
+
+
+def matcher_refusal(name: str, value: str) -> Refusal | None:
+    """Why a silence matcher's value can match no entity, or None. Entity values are shell
+    patterns: their wildcards stand for id characters, and the rest must be what an id may hold."""
+    probe = re.sub(r"[*?\[\]!]", "a", value) if name == "entity" else value
+    return entity_refusal(probe)
 
 
 class NewSilence(BaseModel):
@@ -177,8 +263,145 @@ class NewSilence(BaseModel):
     starts: float | None = Field(None, ge=0)
     ends: float | None = Field(None, ge=0)  # default: now + duration_s
     duration_s: float = Field(3600.0, gt=0, le=MAX_SILENCE_S)
-    comment: str = Field(..., min_length=1, max_length=2000)
-    created_by: str = Field(..., min_length=1, max_length=100)
+    comment: Annotated[Note, Field(min_length=1)]
+    created_by: Name
+
+    @field_validator("match")
+    @classmethod
+    def _ids(cls, match: Match) -> Match:
+        # entity ids, and the rack, pod and plane names entity ids are made of (vocab/ids.py)
+        for name in ("entity", "rack", "pod", "plane"):
+            for value in getattr(match, name) or ():
+                if problem := matcher_refusal(name, value):
+                    raise ValueError(f"match.{name} {shown(value)}: {problem}")
+        return match
+
+
+def route_id_refusal(value: str) -> Refusal | None:
+    """Why `value` is no incident, plan or silence id, or None. vocab/ids.py has no grammar for
+    these (the service makes them: `inc-<time>-<hash>`, hex, `sil-<hex>`), so it is written here:
+    what a URL path segment carries without escaping, nothing a log or a chat message reads."""
+    if len(value) > MAX_ROUTE_ID_CHARS:
+        return Refusal("api.id.length", f"an id of {len(value):,} characters (the limit is {MAX_ROUTE_ID_CHARS})")
+    if not _ROUTE_ID.match(value):
+        return Refusal(
+            "api.id.charset",
+            "an incident, plan or silence id holds letters, digits, '.', '_' and '-' and starts with a letter or digit",
+        )
+    return None
+
+
+def _checked(kind: str, value: str) -> str:
+    if problem := route_id_refusal(value):
+        raise HTTPException(422, f"{kind} id {shown(value)}: {problem}")
+    return value
+
+
+def _bearer_of(authorization: str | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <credentials>` header, as HTTPBearer reads them."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    return credentials if scheme.lower() == "bearer" and credentials else None
+
+
+class _AnsweredError(Exception):
+    """The guard has answered the request itself; the route must stop."""
+
+
+Gate = Callable[[str, str, Headers, bytes], HTTPException | None]
+
+
+class Guard:
+    """An ASGI middleware ahead of routing and parsing (FastAPI reads and parses a whole body
+    before it runs a route's dependencies, the token check among them), so what it refuses was
+    never read:
+
+    - a Content-Length over `limit`: 413 at once;
+    - a body of no stated length (chunked): its bytes counted as the route reads them, 413 at the
+      chunk that crosses `limit`; nothing after it is read;
+    - a request `gate` refuses (a mutation without the token): its answer, before the body;
+    - a body still incomplete after `body_timeout_s`: 408.
+
+    Each of these answers says `Connection: close` (the unread rest of the body is not read to
+    find the next request). Every response gets `X-Content-Type-Options: nosniff`, and HTML ones
+    `X-Frame-Options: DENY` and `Referrer-Policy: no-referrer`."""
+
+    def __init__(
+        self, app: ASGIApp, gate: Gate, limit: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S
+    ) -> None:
+        self.app, self.gate, self.limit, self.body_timeout_s = app, gate, limit, body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = answered = False
+
+        async def send_(message: Message) -> None:
+            nonlocal started
+            if answered:
+                return  # the route's own answer to a request refused under it
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("x-content-type-options", "nosniff")
+                if headers.get("content-type", "").startswith("text/html"):
+                    headers.setdefault("x-frame-options", "DENY")
+                    headers.setdefault("referrer-policy", "no-referrer")
+            await send(message)
+
+        async def answer(status: int, detail: str, extra: dict[str, str] | None = None) -> None:
+            nonlocal answered
+            if started:
+                raise _AnsweredError  # (a route that answers before reading its body: uvicorn closes)
+            body = json.dumps({"detail": detail}).encode()
+            headers = {
+                "content-type": "application/json",
+                "content-length": str(len(body)),
+                "connection": "close",
+                **(extra or {}),
+            }
+            await send_(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(k.encode(), v.encode("latin-1")) for k, v in headers.items()],
+                }
+            )
+            await send_({"type": "http.response.body", "body": body})
+            answered = True
+
+        headers = Headers(scope=scope)
+        stated = headers.get("content-length")
+        # (h11 has refused a Content-Length that is not a number, or two that differ)
+        if stated is not None and stated.isdigit() and int(stated) > self.limit:
+            await answer(413, f"a body of {stated} bytes: the limit is {self.limit:,} (MAX_BODY_BYTES)")
+            return
+        refused = self.gate(scope["method"], scope["path"], headers, scope.get("query_string", b""))
+        if refused is not None:
+            await answer(refused.status_code, str(refused.detail), dict(refused.headers or {}))
+            return
+
+        read, complete = 0, False
+
+        async def receive_() -> Message:
+            nonlocal read, complete
+            if complete:
+                return await receive()  # (waiting for the client to go away: no body left to bound)
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+            except TimeoutError:
+                await answer(408, f"the body did not arrive within {self.body_timeout_s:.0f} s (BODY_TIMEOUT_S)")
+                raise _AnsweredError from None
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
+                if read > self.limit:
+                    await answer(413, f"a body over {self.limit:,} bytes (MAX_BODY_BYTES): not read further")
+                    raise _AnsweredError
+            return message
+
+        with contextlib.suppress(_AnsweredError):
+            await self.app(scope, receive_, send_)
 
 
 def build_app(
@@ -194,11 +417,33 @@ def build_app(
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Collector(metrics, index, notifier))
 
-    def operator(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    def operator_refusal(credentials: str | None) -> HTTPException | None:
         if token is None:
-            raise HTTPException(403, "mutations are disabled: no API token is configured (AIOPS_API_TOKEN)")
-        if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
-            raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+            return HTTPException(403, "mutations are disabled: no API token is configured (AIOPS_API_TOKEN)")
+        if credentials is None or not hmac.compare_digest(credentials.encode(), token.encode()):
+            return HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    def operator(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+        # (the guard has checked already, before the body; this states it in the OpenAPI too)
+        if problem := operator_refusal(None if creds is None else creds.credentials):
+            raise problem
+
+    def gate(method: str, path: str, headers: Headers, query: bytes) -> HTTPException | None:
+        """What the guard refuses before a body is read: every mutation under /api/ without the
+        token, a signed link's approval without its signature."""
+        if method not in MUTATING:
+            return None
+        if path.startswith("/api/"):
+            return operator_refusal(_bearer_of(headers.get("authorization")))
+        link = _SIGNED_APPROVE.match(path)
+        if link and actions is not None:
+            sig = (parse_qs(query.decode("latin-1")).get("sig") or [""])[0]
+            if not actions.signed(link.group(1), sig):
+                return HTTPException(403, "this link is not signed for this plan")
+        return None
+
+    app.add_middleware(Guard, gate=gate)
 
     def silences() -> SilenceStore:
         if notifier is None:
@@ -227,7 +472,9 @@ def build_app(
         status: str | None = None,
         severity: str | None = None,
         kind: str | None = None,
-        entity: Annotated[str | None, Query(description="a shell pattern, e.g. leaf-p0-*")] = None,
+        entity: Annotated[
+            str | None, Query(description="a shell pattern, e.g. leaf-p0-*", max_length=MAX_ID_LENGTH)
+        ] = None,
         since: Annotated[float | None, Query(description="updated at or after (epoch seconds)")] = None,
         until: Annotated[float | None, Query(description="updated before (epoch seconds)")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -236,7 +483,7 @@ def build_app(
 
     @app.get("/api/incidents/{incident_id}")
     def incident(incident_id: str) -> dict[str, Any]:
-        found = index.get(incident_id)
+        found = index.get(_checked("incident", incident_id))
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
         return found
@@ -252,37 +499,46 @@ def build_app(
         return [asdict(r) for r in acting().rows(state)]
 
     @app.post("/api/actions/{plan_id}/approve", status_code=202, dependencies=[Depends(operator)])
-    def approve_action(plan_id: str, by: str = "api") -> dict[str, str]:
-        return acting().approve(plan_id, f"{by} (API token)")
+    def approve_action(plan_id: str, by: Annotated[Name, Query()] = "api") -> dict[str, str]:
+        return acting().approve(_checked("plan", plan_id), f"{by} (API token)")
 
     @app.get("/actions/{plan_id}", response_class=HTMLResponse)
-    def approval_page(plan_id: str, sig: str) -> str:
+    def approval_page(plan_id: str, sig: str) -> HTMLResponse:
         """What a signed link in a notification opens: the plan and a button. Opening it (or a
         chat client unfurling it) changes nothing; the button's POST does."""
         api = acting()
-        if not api.signed(plan_id, sig):
+        if not api.signed(_checked("plan", plan_id), sig):
             raise HTTPException(403, "this link is not signed for this plan")
         row = api.row(plan_id)
-        return (
+        html = (
             "<!doctype html><meta charset=utf-8><title>approve</title>"
             f"<p>{escape(row['action'])} <b>{escape(row['target'])}</b> for {escape(row['incident_id'])}: "
             f"{escape(row['reason'])}</p><p>now: {escape(row['decision'])}, {escape(row['state'])}</p>"
             f'<form method=post action="/actions/{quote(plan_id)}/approve?sig={quote(sig)}">'
-            "<label>your name <input name=by required></label> <button>approve</button></form>"
+            f"<label>your name <input name=by required maxlength={MAX_NAME_CHARS}></label>"
+            " <button>approve</button></form>"
         )
+        return HTMLResponse(html, headers={"Content-Security-Policy": APPROVAL_CSP})
 
     @app.post("/actions/{plan_id}/approve", status_code=202)
     async def approve_signed(plan_id: str, sig: str, request: Request) -> dict[str, str]:
         api = acting()
-        if not api.signed(plan_id, sig):
+        if not api.signed(_checked("plan", plan_id), sig):
             raise HTTPException(403, "this link is not signed for this plan")
-        form = parse_qs((await request.body()).decode())
-        who = (form.get("by") or ["?"])[0][:80]
+        try:
+            form = parse_qs((await request.body()).decode(), strict_parsing=False)
+        except UnicodeDecodeError:
+            raise HTTPException(422, "the form is not UTF-8") from None
+        try:
+            who = _NAME.validate_python((form.get("by") or [""])[0])
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_context=False)
+            raise RequestValidationError([{**e, "loc": ("body", "by")} for e in errors]) from None
         return api.approve(plan_id, f"{who} (signed link)")
 
     @app.post("/api/incidents/{incident_id}/ack", dependencies=[Depends(operator)])
     def acknowledge(incident_id: str, body: Acknowledge) -> dict[str, Any]:
-        if not index.acknowledge(incident_id, body.by, body.comment):
+        if not index.acknowledge(_checked("incident", incident_id), body.by, body.comment):
             raise HTTPException(404, f"no incident {incident_id}")
         return incident(incident_id)
 
@@ -290,7 +546,7 @@ def build_app(
     def resolve(incident_id: str, body: Acknowledge) -> dict[str, Any]:
         """Resolved by hand: the engine closes it at its next tick (and says so on
         aiops.incidents and in chat); symptoms that go on afterwards open a new incident."""
-        found = index.get(incident_id)
+        found = index.get(_checked("incident", incident_id))
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
         if found.get("resolved") is not None:
@@ -306,7 +562,7 @@ def build_app(
         status: str | None = None,
         severity: str | None = None,
         kind: str | None = None,
-        entity: str | None = None,
+        entity: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
         since: float | None = None,
         until: float | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -315,15 +571,17 @@ def build_app(
         rows = index.find(IncidentQuery(status, severity, kind, entity, since, until, limit))
         given = {"status": status, "severity": severity, "kind": kind, "entity": entity}
         filters = ", ".join(f"{k} {v}" for k, v in given.items() if v)
-        return HTMLResponse(render_list(rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters))
+        html = render_list(rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters)
+        return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse)
     def incident_page(incident_id: str) -> HTMLResponse:
         """What a notification links to: the incident page (show/page.py)."""
-        found = index.get(incident_id)
+        found = index.get(_checked("incident", incident_id))
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
-        return HTMLResponse(incident_html(found, index.history(incident_id), shown))
+        html = incident_html(found, index.history(incident_id), shown)
+        return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/api/silences")
     def list_silences() -> list[dict[str, Any]]:
@@ -345,7 +603,7 @@ def build_app(
 
     @app.delete("/api/silences/{silence_id}", dependencies=[Depends(operator)])
     def expire_silence(silence_id: str) -> dict[str, Any]:
-        expired = silences().expire(silence_id)
+        expired = silences().expire(_checked("silence", silence_id))
         if expired is None:
             raise HTTPException(404, f"no silence {silence_id}")
         return expired.record(time.time())
@@ -392,7 +650,16 @@ class ApiServer:
     """uvicorn in a daemon thread; stopped with the daemon."""
 
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            http="h11",  # (the one installed; named so that its header bound below applies)
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            limit_concurrency=MAX_CONNECTIONS,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="aiops-api", daemon=True)
 

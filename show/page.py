@@ -9,10 +9,18 @@ script inline, pictures as inline SVG: the page fetches nothing, from anywhere. 
 the API token; the page never holds it: the engineer types it into the form, and the page's script
 sends it as the `Authorization` header of that one request (a site whose proxy adds the header
 can leave the field empty).
+
+Served by the daemon, a page comes with a Content-Security-Policy (`PAGE_CSP`) that lets it run
+and style nothing but its own inline script and styles, named by their hashes: an entity id that
+slipped past the escaping with a `<script>` in it would still not run, and the page cannot be
+framed, post a form, or load anything from anywhere.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 import time
 from collections.abc import Mapping, Sequence
 from importlib.resources import files
@@ -30,6 +38,43 @@ _ENV = Environment(
 )
 STYLE = (files("show") / "templates" / "page.css").read_text()
 SCRIPT = (files("show") / "templates" / "actions.js").read_text()
+
+
+def csp_hash(text: str) -> str:
+    """A CSP source naming an inline script or style by its content (CSP level 3, 'sha256-')."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def _inline_styles(html: str) -> tuple[list[str], list[str]]:
+    """The <style> elements' texts and the style attributes' values in `html`."""
+    return re.findall(r"<style>(.*?)</style>", html, re.S), re.findall(r'\sstyle="([^"]*)"', html)
+
+
+# The topology picture (show/topology_svg.py) carries its own <style> and a style attribute; their
+# text does not depend on the picture, so a one-box picture shows what to allow.
+_SVG_ELEMENTS, _SVG_ATTRIBUTES = _inline_styles(to_svg(Picture([("root", ["x"])], root="x")))
+# default-src 'none': nothing the policy does not name is allowed. The page's own script and
+# styles by hash (no 'unsafe-inline'); the SVG's one style attribute by hash too ('unsafe-hashes'
+# is what lets a hash allow an attribute, and only that one). img-src data: for the empty favicon
+# (`<link rel="icon" href="data:,">`, which spares the browser a /favicon.ico request);
+# connect-src 'self' for the actions' fetch to the same daemon; no form is ever posted, the page
+# may not be framed (clickjacking the acknowledge button), and no <base> may redirect its links.
+PAGE_CSP = "; ".join(
+    [
+        "default-src 'none'",
+        f"script-src {csp_hash(SCRIPT)}",
+        "style-src "
+        + " ".join(
+            [csp_hash(STYLE), *map(csp_hash, _SVG_ELEMENTS)]
+            + (["'unsafe-hashes'", *map(csp_hash, _SVG_ATTRIBUTES)] if _SVG_ATTRIBUTES else [])
+        ),
+        "img-src data:",
+        "connect-src 'self'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ]
+)
 
 
 def _when(t: float | None) -> str:
@@ -140,4 +185,4 @@ def grafana_links(base: str | None, node: str | None, switch: str | None, rack: 
     return links
 
 
-__all__ = ["grafana_links", "render_incident", "render_list"]
+__all__ = ["PAGE_CSP", "csp_hash", "grafana_links", "render_incident", "render_list"]

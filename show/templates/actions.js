@@ -18,6 +18,9 @@ function note() { return document.getElementById('comment').value || 'from the i
 document.addEventListener('DOMContentLoaded', () => {
   const base = document.body.dataset.api;
   const id = document.body.dataset.incident;
+  // the form only holds the fields; Enter in one of them must not submit it (a page load)
+  const form = document.getElementById('act-form');
+  if (form) form.addEventListener('submit', (e) => e.preventDefault());
   const on = (name, f) => { const b = document.getElementById(name); if (b) b.addEventListener('click', f); };
   on('ack', () => act(base + '/api/incidents/' + encodeURIComponent(id) + '/ack', {by: who(), comment: note()}));
   on('resolve', () => act(base + '/api/incidents/' + encodeURIComponent(id) + '/resolve', {by: who(), comment: note()}));
