@@ -19,7 +19,7 @@ import pytest
 from kafka import KafkaAdminClient
 
 from aiops.bench_soak import by_incident
-from aiops.checkpoint import CheckpointStore
+from aiops.checkpoint import Checkpoint, CheckpointStore
 from aiops.cli import main
 from tests.faults.daemons import Replay, jsonl, reaped
 from tests.faults.test_broker_restart import topic_env
@@ -191,3 +191,49 @@ def test_a_checkpoint_of_a_recreated_topic_is_refused_and_the_daemon_starts_from
     assert "checkpoint not used" in err and "the topic was created again" in err, err[-3000:]
     assert "resuming from the checkpoint" not in err
     r.assert_topics_equal_offline()
+
+
+def test_a_checkpoint_of_the_old_format_is_refused_and_the_daemon_starts_from_the_committed_offsets(
+    kafka_settings: KafkaSettings, recording: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """An upgrade meets the file the previous version wrote (format 1: an unsigned pickle, which
+    could run code when loaded). It is a checkpoint that version would have resumed from, on the
+    same topics; it is refused unread, and the daemon carries on from the group's committed
+    offsets (committed only with checkpoints, so at the end of the backlog): nothing published
+    again, nothing missing."""
+    r = _backlog(kafka_settings, recording, tmp_path)
+    k = r.k
+    with reaped() as track:
+        daemon = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
+        _, err = daemon.communicate(timeout=900)
+        assert daemon.returncode == 0, err[-3000:]
+        store = CheckpointStore(Path(r.env["AIOPS_STATE_DIR"]), f"run-{k.ingest_group}-run")
+        checkpoint = store.load()
+        assert checkpoint is not None and checkpoint.incarnation is not None
+        store.path.write_bytes(_format_1(checkpoint))
+        again = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
+        _, err = again.communicate(timeout=900)
+    assert again.returncode == 0, err[-3000:]
+    assert "checkpoint not used" in err and "unsigned checkpoint of format 1" in err, err[-3000:]
+    assert "starting from nothing at the committed offsets" in err
+    assert "resuming from the checkpoint" not in err
+    r.assert_topics_equal_offline()
+
+
+def _format_1(checkpoint: Checkpoint) -> bytes:
+    """The checkpoint as the previous version wrote it: a header and a keyless checksum over a
+    plain pickle."""
+    import hashlib
+    import pickle
+
+    assert checkpoint.incarnation is not None
+    header = {
+        "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in checkpoint.offsets.items()},
+        "outputs": {t: {str(p): o for p, o in parts.items()} for t, parts in checkpoint.outputs.items()},
+        "written_at": checkpoint.written_at,
+        "cluster_id": checkpoint.incarnation.cluster_id,
+        "topic_ids": checkpoint.incarnation.topic_ids,
+    }
+    body = pickle.dumps(checkpoint.state, protocol=pickle.HIGHEST_PROTOCOL)
+    digest = hashlib.blake2b(body, digest_size=16).hexdigest().encode()
+    return b"aiops-checkpoint 1\n" + json.dumps(header).encode() + b"\n" + digest + b"\n" + body
