@@ -1,6 +1,10 @@
 """`aiops topology import`: the topology file the daemons read, from what the site's tools write
 (so far the InfiniBand fabric as `ibnetdiscover` prints it, with an optional node-name map), and
-a report of the fabric's health from its own description."""
+a report of the fabric's health from its own description.
+
+Every input is bounded and every name checked against the id grammar (`context.bounds`,
+`vocab.ids`): a malformed or oversized file is refused with one line naming the file, the place
+and the rule, exit status 2, and nothing written."""
 
 from __future__ import annotations
 
@@ -52,6 +56,8 @@ def cmd_topology_import(args: argparse.Namespace) -> int:
         TopologyGraph(topology.nodes, topology.links)  # validated as the daemons will load it
     except (OSError, FabricFormatError, GraphError) as exc:  # nothing is written
         raise CliError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:  # a reader's check missed: still one line, not a traceback
+        raise CliError(f"the topology input is not usable: {type(exc).__name__}: {str(exc)[:300]}") from None
     report = topology.report()
     out = Path(args.out)
     if args.dry_run:

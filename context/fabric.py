@@ -10,7 +10,11 @@ scheme, `<host>-nic<rail>`; an HCA with no host name keeps a GUID-based id, and 
 
 Findings, each with the entity, what is wrong and the fix: a leaf carrying HCAs of several rails,
 an HCA on another rail's leaf, a link below the fabric's common width or speed, a host missing
-HCAs the others have, an unnamed HCA, a leaf with no uplink.
+HCAs the others have, an unnamed HCA, a leaf with no uplink; and what the input says that is not
+taken: a host name outside the id grammar (`vocab.ids.node_refusal`: a node description is set by
+root on any host, `n[0000-0015] mlx5_0` would name sixteen nodes to Slurm), a switch name outside
+it (`entity_refusal`), a GUID described twice, two switches under one name, a host with more HCAs
+than a node has (`context.bounds.MAX_NICS_PER_NODE`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from context.bounds import MAX_NICS_PER_NODE
 from context.ibnetdiscover import Cable, Fabric, FabricNode
-from vocab.entities import id_problem
+from vocab.ids import entity_refusal, node_refusal, shown
 
 # "host mlx5_3" (index 3), "host HCA-1" (the first: index 0), "host HCA" (one, index 0)
 _HCA = re.compile(r"^(?P<host>\S+)\s+(?:mlx\d+_(?P<mlx>\d+)|HCA-?(?P<hca>\d+)?)\s*$", re.IGNORECASE)
@@ -46,6 +51,7 @@ class Hca:
     index: int | None  # the HCA's own number on its host (mlx5_N, HCA-N)
     rail: int = 0
     nic: str = ""
+    refused: str = ""  # the host name its description gave and why the grammar refused it
 
 
 @dataclass(slots=True)
@@ -101,21 +107,29 @@ def _switch_id(node: FabricNode, names: dict[int, str]) -> str:
         text = " ".join(given.split())
         if m := _MANAGED.match(text):
             text = m.group(1)
-        if text and _NAME.match(text) and not _VENDOR_WORDS.search(text) and id_problem(text) is None:
+        if text and _NAME.match(text) and not _VENDOR_WORDS.search(text) and entity_refusal(text) is None:
             return text
-    return node.name if _NAME.match(node.name) else f"S-{node.guid:016x}"
+    return node.name if _NAME.match(node.name) and entity_refusal(node.name) is None else f"S-{node.guid:016x}"
 
 
-def _hca(node: FabricNode, names: dict[int, str]) -> Hca:
+def _hca(node: FabricNode, names: dict[int, str], mapped: set[str]) -> Hca:
+    """The HCA's host and index from the node-name map, else its node description; a host name
+    the grammar refuses names no host (the HCA keeps its GUID id) and says why."""
+    refused = ""
     for text in (names.get(node.guid, ""), node.description):
         m = _HCA.match(" ".join(text.split()))
-        if m and id_problem(m.group("host")) is None:
-            index = m.group("mlx") or m.group("hca")
-            number = None if index is None else int(index) - (1 if m.group("hca") else 0)
-            return Hca(node.guid, m.group("host"), number)
-        if text and text in names.values() and " " not in text.strip() and id_problem(text.strip()) is None:
-            return Hca(node.guid, text.strip(), None)  # a map that names hosts, not HCAs
-    return Hca(node.guid, None, None)
+        host = m.group("host") if m else text.strip() if text and text in mapped and " " not in text.strip() else ""
+        if not host:
+            continue
+        if problem := node_refusal(host):
+            refused = refused or f"{shown(host)}: {problem}"
+            continue
+        if m is None:
+            return Hca(node.guid, host, None)  # a map that names hosts, not HCAs
+        index = m.group("mlx") or m.group("hca")
+        number = None if index is None else int(index) - (1 if m.group("hca") else 0)
+        return Hca(node.guid, host, number)
+    return Hca(node.guid, None, None, refused=refused)
 
 
 def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology:
@@ -124,7 +138,8 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
     switches = {g: n for g, n in fabric.nodes.items() if n.type == "switch"}
     cas = {g: n for g, n in fabric.nodes.items() if n.type == "ca"}
     aggregation = {g for g, n in cas.items() if AGGREGATION_NODE in n.description}
-    hcas = {g: _hca(n, names) for g, n in cas.items() if g not in aggregation}
+    mapped = set(names.values())
+    hcas = {g: _hca(n, names, mapped) for g, n in cas.items() if g not in aggregation}
     neighbours: dict[int, list[tuple[int, Cable]]] = defaultdict(list)
     for c in fabric.cables:
         if c.a[0] != c.b[0]:
@@ -136,7 +151,20 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
     spines = {g for g in switches if g not in leaves and any(p in leaves for p, _ in neighbours[g])}
     cores = set(switches) - leaves - spines
     ids = {g: _switch_id(n, names) for g, n in switches.items()}
-    _unique(ids)
+    out.findings += [Finding(n.kind, n.entity, n.message, n.fix) for n in fabric.notes]
+    out.findings += [Finding(n.kind, n.entity, n.message, n.fix) for n in getattr(names, "notes", ())]
+    for g in sorted(switches):
+        given = " ".join(names.get(g, "").split())
+        if given and (problem := entity_refusal(given)) is not None:
+            out.findings.append(
+                Finding(
+                    "invalid_name",
+                    ids[g],
+                    f"the node-name map names switch 0x{g:016x} {shown(given)}, refused: {problem}; it is {ids[g]}",
+                    "give it a name of letters, digits, '.', '_' and '-' in the node-name map",
+                )
+            )
+    out.findings += _unique(ids)
 
     # HCA indices in use, in order, are the rails; HCAs without an index are their host's only one
     by_host: dict[str, list[Hca]] = defaultdict(list)
@@ -181,12 +209,23 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
     return out
 
 
-def _unique(ids: dict[int, str]) -> None:
-    """Two switches with one name (a default description left on both) keep their GUIDs apart."""
+def _unique(ids: dict[int, str]) -> list[Finding]:
+    """Two switches with one name (a default description left on both) keep their GUIDs apart,
+    and are reported: neither wins the name."""
     counts = Counter(ids.values())
-    for g, name in ids.items():
+    out = []
+    for g, name in sorted(ids.items()):
         if counts[name] > 1:
             ids[g] = f"{name}-{g:016x}"
+            out.append(
+                Finding(
+                    "duplicate_name",
+                    ids[g],
+                    f"{counts[name]} switches are named {name}; switch 0x{g:016x} is {ids[g]}",
+                    "give each switch its own name (the node-name map, or its node description)",
+                )
+            )
+    return out
 
 
 def _entities(out: FabricTopology, shape: _Shape) -> None:
@@ -336,8 +375,27 @@ def _findings(out: FabricTopology, shape: _Shape) -> None:
                         "check the HCAs' links and firmware; a port may be down",
                     )
                 )
+    for host, members in sorted(by_host.items()):
+        if len(members) > MAX_NICS_PER_NODE:
+            add(
+                Finding(
+                    "too_many_hcas",
+                    host,
+                    f"{len(members)} HCAs name {host} as their host; a node has at most {MAX_NICS_PER_NODE}",
+                    "check the HCAs' node descriptions: several hosts may share one name",
+                )
+            )
     for h in sorted(hcas.values(), key=lambda h: h.guid):
-        if h.host is None:
+        if h.host is None and h.refused:
+            add(
+                Finding(
+                    "invalid_name",
+                    h.nic,
+                    f"HCA {h.nic}'s host name {h.refused}",
+                    "set a plain host name in its node description (rdma-ndd) or map its GUID in the node-name map",
+                )
+            )
+        elif h.host is None:
             add(
                 Finding(
                     "unnamed_hca",

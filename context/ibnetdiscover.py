@@ -10,6 +10,11 @@ Two formats, both as infiniband-diags writes them:
 Quirks the real files show: descriptions with `#`, runs of spaces or no host name at all, port
 GUIDs in parentheses without their leading zeros, unconnected ports absent, each cable listed
 from both of its ends. A line that is neither says so with its file and line number.
+
+Bounded (`context.bounds`): the file's size before it is read, the number of nodes, port numbers
+(8 bits in InfiniBand). A GUID described twice, or two nodes under one name, is no silent win for
+either: the first stands and the file's `notes` say what was left out (the fabric reports them as
+findings).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from context.bounds import MAX_FABRIC_BYTES, MAX_FABRIC_NODES, MAX_NAME_MAP_BYTES, MAX_PORT, BoundError, read_text
 
 NODE_TYPES = {"Switch": "switch", "Ca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
 
@@ -42,11 +49,31 @@ class Cable:
     speed: str  # "QDR", "NDR", "???" when the file cannot tell
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something the file says that the reader did not take (a GUID described twice): reported
+    by the fabric as a finding, with what to fix."""
+
+    kind: str
+    entity: str
+    message: str
+    fix: str
+
+
+class NameMap(dict[int, str]):
+    """A node-name map: GUID -> name, and the GUIDs it names twice (the first name stands)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notes: list[Note] = []
+
+
 @dataclass(slots=True)
 class Fabric:
     nodes: dict[int, FabricNode] = field(default_factory=dict)
     cables: list[Cable] = field(default_factory=list)
     source: str = ""
+    notes: list[Note] = field(default_factory=list)
 
     def neighbours(self, guid: int) -> list[tuple[int, Cable]]:
         out = []
@@ -80,12 +107,29 @@ def _guid_of_name(name: str) -> int | None:
     return int(m.group(1), 16) if m else None
 
 
+def _port(text: str, path: Path, number: int) -> int:
+    port = int(text)
+    if port > MAX_PORT:
+        raise FabricFormatError(
+            f"{path}:{number}: port {port:,} is over {MAX_PORT} (InfiniBand port numbers are 8 bits) [bound port]"
+        )
+    return port
+
+
+def _room(fabric: Fabric, path: Path, number: int) -> None:
+    if len(fabric.nodes) >= MAX_FABRIC_NODES:
+        raise FabricFormatError(
+            f"{path}:{number}: more than {MAX_FABRIC_NODES:,} nodes (switches and HCAs of a 100,000-GPU "
+            "fabric) [bound fabric_nodes]"
+        )
+
+
 def read(path: Path) -> Fabric:
     """Either format, told apart by its lines; FabricFormatError with the line at fault."""
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
-    except UnicodeDecodeError as exc:
-        raise FabricFormatError(f"{path}: not text (byte {exc.start} is not UTF-8)") from None
+        text = read_text(path, MAX_FABRIC_BYTES, "fabric description")
+    except BoundError as exc:
+        raise FabricFormatError(str(exc)) from None
     lines = text.splitlines()
     content = [
         (n, line.strip())
@@ -109,28 +153,51 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
     links: dict[tuple[int, int], tuple[str, str]] = {}
     current: FabricNode | None = None
     header_guid: int | None = None
+    first_line: dict[int, int] = {}  # GUID -> the line that described it
+    dropped = 0  # port lines of a node described twice, not taken
     for number, line in content:
         if m := _HEADER.match(line):
             if m.group(1) in ("switchguid", "caguid", "rtguid"):
                 header_guid = int(m.group(2), 16)
-            current = None
+            current, dropped = None, 0
             continue
         if m := _NODE.match(line):
-            kind, ports, name, description = m.group(1), int(m.group(2)), m.group(3), m.group(4) or ""
+            kind, ports, name, description = m.group(1), _port(m.group(2), path, number), m.group(3), m.group(4) or ""
             guid = header_guid if header_guid is not None else _guid_of_name(name)
             if guid is None:
                 raise FabricFormatError(f"{path}:{number}: node {name!r} has no GUID (no {kind.lower()}guid= line)")
+            header_guid = None
+            if guid in fabric.nodes:  # described twice: the first stands, this block is left out
+                fabric.notes.append(_twice(path, guid, first_line[guid], number, kind))
+                current, dropped = None, -1
+                continue
+            _room(fabric, path, number)
             current = FabricNode(guid, NODE_TYPES[kind], name, " ".join(description.split()), ports)
             fabric.nodes[guid] = current
-            by_name[name] = guid
-            header_guid = None
+            first_line[guid] = number
+            dropped = 0
+            if name in by_name:  # ports naming it could mean either: the first stands
+                fabric.notes.append(
+                    Note(
+                        "duplicate_name",
+                        f"0x{guid:016x}",
+                        f"{path}:{number}: node {name[:80]!r} (GUID 0x{guid:016x}) has the name of the node on line "
+                        f"{first_line[by_name[name]]} (GUID 0x{by_name[name]:016x}); "
+                        "ports naming it are read as the first",
+                        "give each node its own name (the node-name map, or its node description)",
+                    )
+                )
+            else:
+                by_name[name] = guid
             continue
         if m := _PORT.match(line):
+            if current is None and dropped < 0:
+                continue  # a port of a node described twice, said in its note
             if current is None:
                 raise FabricFormatError(f"{path}:{number}: a port line outside any node: {line[:80]!r}")
             comment = m.group(6) or ""
             link = _LINK.search(comment)
-            port, peer, peer_port = int(m.group(1)), m.group(3), int(m.group(4))
+            port, peer, peer_port = _port(m.group(1), path, number), m.group(3), _port(m.group(4), path, number)
             pending.append((number, current.guid, port, peer, peer_port, comment))
             if link:
                 links[(current.guid, port)] = (link.group(1), link.group(2))
@@ -143,6 +210,7 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             raise FabricFormatError(f"{path}:{number}: port {port} names {peer!r}, a node the file does not describe")
         if peer_guid not in fabric.nodes:
             # a node past the discovery's hop limit: known only by name
+            _room(fabric, path, number)
             fabric.nodes[peer_guid] = FabricNode(peer_guid, "switch" if peer.startswith("S-") else "ca", peer, "")
         ends = frozenset({(guid, port), (peer_guid, peer_port)})
         if ends in seen:
@@ -153,45 +221,78 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
     return fabric
 
 
+def _twice(path: Path, guid: int, first: int, again: int, kind: str) -> Note:
+    return Note(
+        "duplicate_guid",
+        f"0x{guid:016x}",
+        f"{path}:{again}: {kind.lower()} GUID 0x{guid:016x} is described again (first on line {first}); "
+        "the first description stands, this one and its cables are left out",
+        "GUIDs are unique on a fabric: check for a cloned GUID (a replaced board flashed with the old "
+        "one) or two captures concatenated",
+    )
+
+
 def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
     fabric = Fabric(source=str(path))
     seen: set[frozenset[tuple[int, int]]] = set()
+    said: set[int] = set()  # GUIDs whose contradiction is already a note
 
-    def node(kind: str, guid_text: str, description: str) -> int:
+    def node(kind: str, guid_text: str, description: str, number: int) -> int:
         guid = int(guid_text, 16)
         known = fabric.nodes.get(guid)
         clean = " ".join(description.split())
         if known is None:
+            _room(fabric, path, number)
             fabric.nodes[guid] = FabricNode(guid, NODE_TYPES[kind], guid_text, clean)
+        elif known.type != NODE_TYPES[kind] and guid not in said:
+            # one GUID on two kinds of node: two devices share it; the first word stands
+            said.add(guid)
+            fabric.notes.append(
+                Note(
+                    "duplicate_guid",
+                    f"0x{guid:016x}",
+                    f"{path}:{number}: GUID 0x{guid:016x} is a {NODE_TYPES[kind]} here and a {known.type} before; "
+                    f"it is read as the {known.type}",
+                    "GUIDs are unique on a fabric: check for a cloned GUID or two captures concatenated",
+                )
+            )
         elif not known.description:
             known.description = clean
         return guid
 
+    ports: dict[int, int] = {}
     for number, line in content:
         m = _PORTS_LINE.match(line)
         if m is None:
             raise FabricFormatError(f"{path}:{number}: not a line of `ibnetdiscover --ports` output: {line[:80]!r}")
         if m.group(7) is None:  # an unconnected port: the node, no cable
-            node(m.group(1), m.group(4), m.group(13))
+            node(m.group(1), m.group(4), m.group(13), number)
+            _port(m.group(3), path, number)
             continue
-        a = node(m.group(1), m.group(4), m.group(11))
-        b = node(m.group(7), m.group(10), m.group(12))
-        ends = frozenset({(a, int(m.group(3))), (b, int(m.group(9)))})
+        a = node(m.group(1), m.group(4), m.group(11), number)
+        b = node(m.group(7), m.group(10), m.group(12), number)
+        pa, pb = _port(m.group(3), path, number), _port(m.group(9), path, number)
+        ends = frozenset({(a, pa), (b, pb)})
         if ends not in seen:
             seen.add(ends)
-            fabric.cables.append(Cable((a, int(m.group(3))), (b, int(m.group(9))), m.group(5), m.group(6)))
-    for guid, n in fabric.nodes.items():  # ports seen per node
-        n.ports = max(
-            [c.a[1] for c in fabric.cables if c.a[0] == guid] + [c.b[1] for c in fabric.cables if c.b[0] == guid] + [0]
-        )
+            fabric.cables.append(Cable((a, pa), (b, pb), m.group(5), m.group(6)))
+            ports[a], ports[b] = max(ports.get(a, 0), pa), max(ports.get(b, 0), pb)
+    for guid, n in fabric.nodes.items():  # ports seen per node (one pass: a fabric has 100,000s of cables)
+        n.ports = ports.get(guid, 0)
     return fabric
 
 
-def read_node_name_map(path: Path) -> dict[int, str]:
+def read_node_name_map(path: Path) -> NameMap:
     """infiniband-diags' node-name-map: `GUID "name"` per line (`#` comments). Sites also key it
-    by the name ibnetdiscover prints for a node it cannot name (`H-003048c74e4a0000 x5570comp1`)."""
-    out: dict[int, str] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    by the name ibnetdiscover prints for a node it cannot name (`H-003048c74e4a0000 x5570comp1`).
+    A GUID named twice keeps its first name, and the map's `notes` say so."""
+    out = NameMap()
+    first: dict[int, int] = {}
+    try:
+        text = read_text(path, MAX_NAME_MAP_BYTES, "node-name map")
+    except BoundError as exc:
+        raise FabricFormatError(str(exc)) from None
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith('"') else raw.strip()
         if not line:
             continue
@@ -200,8 +301,29 @@ def read_node_name_map(path: Path) -> dict[int, str]:
         guid = int(key, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", key) else _guid_of_name(key)
         if guid is None or not name:
             raise FabricFormatError(f"{path}:{number}: not a node-name-map line (GUID name): {raw[:80]!r}")
-        out[guid] = name
+        if guid in out:
+            if out[guid] != name:
+                out.notes.append(
+                    Note(
+                        "duplicate_guid",
+                        f"0x{guid:016x}",
+                        f"{path}:{number}: the node-name map names GUID 0x{guid:016x} again ({name[:80]!r}; "
+                        f"line {first[guid]} named it {out[guid][:80]!r}); the first name stands",
+                        "keep one line per GUID in the node-name map",
+                    )
+                )
+            continue
+        out[guid], first[guid] = name, number
     return out
 
 
-__all__ = ["Cable", "Fabric", "FabricFormatError", "FabricNode", "read", "read_node_name_map"]
+__all__ = [
+    "Cable",
+    "Fabric",
+    "FabricFormatError",
+    "FabricNode",
+    "NameMap",
+    "Note",
+    "read",
+    "read_node_name_map",
+]

@@ -8,6 +8,10 @@ value in a list (`"chassis": [{"name": [{"value": "leaf07"}]}]`). The host is th
 (`gpu001.json`), or the `lldp_loc_chassis` a collector merged in. A host's interfaces are its
 HCAs in their natural order (ens1f0np0 before ens2f0np0); which rail each is on follows from the
 leaves, as for InfiniBand (`context.fabric`).
+
+Bounded (`context.bounds`): files in a folder, each file's size, its JSON's depth (lldpd's own
+nests under ten; `_values` walks it recursively, so depth is checked before parsing). A host or
+switch name outside the id grammar (`vocab.ids`) is left out with a note the fabric reports.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context.ibnetdiscover import Cable, Fabric, FabricFormatError, FabricNode
+from context.bounds import MAX_LLDP_FILE_BYTES, MAX_LLDP_FILES, BoundError, loads, read_bytes
+from context.ibnetdiscover import Cable, Fabric, FabricFormatError, FabricNode, Note
+from vocab.ids import entity_refusal, node_refusal, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +34,7 @@ class Neighbour:
     interface: str  # the host's own interface
     switch: str  # the peer's chassis name (or its id when it sends no name)
     port: str  # the peer's port id (ifname, as switches send it)
+    file: str = ""  # where it was read, for a note about it
 
 
 def _values(node: Any) -> Any:
@@ -72,10 +79,16 @@ def _chassis_name(chassis: Any) -> str:
 def read_neighbours(path: Path) -> list[Neighbour]:
     """Every neighbour in a file (or in every *.json of a folder); FabricFormatError naming the file."""
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if len(files) > MAX_LLDP_FILES:
+        raise FabricFormatError(
+            f"{path}: {len(files):,} LLDP files, over {MAX_LLDP_FILES:,} (one per host) [bound lldp_files]"
+        )
     out: list[Neighbour] = []
     for file in files:
         try:
-            raw = json.loads(file.read_text(encoding="utf-8"))
+            raw = loads(read_bytes(file, MAX_LLDP_FILE_BYTES, "host's LLDP neighbours"), str(file))
+        except BoundError as exc:
+            raise FabricFormatError(str(exc)) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise FabricFormatError(f"{file}: not lldpcli JSON ({exc})") from None
         if not isinstance(raw, dict) or "lldp" not in raw:
@@ -92,7 +105,7 @@ def read_neighbours(path: Path) -> list[Neighbour]:
             ident = port.get("id", {}) if isinstance(port, dict) else {}
             port_id = ident.get("value", "") if isinstance(ident, dict) else str(ident)
             if switch and port_id:
-                out.append(Neighbour(host, name, switch, str(port_id)))
+                out.append(Neighbour(host, name, switch, str(port_id), str(file)))
     return out
 
 
@@ -112,6 +125,7 @@ def fabric_from_lldp(neighbours: list[Neighbour]) -> Fabric:
     cables. A switch's ports are numbered in the natural order of their names (swp1, swp2, ...;
     Ethernet0, Ethernet4, ... on SONiC), as the names carry no common numbering across vendors."""
     fabric = Fabric(source="lldp")
+    neighbours = _named_by_grammar(neighbours, fabric.notes)
     switches = {n.switch for n in neighbours}
     ports: dict[str, set[str]] = {}
     for n in neighbours:
@@ -141,6 +155,32 @@ def fabric_from_lldp(neighbours: list[Neighbour]) -> Fabric:
             cabled.add(frozenset({near, far}))
             fabric.cables.append(Cable(near, far, "", ""))
     return fabric
+
+
+def _named_by_grammar(neighbours: list[Neighbour], notes: list[Note]) -> list[Neighbour]:
+    """The neighbours whose host is a node name and whose switch an entity id (`vocab.ids`);
+    each other one left out with a note (once per name)."""
+    kept: list[Neighbour] = []
+    said: set[str] = set()
+    switches = {n.switch for n in neighbours}
+    for n in neighbours:
+        # a host that other files see as a switch is that switch's own view: an entity, not a node
+        host_problem = entity_refusal(n.host) if n.host in switches else node_refusal(n.host)
+        for name, problem, what in ((n.host, host_problem, "host"), (n.switch, entity_refusal(n.switch), "switch")):
+            if problem is not None and name not in said:
+                said.add(name)
+                notes.append(
+                    Note(
+                        "invalid_name",
+                        f"R-{_guid('refused', name):016x}",  # never the refused name itself as an id
+                        f"{n.file or 'lldp'}: interface {n.interface[:40]!r}: {what} {shown(name)} refused: {problem}; "
+                        "its links are left out",
+                        f"give the {what} a plain host name (its lldpd system name, or the file's name)",
+                    )
+                )
+        if host_problem is None and entity_refusal(n.switch) is None:
+            kept.append(n)
+    return kept
 
 
 __all__ = ["Neighbour", "fabric_from_lldp", "read_neighbours"]

@@ -253,7 +253,7 @@ def test_a_netbox_device_export_is_read_as_the_csv_is(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text(
         "device,role,rack,position,psus,cooling,gpus,nvswitches\ngpu000,node,r1,,two,,,\n"
     )
-    with pytest.raises(FabricFormatError, match=r"bad.csv:2: 'two' is not a count"):
+    with pytest.raises(FabricFormatError, match=r"bad.csv:2, column psus: psus 'two' is not a count"):
         read_inventory(tmp_path / "bad.csv")
 
 
