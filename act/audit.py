@@ -35,14 +35,16 @@ CREATE TABLE IF NOT EXISTS actions (
     planned_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     event_time REAL NOT NULL,
-    acted_at REAL
+    acted_at REAL,
+    node TEXT
 );
 CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
 """
 
 HELD = ("dry_run", "blocked", "excluded", "awaiting_approval")
 COLUMNS = (
-    "plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail, event_time, acted_at"
+    "plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail, event_time, acted_at,"
+    " node"
 )
 
 
@@ -64,6 +66,10 @@ class Row:
     detail: str
     event_time: float  # when it was planned (event time)
     acted_at: float | None = None  # when it was started (event time)
+    # the node the topology places the target in (the target itself for a drain): what an
+    # executor acts on, so that nothing cuts an id apart to find its node; None when the
+    # topology places the target in no node (a leaf, a link), and for rows written before it
+    node: str | None = None
 
 
 class AuditLog:
@@ -78,6 +84,10 @@ class AuditLog:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
+            # a log written before rows named their node: the column added, the old rows NULL
+            columns = {c[1] for c in self._db.execute("PRAGMA table_info(actions)").fetchall()}
+            if "node" not in columns:
+                self._db.execute("ALTER TABLE actions ADD COLUMN node TEXT")
         # told the plan's row after every change (a Grafana panel, through InfluxDB); its failure
         # must not undo the change, which is already committed
         self.listener: Callable[[Row], None] | None = None
@@ -113,7 +123,9 @@ class AuditLog:
         """Record a new plan; False when it is there already (nothing changes)."""
         now = time.time()
         added = self._change(
-            "INSERT OR IGNORE INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO actions (plan_id, incident_id, policy, action, target, reason, decision, state,"
+            " approved_by, detail, planned_at, updated_at, event_time, acted_at, node)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.plan_id,
                 row.incident_id,
@@ -129,6 +141,7 @@ class AuditLog:
                 now,
                 row.event_time,
                 row.acted_at,
+                row.node,
             ),
         )
         if added == 1:

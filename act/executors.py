@@ -3,9 +3,18 @@
 - Slurm, through its CLI as a site's admin host runs it: `scontrol update NodeName=N State=DRAIN
   Reason="..."` and `State=RESUME`; `scontrol show node -o N` to read the state back. (slurmrestd
   22.05's v0.0.38 has no node update; v0.0.39 and later take `POST /slurm/v0.0.NN/node/{name}`.)
+  What changed is read back, not assumed: exactly one record for N in the state asked for, and
+  the whole cluster's drained nodes before and after, so that an update which changed more than
+  N (however it came to) is counted against the breaker and paged.
 - A site command (reset a GPU, reboot a node, open a ticket, route around a link) as an argv
   template, `{node}`, `{target}`, `{incident}` and `{reason}` filled in, never through a shell:
-  the service holds no BMC credentials, the site's command does.
+  the service holds no BMC credentials, the site's command does. `{node}` is the node the
+  topology places the target in (the plan's row carries it), never a piece of the target's id.
+
+Every name an executor puts on a command line or in a URL is one the id grammar (vocab.ids)
+accepts: Slurm reads "n[0000-0015]" or "n1 n2,n3" as many nodes, a command reads "-rf" as an
+option. `Actor.run` checks before any executor starts, and each executor checks again (they are
+called directly too); a refused name is held (decision `blocked`) with the rule, and paged.
 
 `Actor.run` marks a plan `executing` (committed) before the executor starts and `done`/`failed`
 after. `Actor.settle` on start finds what was `executing` when the daemon died: a drain or resume
@@ -20,22 +29,80 @@ import os
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from act.audit import AuditLog, Row
-from act.planner import Plan
+from act.audit import AuditLog, Row, plan_id
+from act.planner import IN_A_NODE, NODE_ACTIONS, Plan
+from vocab.ids import InvalidIdError, check_entity, check_node, node_refusal, shown
 
 log = logging.getLogger(__name__)
 
 
 class ActionError(RuntimeError):
-    """An action that did not happen; the message says why."""
+    """An action that did not happen (or not as planned); the message says why. `nodes`: the
+    nodes the scheduler reports the attempt changed, where it was read back (an update that
+    failed its check may still have changed some)."""
+
+    def __init__(self, message: str, nodes: frozenset[str] | None = None) -> None:
+        super().__init__(message)
+        self.nodes = nodes
+
+
+class RefusedError(ActionError):
+    """A name the grammar refuses: nothing was run."""
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What an executor that can read back did: the detail for the audit log, and the nodes the
+    scheduler reports the action changed (the planned node, and any other it took with it)."""
+
+    detail: str
+    nodes: frozenset[str]
 
 
 class Executor(Protocol):
-    def run(self, row: Row) -> str: ...  # what happened, for the audit log; raises ActionError
+    # what happened, for the audit log (with the nodes changed, where read back); raises ActionError
+    def run(self, row: Row) -> str | Acted: ...
 
     def confirmed(self, row: Row) -> bool | None: ...  # whether it took effect (None: cannot say)
+
+
+def node_of_row(row: Row) -> str | None:
+    """The node a plan acts on, as the topology named it when it was planned; for a drain or a
+    resume logged before rows named their node, the target (which was the node)."""
+    if row.node is not None:
+        return row.node
+    return row.target if row.action in NODE_ACTIONS else None
+
+
+def acted_on(row: Row) -> str:
+    """The one node `row` acts on, checked by the grammar; RefusedError otherwise."""
+    node = node_of_row(row)
+    if node is None:
+        raise RefusedError(f"{row.action} {shown(row.target)}: the topology places it in no node")
+    if row.action in NODE_ACTIONS and node != row.target:
+        # a drain's target is its node; anything else is a row not written by the planner
+        raise RefusedError(f"{row.action} of {shown(row.target)} names node {shown(node)}: not one node")
+    try:
+        return check_node(node)
+    except InvalidIdError as exc:
+        raise RefusedError(f"{row.action} {shown(row.target)}: {exc}") from None
+
+
+def refusal(row: Row) -> str | None:
+    """Why no executor may act on `row`, or None: its target outside the grammar, or a node (the
+    topology's, on the row) outside it or missing for an action on a node or a part of one."""
+    try:
+        if row.action in IN_A_NODE or row.node is not None:
+            acted_on(row)  # first: a node's own rule says more than an entity's
+        check_entity(row.target)
+    except InvalidIdError as exc:
+        return f"refused: {exc}"
+    except RefusedError as exc:
+        return f"refused: {exc}"
+    return None
 
 
 def parse_node(text: str) -> dict[str, str]:
@@ -66,25 +133,62 @@ class SlurmCli:
         return done.stdout
 
     def node(self, node: str) -> dict[str, str]:
-        return parse_node(self._run("show", "node", "-o", node))
+        """The one record Slurm holds for `node` (`scontrol show node -o NODE`); ActionError when
+        it answers none, several, or another node's (a name it read as a host list)."""
+        if problem := node_refusal(node):
+            raise RefusedError(f"node {shown(node)}: {problem}")
+        records = [parse_node(line) for line in self._run("show", "node", "-o", node).splitlines() if line.strip()]
+        names = [r.get("NodeName", "?") for r in records]
+        if names != [node]:
+            raise ActionError(
+                f"scontrol show node -o {node} answered {len(records)} records ({', '.join(names[:5])}), not {node}'s"
+            )
+        return records[0]
 
-    def run(self, row: Row) -> str:
+    def drained(self) -> dict[str, str]:
+        """Every node Slurm has drained or is draining, with its reason (`scontrol show node -o`,
+        all nodes): the census an update is judged by."""
+        out = {}
+        for line in self._run("show", "node", "-o").splitlines():
+            fields = parse_node(line) if line.strip() else {}
+            if "DRAIN" in fields.get("State", "") and "NodeName" in fields:
+                out[fields["NodeName"]] = fields.get("Reason", "")
+        return out
+
+    def run(self, row: Row) -> Acted:
+        node = acted_on(row)
+        if row.action not in ("drain", "resume"):
+            raise ActionError(f"Slurm does not {row.action}")
+        before = self.drained()
         if row.action == "drain":
-            self._run("update", f"NodeName={row.target}", "State=DRAIN", f"Reason={row.reason}")
-            return f"{row.target} drained"
-        if row.action == "resume":
-            self._run("update", f"NodeName={row.target}", "State=RESUME")
-            return f"{row.target} resumed"
-        raise ActionError(f"Slurm does not {row.action}")
+            self._run("update", f"NodeName={node}", "State=DRAIN", f"Reason={row.reason}")
+        else:
+            self._run("update", f"NodeName={node}", "State=RESUME")
+        after = self.drained()
+        if row.action == "drain":  # drained with our reason now, and not before
+            changed = {n for n, why in after.items() if why == row.reason and before.get(n) != row.reason}
+        else:  # drained before, not now
+            changed = set(before) - set(after)
+        try:
+            took = self._took(row, self.node(node))
+        except ActionError as exc:  # what changed is known all the same: the breaker counts it
+            raise ActionError(str(exc), frozenset(changed)) from None
+        nodes = frozenset(changed | ({node} if took else set()))
+        if not took:
+            raise ActionError(f"{row.action} {node}: read back, Slurm does not show it {row.action}ed", nodes)
+        return Acted(f"{node} {row.action}ed (read back)", nodes)
 
-    def confirmed(self, row: Row) -> bool | None:
-        state = self.node(row.target)
+    @staticmethod
+    def _took(row: Row, state: Mapping[str, str]) -> bool | None:
         flags = state.get("State", "")
         if row.action == "drain":
             return "DRAIN" in flags and state.get("Reason", "") == row.reason
         if row.action == "resume":
             return "DRAIN" not in flags
         return None
+
+    def confirmed(self, row: Row) -> bool | None:
+        return self._took(row, self.node(acted_on(row)))
 
 
 class SiteCommand:
@@ -93,17 +197,27 @@ class SiteCommand:
             raise ValueError("a site command needs at least the program")
         self.argv, self.timeout_s = list(argv), timeout_s
 
+    def names_node(self) -> bool:
+        return any("{node}" in part for part in self.argv)
+
     def run(self, row: Row) -> str:
+        try:
+            target = check_entity(row.target)
+        except InvalidIdError as exc:
+            raise RefusedError(str(exc)) from None
+        # the topology's node (carried on the row), checked; a command that names it cannot run
+        # without one, and a target's id is never cut apart to guess it
+        node = acted_on(row) if self.names_node() or row.node is not None else ""
         values = {
-            "node": row.target.split("-")[0],
-            "target": row.target,
+            "node": node,
+            "target": target,
             "incident": row.incident_id,
             "reason": row.reason,
             "action": row.action,
         }
         try:
             argv = [part.format_map(values) for part in self.argv]
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, IndexError, AttributeError) as exc:
             raise ActionError(
                 f"the site command {self.argv!r} names {exc}, which is not one of {sorted(values)}"
             ) from None
@@ -179,6 +293,10 @@ class Actor:
             self.run(row, at if at is not None else row.event_time)
 
     def run(self, row: Row, at: float | None = None) -> None:
+        refused = refusal(row)
+        if refused:  # no executor sees a name the grammar refuses
+            self._refuse(row, refused)
+            return
         executor = self.executors.get(row.action)
         if executor is None:
             self.audit.move(row.plan_id, "failed", f"no executor configured for {row.action}")
@@ -186,12 +304,62 @@ class Actor:
             return
         self.audit.move(row.plan_id, "executing", at=at)  # committed before anything is done
         try:
-            detail = executor.run(row)
+            result = executor.run(row)
+        except RefusedError as exc:
+            self._refuse(row, f"refused: {exc}")
+            return
         except Exception as exc:  # whatever went wrong, it is recorded, paged, and not left "executing"
             self.audit.move(row.plan_id, "failed", str(exc))
             self.page(f"{row.action} {row.target} for {row.incident_id} failed: {exc}")
+            if isinstance(exc, ActionError) and exc.nodes:
+                self._overreach(row, exc.nodes, at, planned_done=False)
             return
-        self.audit.move(row.plan_id, "done", detail)
+        if isinstance(result, Acted):
+            self.audit.move(row.plan_id, "done", result.detail)
+            self._overreach(row, result.nodes, at, planned_done=True)
+        else:
+            self.audit.move(row.plan_id, "done", result)
+
+    def _refuse(self, row: Row, why: str) -> None:
+        self.audit.move(row.plan_id, "held", why, decision="blocked")
+        self.page(f"{row.action} {shown(row.target)} for {row.incident_id} not done: {why}")
+
+    def _overreach(self, row: Row, nodes: frozenset[str], at: float | None, planned_done: bool) -> None:
+        """The scheduler reports that an action changed nodes its plan does not account for: each
+        is logged as taken out of service by this incident (the breaker counts it; the
+        incident's resolution resumes it), and a person is told. A plan that failed its read-back
+        accounts for none of them, not even its own node."""
+        extra = sorted(nodes - {node_of_row(row)}) if planned_done else sorted(nodes)
+        if not extra:
+            return
+        if row.action in ("drain", "reboot"):
+            for other in extra:
+                why = (
+                    f"{row.action}ed along with {row.target} by one {row.action}: not planned as such,"
+                    " read back from the scheduler"
+                )
+                self.audit.add(
+                    Row(
+                        plan_id(row.incident_id, row.policy, f"{row.action}, read back", other),
+                        row.incident_id,
+                        row.policy,
+                        row.action,
+                        other,
+                        row.reason,
+                        "unplanned",
+                        "done",
+                        None,
+                        why,
+                        row.event_time,
+                        at if at is not None else row.event_time,
+                        node=other,
+                    )
+                )
+        listed = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        self.page(
+            f"{row.action} {row.target} for {row.incident_id} changed {len(nodes)} nodes, not one: "
+            f"{listed} (counted against the breaker); check them by hand"
+        )
 
     def settle(self) -> None:
         """What was under way when the daemon stopped: planned to run but not started (run it
@@ -217,4 +385,17 @@ class Actor:
                 self.page(f"{row.action} {row.target} for {row.incident_id} was interrupted: check it by hand")
 
 
-__all__ = ["ActionError", "Actor", "Executor", "SiteCommand", "SlurmCli", "Webhook", "parse_node"]
+__all__ = [
+    "Acted",
+    "ActionError",
+    "Actor",
+    "Executor",
+    "RefusedError",
+    "SiteCommand",
+    "SlurmCli",
+    "Webhook",
+    "acted_on",
+    "node_of_row",
+    "parse_node",
+    "refusal",
+]

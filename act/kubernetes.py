@@ -13,6 +13,10 @@ does it, and no more:
   `policy/v1` Eviction; a 429 is a PodDisruptionBudget saying not now: the drain is reported
   partial and the action fails, to be retried (or seen by a person), never forced;
 - resume: uncordon (`unschedulable: false`) and our taint removed.
+
+A node's name is checked against Kubernetes' own grammar (an RFC 1123 subdomain) before any
+request, and percent-encoded whole in a path (a "/" in it would name another object); in a field
+selector it is escaped as apimachinery's `fields.EscapeValue` does, then URL-encoded.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 from urllib.parse import quote
 
 from act.audit import Row
-from act.executors import ActionError
+from act.executors import ActionError, RefusedError, acted_on
 from context.scheduler.kubernetes import ApiClient, ApiConfig, ApiError
+from vocab.ids import kubernetes_name_refusal, shown
 
 TAINT_KEY = "aiops.io/unhealthy"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -36,12 +41,33 @@ def _taint_value(incident: str) -> str:
     return value or "incident"
 
 
+def escape_field_value(value: str) -> str:
+    """A literal as a fieldSelector value, as apimachinery's fields.EscapeValue writes it: "\\"
+    first, then "," and "=" (the selector's separators) prefixed with a backslash. Nothing else
+    is escaped: its parser refuses any other escape ("\\!" is an invalid escape sequence), and a
+    "!" in a value cannot start an operator, which is found before the value."""
+    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+
+
+def node_path(name: str) -> str:
+    """The node's path: its name percent-encoded whole (safe="": a "/" is %2F, not a segment)."""
+    return f"/api/v1/nodes/{quote(name, safe='')}"
+
+
+def checked(row: Row) -> str:
+    """The node `row` acts on, if it is one Kubernetes could name; RefusedError otherwise."""
+    name = acted_on(row)
+    if problem := kubernetes_name_refusal(name):
+        raise RefusedError(f"Kubernetes node {shown(name)}: {problem}")
+    return name
+
+
 class KubernetesNodes:
     def __init__(self, config: ApiConfig) -> None:
         self.api = ApiClient(config)
 
     def _node(self, name: str) -> dict[str, Any]:
-        return self.api.get_json(f"/api/v1/nodes/{quote(name)}", {})
+        return self.api.get_json(node_path(name), {})
 
     def _taints(self, name: str, add: dict[str, str] | None) -> None:
         for _ in range(3):  # a 409: someone else changed the node between the read and the write
@@ -51,18 +77,18 @@ class KubernetesNodes:
                 taints.append(add)
             version = node.get("metadata", {}).get("resourceVersion")
             body = {"metadata": {"resourceVersion": version}, "spec": {"taints": taints or None}}
-            status, _ = self.api.send_json("PATCH", f"/api/v1/nodes/{quote(name)}", body, MERGE)
+            status, _ = self.api.send_json("PATCH", node_path(name), body, MERGE)
             if status != 409:
                 return
         raise ActionError(f"{name}: the node kept changing under us (409 three times); not tainted")
 
     def _cordon(self, name: str, unschedulable: bool) -> None:
-        self.api.send_json(
-            "PATCH", f"/api/v1/nodes/{quote(name)}", {"spec": {"unschedulable": unschedulable}}, STRATEGIC
-        )
+        self.api.send_json("PATCH", node_path(name), {"spec": {"unschedulable": unschedulable}}, STRATEGIC)
 
     def _evict(self, name: str) -> tuple[int, list[str]]:
-        pods = self.api.get_json("/api/v1/pods", {"fieldSelector": f"spec.nodeName={name}"}).get("items") or []
+        # the query is URL-encoded by the client (urlencode); the value escaped for the selector
+        selector = f"spec.nodeName={escape_field_value(name)}"
+        pods = self.api.get_json("/api/v1/pods", {"fieldSelector": selector}).get("items") or []
         evicted, refused = 0, []
         for pod in pods:
             meta = pod.get("metadata", {})
@@ -80,7 +106,7 @@ class KubernetesNodes:
                 "metadata": {"name": pod_name, "namespace": ns},
             }
             status, answer = self.api.send_json(
-                "POST", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(pod_name)}/eviction", body
+                "POST", f"/api/v1/namespaces/{quote(ns, safe='')}/pods/{quote(pod_name, safe='')}/eviction", body
             )
             if status == 429:
                 refused.append(f"{ns}/{pod_name}: {answer.get('message', 'a disruption budget refuses')}")
@@ -89,31 +115,30 @@ class KubernetesNodes:
         return evicted, refused
 
     def run(self, row: Row) -> str:
+        name = checked(row)
         try:
             if row.action == "drain":
-                self._cordon(row.target, True)
-                self._taints(
-                    row.target, {"key": TAINT_KEY, "value": _taint_value(row.incident_id), "effect": "NoSchedule"}
-                )
-                evicted, refused = self._evict(row.target)
+                self._cordon(name, True)
+                self._taints(name, {"key": TAINT_KEY, "value": _taint_value(row.incident_id), "effect": "NoSchedule"})
+                evicted, refused = self._evict(name)
                 if refused:
                     raise ActionError(
-                        f"{row.target} cordoned and tainted, {evicted} pods evicted, {len(refused)} refused: "
+                        f"{name} cordoned and tainted, {evicted} pods evicted, {len(refused)} refused: "
                         + "; ".join(refused[:3])
                     )
-                return f"{row.target} cordoned, tainted {TAINT_KEY}, {evicted} pods evicted"
+                return f"{name} cordoned, tainted {TAINT_KEY}, {evicted} pods evicted"
             if row.action == "resume":
-                self._taints(row.target, None)
-                self._cordon(row.target, False)
-                return f"{row.target} uncordoned, {TAINT_KEY} removed"
+                self._taints(name, None)
+                self._cordon(name, False)
+                return f"{name} uncordoned, {TAINT_KEY} removed"
         except ApiError as exc:
-            raise ActionError(f"{row.action} {row.target}: {exc}") from None
+            raise ActionError(f"{row.action} {name}: {exc}") from None
         raise ActionError(f"Kubernetes does not {row.action} here")
 
     def confirmed(self, row: Row) -> bool | None:
         try:
-            node = self._node(row.target)
-        except ApiError:
+            node = self._node(checked(row))
+        except (ApiError, RefusedError):
             return None
         spec = node.get("spec", {})
         ours = any(t.get("key") == TAINT_KEY for t in spec.get("taints") or [])
@@ -124,4 +149,4 @@ class KubernetesNodes:
         return None
 
 
-__all__ = ["TAINT_KEY", "KubernetesNodes"]
+__all__ = ["TAINT_KEY", "KubernetesNodes", "checked", "escape_field_value", "node_path"]

@@ -13,8 +13,12 @@ from typing import Any
 
 from act.audit import AuditLog, Row, plan_id
 from act.policy import ActConfig, Policy
+from vocab.ids import entity_refusal, node_refusal, shown
 
 NODE_ACTIONS = frozenset({"drain", "reboot", "resume"})
+# actions on a part of a node (a GPU reset): the site's command is told the node too, and the
+# topology must know which one it is
+IN_A_NODE = NODE_ACTIONS | {"reset_gpu"}
 
 
 @dataclass(frozen=True)
@@ -73,35 +77,65 @@ class Planner:
 
     # ------------------------------------------------------------------ internals
 
-    def _target(self, policy: Policy, root: str) -> str | None:
-        if policy.action.type in NODE_ACTIONS:
-            return self.node_of(root)
-        return root  # reset_gpu, ticket, route_around: the root itself
-
     def _plan(self, policy: Policy, incident: str, state: dict[str, Any], t: float) -> Plan | None:
         action = policy.action
         root = str((state.get("root_cause") or {}).get("entity", ""))
-        target = self._target(policy, root)
+        # the node comes from the topology, never from the id's spelling ("a08-p1-dgx-04-c17-gpu3"
+        # is in node "a08-p1-dgx-04-c17", which no cut at a hyphen finds)
+        node = self.node_of(root) if root and not entity_refusal(root) else None
+        # drain, reboot, resume: the node; reset_gpu, ticket, route_around: the root itself
+        target = node if action.type in NODE_ACTIONS else root
         reason = f"aiops {incident}: {(state.get('root_cause') or {}).get('kind')} on {root} ({policy.name})"
         pid = plan_id(incident, policy.name, action.type, target or root)
         if self.audit.get(pid) is not None:
             return None  # planned before (a repeated state, a restart): nothing twice
-        decision, detail, page = self._decide(policy, state, target, root, t)
+        decision, detail, page = self._decide(policy, state, target, node, root, t)
         execute = decision == "execute"
-        row = Row(pid, incident, policy.name, action.type, target or root, reason, decision, "planned", None, detail, t)
+        row = Row(
+            pid,
+            incident,
+            policy.name,
+            action.type,
+            target or root,
+            reason,
+            decision,
+            "planned",
+            None,
+            detail,
+            t,
+            node=node,
+        )
         self.audit.add(row)
         return Plan(row, execute, page)
 
+    @staticmethod
+    def _refused(action: str, root: str, node: str | None) -> str | None:
+        """Why the grammar refuses what this plan would act on, or None. A name outside it (a
+        host list "n[0000-0015]" Slurm expands to 16 nodes, a "/" that changes a URL's path, an
+        option "-rf") is acted on by no executor."""
+        if problem := entity_refusal(root):
+            return f"refused: the root {shown(root)} is not an entity id: {problem}"
+        if node is not None and (problem := node_refusal(node)):
+            return f"refused: {action} of node {shown(node)}, which is not one node's name: {problem}"
+        return None
+
     def _decide(
-        self, policy: Policy, state: dict[str, Any], target: str | None, root: str, t: float
+        self, policy: Policy, state: dict[str, Any], target: str | None, node: str | None, root: str, t: float
     ) -> tuple[str, str, str | None]:
         """(decision, why, page): execute | at_checkpoint | dry_run | already_done | blocked | excluded |
         awaiting_approval."""
         action, config = policy.action, self.config
+        if not root:
+            return "blocked", f"the incident names no root cause: {action.type} needs one", None
+        refused = self._refused(action.type, root, node)
+        if refused:
+            return "blocked", refused, refused
         if target is None:
             # a leaf, a spine, a link, a rack: draining "its" nodes would take out every node
             # behind it for one part; a person decides (or a route_around policy acts on it)
             return "blocked", f"{root} is not part of a node: {action.type} needs a node", None
+        if node is None and action.type in IN_A_NODE:
+            return "blocked", f"the topology places {root} in no node: {action.type} needs one", None
         excluded = config.excluded(target)
         if excluded:
             return "excluded", excluded, None
@@ -171,7 +205,10 @@ class Planner:
             execute = policy is not None and policy.execute and not self.config.dry_run
             decision = "execute" if execute else "dry_run"
             reason = f"aiops {incident} resolved: {row.target} back in service"
-            resume = Row(pid, incident, row.policy, "resume", row.target, reason, decision, "planned", None, "", t)
+            node = row.node if row.node is not None else row.target  # a row from before rows named their node
+            resume = Row(
+                pid, incident, row.policy, "resume", row.target, reason, decision, "planned", None, "", t, node=node
+            )
             self.audit.add(resume)
             plans.append(Plan(resume, execute))
         return plans

@@ -20,7 +20,7 @@ import pytest
 
 from act.audit import Row
 from act.executors import ActionError
-from act.kubernetes import TAINT_KEY, KubernetesNodes
+from act.kubernetes import TAINT_KEY, KubernetesNodes, escape_field_value, node_path
 from context.scheduler.kubernetes import ApiConfig
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "real-formats" / "kubernetes"
@@ -34,6 +34,46 @@ def pod(name: str, ns: str = "train", owner: str = "Job", **extra: Any) -> dict[
     return {"metadata": meta, "spec": {"nodeName": NAME}, "status": {"phase": "Running"}}
 
 
+def parse_field_selector(text: str) -> list[tuple[str, str, str]]:
+    """A fieldSelector as apimachinery's fields.ParseSelector reads it: terms split at unescaped
+    commas; in each, the first operator ("!=", "==", "=") found from the left ends the field;
+    the value unescaped ("\\\\", "\\,", "\\=" only; any other escape, or a bare "," or "=", refused)."""
+    terms, term, escaped = [], "", False
+    for c in text:
+        if escaped:
+            term, escaped = term + c, False
+        elif c == "\\":
+            term, escaped = term + c, True
+        elif c == ",":
+            terms.append(term)
+            term = ""
+        else:
+            term += c
+    terms.append(term)
+    out = []
+    for term in terms:
+        at = next((i for i in range(len(term)) if term[i:].startswith(("!=", "==", "="))), None)
+        if at is None:
+            raise ValueError(f"invalid selector: {term!r}")
+        op = next(o for o in ("!=", "==", "=") if term[at:].startswith(o))
+        field, raw, value, slash = term[:at], term[at + len(op) :], "", False
+        for c in raw:
+            if slash:
+                if c not in "\\,=":
+                    raise ValueError(f"invalid escape sequence: \\{c}")
+                value, slash = value + c, False
+            elif c == "\\":
+                slash = True
+            elif c in ",=":
+                raise ValueError(f"unescaped {c!r} in value")
+            else:
+                value += c
+        if slash:
+            raise ValueError("invalid escape sequence: \\")
+        out.append((field, op, value))
+    return out
+
+
 class Api:
     """Nodes and pods; each request checked against the API's documented shape or refused."""
 
@@ -44,6 +84,7 @@ class Api:
         self.budgeted = budgeted  # pods a PodDisruptionBudget protects: eviction answered 429
         self.seen: list[tuple[str, str, str]] = []  # method, path, content type
         self.stale_once = False
+        self.selectors: list[list[tuple[str, str, str]]] = []  # each fieldSelector, as the API parses it
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,7 +144,13 @@ class Api:
                 return self._changed()
             return bad
         if path == "/api/v1/pods" and method == "GET":
-            assert query["fieldSelector"] == [f"spec.nodeName={NAME}"]
+            try:
+                terms = parse_field_selector(query["fieldSelector"][0])
+            except ValueError as exc:
+                return 400, {"kind": "Status", "code": 400, "reason": "BadRequest", "message": str(exc)}
+            self.selectors.append(terms)
+            if terms != [("spec.nodeName", "=", NAME)]:
+                return 200, {"kind": "PodList", "items": []}
             return 200, {"kind": "PodList", "items": list(self.pods.values())}
         parts = path.split("/")
         if (
@@ -153,13 +200,13 @@ def serve(pods: list[dict[str, Any]], budgeted: frozenset[str] = frozenset()) ->
     api.close()
 
 
-def row(action: str) -> Row:
+def row(action: str, name: str = NAME) -> Row:
     return Row(
         "p",
         "inc-20260101T011430Z-7fd42d346f",
         "policy",
         action,
-        NAME,
+        name,
         "aiops inc: hbm",
         "execute",
         "planned",
@@ -205,3 +252,42 @@ def test_without_the_token_nothing_changes(tmp_path: Path) -> None:
         with pytest.raises(ActionError, match=r"401|Unauthorized"):
             KubernetesNodes(ApiConfig(api.url, wrong)).run(row("drain"))
         assert not api.node["spec"].get("unschedulable") and "trainer-0" in api.pods
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("a/b", "ids.node.charset"),  # PATCH /api/v1/nodes/a/b: another object's path
+        ("n0001/../../namespaces/kube-system", "ids.node.charset"),
+        ("n1,n2", "ids.node.hostlist"),
+        ("GPU-Node-009", "ids.kubernetes.name"),  # a Slurm host name, not a Kubernetes node's
+        ("gpu_node_009", "ids.kubernetes.name"),
+        ("-rf", "ids.first"),
+    ],
+)
+def test_a_name_outside_kubernetes_grammar_is_refused_before_any_request(token: Path, name: str, rule: str) -> None:
+    """Failed before the fix: "a/b" went out as PATCH /api/v1/nodes/a/b (quote() keeps "/")."""
+    for api in serve([pod("trainer-0")]):
+        with pytest.raises(ActionError, match=rf"\[rule {rule}\]"):
+            KubernetesNodes(ApiConfig(api.url, token)).run(row("drain", name))
+        assert api.seen == []
+
+
+def test_a_path_holds_the_whole_name_and_a_selector_its_value() -> None:
+    assert node_path("a/b") == "/api/v1/nodes/a%2Fb"
+    assert node_path("n0001.rack3") == "/api/v1/nodes/n0001.rack3"
+    # apimachinery's fields.EscapeValue: backslash first, then "," and "="; nothing else
+    assert escape_field_value("a,b=c\\d!e") == "a\\,b\\=c\\\\d!e"
+    for value in ("x,metadata.name!=y", "=x", "a\\,b", "n!=1", "x==y", ",", "\\"):
+        assert parse_field_selector(f"spec.nodeName={escape_field_value(value)}") == [("spec.nodeName", "=", value)]
+
+
+def test_the_field_selector_reaches_the_api_as_its_parser_reads_it(token: Path) -> None:
+    """Escaped, then URL-encoded by the client: a value with the selector's own syntax, "&", "+"
+    and "%" arrives as one term with that literal value (the stand-in parses it as the API does)."""
+    for api in serve([pod("trainer-0")]):
+        nodes = KubernetesNodes(ApiConfig(api.url, token))
+        hostile = "x,metadata.namespace!=kube-system&limit=1+%2F\\"
+        assert nodes._evict(hostile) == (0, [])  # a name no node has: nothing listed, nothing evicted
+        assert api.selectors == [[("spec.nodeName", "=", hostile)]]
+        assert "trainer-0" in api.pods
