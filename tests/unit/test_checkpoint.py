@@ -323,3 +323,21 @@ def test_what_was_published_since_is_skipped_once() -> None:
     published._left.update([_digest("t", b"k", b"v")])
     assert published.already("t", b"k", b"v") and not published.already("t", b"k", b"v")
     assert not published.already("t", b"k", b"w") and published.skipped == 1
+
+
+def test_the_engine_fed_by_detection_comes_back_from_a_checkpoint_file(tmp_path: Path) -> None:
+    """`aiops run --from-detection` checkpoints a FindingsLoop where the whole pipeline has a
+    DetectLoop: its classes are on the list too."""
+    from detectors.progress import FindingsLoop
+
+    gen = Generation(GenConfig(gpus=64, hours=0.2, interval=30, seed=3))
+    write_folder(gen, tmp_path)
+    findings = FindingsLoop(30.0, 4, "a", "p", "progress")
+    pipeline = Pipeline(TopologyGraph.load(tmp_path / "topology.json"), 30.0, gen.events(), findings=findings)
+    store = CheckpointStore(tmp_path, "g")
+    store.save(Checkpoint(pipeline.state(), {}))
+    loaded = store.load()
+    assert loaded is not None and type(loaded.state["detect"]) is FindingsLoop
+    fresh = FindingsLoop(30.0, 4, "a", "p", "progress")
+    again = Pipeline(TopologyGraph.load(tmp_path / "topology.json"), 30.0, gen.events(), findings=fresh)
+    again.restore(loaded.state)
