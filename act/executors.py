@@ -34,6 +34,7 @@ from typing import Protocol
 
 from act.audit import AuditLog, Row, plan_id
 from act.planner import IN_A_NODE, NODE_ACTIONS, Plan
+from act.policy import command_fields
 from vocab.ids import InvalidIdError, check_entity, check_node, node_refusal, shown
 
 log = logging.getLogger(__name__)
@@ -196,9 +197,10 @@ class SiteCommand:
         if not argv:
             raise ValueError("a site command needs at least the program")
         self.argv, self.timeout_s = list(argv), timeout_s
+        self.fields = command_fields(self.argv)  # ValueError for "{node[0]}" and the like
 
     def names_node(self) -> bool:
-        return any("{node}" in part for part in self.argv)
+        return "node" in self.fields
 
     def run(self, row: Row) -> str:
         try:

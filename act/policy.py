@@ -23,6 +23,7 @@ A policy without `execute: true` only plans, whatever the top-level `dry_run` sa
 from __future__ import annotations
 
 import fnmatch
+import string
 from pathlib import Path
 from typing import Literal
 
@@ -118,6 +119,32 @@ class KubernetesApi(_Strict):
     ca_file: str | None = None
 
 
+# what a site command's argv may name, each filled in whole
+COMMAND_FIELDS = ("node", "target", "incident", "reason", "action")
+
+
+def command_fields(argv: tuple[str, ...] | list[str]) -> set[str]:
+    """The fields a site command's argv names; ValueError for anything but a plain `{name}` of
+    COMMAND_FIELDS: an index, an attribute, a conversion or a format spec ("{node[0]}",
+    "{target.split}", "{node:.3}") would cut an id apart or run a method, not pass it on."""
+    named = set()
+    for part in argv:
+        try:
+            fields = list(string.Formatter().parse(part))
+        except ValueError as exc:
+            raise ValueError(f"site command part {part!r}: {exc}") from None
+        for _, field, spec, conversion in fields:
+            if field is None:
+                continue
+            if field not in COMMAND_FIELDS or spec or conversion:
+                raise ValueError(
+                    f"site command part {part!r}: only {', '.join('{' + f + '}' for f in COMMAND_FIELDS)}"
+                    " may be filled in, whole"
+                )
+            named.add(field)
+    return named
+
+
 class Executors(_Strict):
     """How actions are done here. Slurm through its CLI on this host (`scontrol`, with the env it
     needs, e.g. SLURM_CONF); the rest through site commands: an argv per action type, `{node}`,
@@ -136,6 +163,15 @@ class Executors(_Strict):
     webhooks: dict[Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"], str] = Field(
         default_factory=dict
     )
+
+    @field_validator("commands")
+    @classmethod
+    def _plain_fields(cls, commands: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for argv in commands.values():
+            if not argv:
+                raise ValueError("a site command needs at least the program")
+            command_fields(argv)
+        return commands
 
 
 class ActConfig(_Strict):
@@ -183,6 +219,7 @@ def load(path: Path) -> ActConfig:
 
 __all__ = [
     "ACTIONS",
+    "COMMAND_FIELDS",
     "ActConfig",
     "Action",
     "Attempts",
@@ -192,6 +229,7 @@ __all__ = [
     "Match",
     "Policy",
     "PolicyError",
+    "command_fields",
     "load",
     "parse",
 ]

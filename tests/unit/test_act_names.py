@@ -23,7 +23,7 @@ from act.audit import AuditLog, Row
 from act.executors import Actor, Executor, SiteCommand, SlurmCli
 from act.loop import ActLoop
 from act.planner import Planner
-from act.policy import parse
+from act.policy import PolicyError, parse
 from aiops.acting import act_loop
 from rca.graph import TopologyGraph
 from vocab.ids import node_refusal
@@ -297,6 +297,16 @@ def test_a_row_without_its_node_is_refused_by_a_command_that_names_one(programs:
     assert programs.argvs("site-argv.jsonl") == []
     stored = audit.get("p")
     assert stored is not None and (stored.decision, stored.state) == ("blocked", "held") and pages
+
+
+@pytest.mark.parametrize("part", ["{node[0]}", "{node:.3}", "{target!r}", "{target.split}", "{host}", "{node"])
+def test_a_site_command_fills_its_fields_in_whole_or_is_refused_on_load(part: str) -> None:
+    """A template that would cut an id apart ("{node[0]}", "{node:.3}") or call into it is a
+    policy file error, not a command run on a piece of a name."""
+    with pytest.raises(ValueError, match="site command part"):
+        SiteCommand(["ipmi-power-cycle", part])
+    with pytest.raises(PolicyError, match=r"executors\.commands"):
+        parse({"executors": {"commands": {"reboot": ["ipmi-power-cycle", part]}}})
 
 
 # ---------------------------------------------------------------- the grammar, for any name
