@@ -131,3 +131,59 @@ def test_a_drain_interrupted_by_a_kill_is_read_back_not_redone(site: SlurmSite) 
     row = loop.audit.get(plan.row.plan_id)
     assert row is not None and (row.state, row.detail) == ("done", "confirmed after a restart")
     assert "DRAIN" in slurm.node(node)["State"]
+
+
+def test_a_host_list_named_as_a_node_is_refused_where_slurm_would_drain_them_all(site: SlurmSite) -> None:
+    """A node named "gpu[01-04]" (an HCA's node description is free text): Slurm reads it as every
+    node, so the plan is refused with the grammar's rule and paged, and scontrol never hears it."""
+    hostlist = site.nodes
+    assert len(site.node_names()) > 1  # `scontrol show hostnames` expands it, as `update NodeName=` would
+    pages: list[str] = []
+    loop = loop_on(
+        site, {"dry_run": False, "breaker": {"max_nodes": 8, "max_fraction": 1.0}, "policies": [POLICY]}, None, pages
+    )
+    loop.planner.node_of = lambda entity: hostlist
+    loop.offer([warning(6, "gpu01")], 0.0)
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    assert all("DRAIN" not in slurm.node(n)["State"] for n in site.node_names())
+    (row,) = loop.audit.rows()
+    assert (row.decision, row.state) == ("blocked", "held") and "ids.node.hostlist" in row.detail
+    assert len(pages) == 1 and "ids.node.hostlist" in pages[0]
+
+
+class Wider(SlurmCli):
+    """scontrol as a site whose scheduler reads one name as two nodes (a node set, a wrapper):
+    every drain also drains `other`, with the same reason, on the real slurmctld."""
+
+    def __init__(self, env: dict[str, str], other: str) -> None:
+        super().__init__(env)
+        self.other = other
+
+    def _run(self, *argv: str) -> str:
+        out = super()._run(*argv)
+        if argv[:1] == ("update",) and "State=DRAIN" in argv:
+            super()._run("update", f"NodeName={self.other}", *argv[2:])
+        return out
+
+
+def test_the_breaker_counts_the_nodes_slurm_reports_drained(site: SlurmSite) -> None:
+    first, other, third = site.node_names()[1:4]
+    pages: list[str] = []
+    slurm = Wider({"SLURM_CONF": str(site.conf)}, other)
+    loop = ActLoop(
+        parse({"dry_run": False, "breaker": {"max_nodes": 2, "max_fraction": 1.0}, "policies": [POLICY]}),
+        AuditLog(),
+        {"drain": slurm, "resume": slurm},
+        lambda message, subject: pages.append(message),
+        node_of=lambda entity: entity.removesuffix("-gpu3"),  # the test's topology: <node>-gpu3
+        scope_size=lambda scope: len(site.node_names()),
+    )
+    loop.offer([warning(7, first)], 0.0)
+    plain = SlurmCli({"SLURM_CONF": str(site.conf)})
+    assert "DRAIN" in plain.node(first)["State"] and "DRAIN" in plain.node(other)["State"]
+    assert loop.audit.rows()[0].detail == f"{first} drained (read back)"
+    assert any(f"changed 2 nodes, not one: {other}" in p for p in pages), pages
+    assert loop.audit.out_of_service(0.0) == {first, other}
+    loop.offer([warning(8, third)], 10.0)
+    assert "DRAIN" not in plain.node(third)["State"]  # two out already: the breaker holds
+    assert loop.audit.rows()[-1].decision == "blocked"
