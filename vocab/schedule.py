@@ -20,9 +20,17 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from vocab.ids import job_refusal, node_refusal, shown
+
 IDLE = "idle"  # the job of a GPU no job holds
 SHARED = ""  # the job of a GPU on a node several jobs hold without saying which GPUs: unknown
 NODE_STATES = ("drain", "down", "ok")
+# What one event may name. The same bounds as context.bounds (MAX_HOSTS, MAX_GPUS_PER_NODE), stated
+# again here because the vocabulary imports no stage: a job on more nodes than the largest cluster
+# has, or a GPU index past what a node holds, is a forged or broken event, refused before a
+# Schedule builds one entry per node or GPU from it.
+MAX_EVENT_NODES = 100_000
+MAX_GPUS_PER_NODE = 64
 
 
 @dataclass(slots=True)
@@ -52,9 +60,26 @@ def _number(e: dict[str, Any], key: str) -> str | None:
 
 
 def _nodes(e: dict[str, Any]) -> str | None:
+    """Every node an event names passes the node grammar (a host list `n[0-15]` is not a node)."""
     nodes = e.get("nodes")
-    if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
-        return f"nodes must be a list of node ids, got {nodes!r}"[:200]
+    if not isinstance(nodes, list):
+        return f"nodes must be a list of node ids, got {str(nodes)[:120]}"[:200]
+    if len(nodes) > MAX_EVENT_NODES:
+        return f"nodes: {len(nodes):,} nodes, over the {MAX_EVENT_NODES:,} one event may name [bound hosts]"
+    for i, n in enumerate(nodes):
+        if not isinstance(n, str):
+            return f"nodes[{i}] must be a node id, got {str(n)[:80]}"[:200]
+        if (problem := node_refusal(n)) is not None:
+            return f"nodes[{i}]: {shown(n)} refused: {problem}"[:300]
+    return None
+
+
+def _job(e: dict[str, Any], kind: str) -> str | None:
+    job = e.get("job")
+    if not isinstance(job, str) or not job:
+        return f"{kind} without a job id"
+    if (problem := job_refusal(job)) is not None:
+        return f"job: {shown(job)} refused: {problem}"[:300]
     return None
 
 
@@ -68,9 +93,16 @@ def _gpus_by_node(e: dict[str, Any]) -> str | None:
         if node not in e["nodes"]:
             return f"gpus_by_node names {node!r}, which is not one of the job's nodes"[:200]
         if not isinstance(indices, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_GPUS_PER_NODE for i in indices
         ):
-            return f"gpus_by_node[{node!r}] must be a list of GPU indices, got {indices!r}"[:200]
+            return (
+                f"gpus_by_node[{shown(str(node))}] must be a list of GPU indices 0..{MAX_GPUS_PER_NODE - 1}, "
+                f"got {str(indices)[:80]} [bound gpu_index]"
+            )[:300]
+        if len(indices) > MAX_GPUS_PER_NODE:
+            return (
+                f"gpus_by_node[{shown(str(node))}] names {len(indices):,} GPUs, over {MAX_GPUS_PER_NODE} [bound gpus]"
+            )
     return None
 
 
@@ -81,15 +113,20 @@ def event_problem(e: object) -> str | None:
         return f"an event is a JSON object, got {type(e).__name__}"
     kind = e.get("type")
     if kind in ("job_start", "job_running"):
-        if not isinstance(e.get("job"), str) or not e["job"]:
-            return f"{kind} without a job id"
+        if problem := _job(e, kind):
+            return problem
         if "gpus" in e and (isinstance(e["gpus"], bool) or not isinstance(e["gpus"], int) or e["gpus"] < 0):
-            return f"gpus must be a count, got {e['gpus']!r}"[:200]
-        return _nodes(e) or _gpus_by_node(e) or _number(e, "started" if "started" in e else "time")
+            return f"gpus must be a count, got {str(e['gpus'])[:40]}"[:200]
+        if problem := _nodes(e):
+            return problem
+        if "gpus" in e and e["gpus"] > MAX_GPUS_PER_NODE * max(1, len(e["nodes"])):
+            return (
+                f"gpus {e['gpus']:,} is over {MAX_GPUS_PER_NODE} for each of the job's {len(e['nodes'])} nodes "
+                "[bound gpus]"
+            )
+        return _gpus_by_node(e) or _number(e, "started" if "started" in e else "time")
     if kind == "job_end":
-        if not isinstance(e.get("job"), str):
-            return "job_end without a job id"
-        return _number(e, "time")
+        return _job(e, kind) or _number(e, "time")
     if kind == "node_state":
         if e.get("state") not in NODE_STATES:
             return f"node_state must be one of {', '.join(NODE_STATES)}, got {e.get('state')!r}"[:200]
@@ -330,4 +367,15 @@ def _holder(jobs: list[str] | None) -> str:
     return jobs[0] if len(jobs) == 1 else SHARED
 
 
-__all__ = ["IDLE", "SHARED", "Job", "NodeJobs", "Schedule", "event_problem", "event_time", "maintenance_window"]
+__all__ = [
+    "IDLE",
+    "MAX_EVENT_NODES",
+    "MAX_GPUS_PER_NODE",
+    "SHARED",
+    "Job",
+    "NodeJobs",
+    "Schedule",
+    "event_problem",
+    "event_time",
+    "maintenance_window",
+]

@@ -19,6 +19,12 @@ The documentation each rule follows (kubernetes/website unless named):
   kubernetes/kubernetes staging/src/k8s.io/kubelet/pkg/apis/podresources/v1/api.proto;
 - device ids: NVIDIA/k8s-device-plugin docs/customizing.md (`DEVICE_ID_STRATEGY`, uuid by default)
   and internal/rm/devices.go (`<id>::<replica>` for time-sliced replicas).
+
+Names and bounds: a pod's `<namespace>/<name>` is a job id (`vocab.ids.job_refusal`), a node's name
+and a pod's `nodeName` a node name (`node_refusal`); a body, a watch line and a pod-resources file
+are bounded in size and JSON depth, a GPU quantity and index by a node's GPUs (`context.bounds`).
+An object that fails is passed over by the follower with a warning naming it (one odd object must
+not stop it) and refused, with its place (`items[3]`), by the recorded-body readers.
 """
 
 from __future__ import annotations
@@ -39,7 +45,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from context.bounds import (
+    MAX_GPU_INDEX,
+    MAX_GPUS_PER_NODE,
+    MAX_KUBERNETES_BYTES,
+    MAX_POD_RESOURCES_BYTES,
+    MAX_WATCH_LINE_BYTES,
+    BoundError,
+    read_bytes,
+)
+from context.bounds import loads as bounded_loads
 from context.scheduler.snapshot import JobSeen, NodeSeen, Snapshot
+from vocab.ids import job_refusal, node_refusal, shown
 
 log = logging.getLogger(__name__)
 
@@ -136,18 +153,32 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
         raise KubernetesFormatError(f"a pod without metadata.name and namespace: {str(meta)[:120]}")
-    return f"{namespace}/{name}"
+    key = f"{namespace}/{name}"
+    if (problem := job_refusal(key)) is not None:
+        raise KubernetesFormatError(f"metadata: pod {shown(key)} refused as a job id: {problem}")
+    return key
+
+
+def _node_name(name: str, where: str) -> str:
+    if (problem := node_refusal(name)) is not None:
+        raise KubernetesFormatError(f"{where}: node {shown(name)} refused: {problem}")
+    return name
 
 
 def _count(value: object, where: str) -> int:
     """An extended-resource quantity, which Kubernetes allows only as a whole number ("8" or 8)."""
     if isinstance(value, bool):
         raise KubernetesFormatError(f"{where}: quantity {value!r} is not a number")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    raise KubernetesFormatError(f"{where}: GPU quantity {value!r} is not a whole number")
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:  # 18 digits: an int64, no more
+        value = int(value)
+    if not isinstance(value, int):
+        raise KubernetesFormatError(f"{where}: GPU quantity {str(value)[:40]!r} is not a whole number")
+    if not 0 <= value <= MAX_GPUS_PER_NODE:
+        raise KubernetesFormatError(
+            f"{where}: GPU quantity {value:,} is outside 0..{MAX_GPUS_PER_NODE} (a pod holds GPUs of one node) "
+            "[bound gpus]"
+        )
+    return value
 
 
 def _container_gpus(container: Mapping[str, Any], resource: str, where: str) -> int:
@@ -254,6 +285,7 @@ def pod_job(pod: Mapping[str, Any], now: float, resource: str = GPU_RESOURCE, de
     node = spec.get("nodeName")
     if gpus <= 0 or not isinstance(node, str) or not node:
         return None
+    _node_name(node, f"{key}: spec.nodeName")
     phase = str(status.get("phase") or "Pending")
     # startTime: when the kubelet acknowledged the pod, before it pulled the images
     start = rfc3339(status.get("startTime")) or _first_start(status)
@@ -279,6 +311,7 @@ def node_seen(node: Mapping[str, Any], drain_taints: Iterable[str] = DRAIN_TAINT
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise KubernetesFormatError(f"a node without metadata.name: {str(meta)[:120]}")
+    _node_name(name, "metadata.name")
     keys = set(drain_taints)
     taints = [t for t in _list(spec, "taints") if t.get("effect") in OUT_OF_SERVICE_EFFECTS and t.get("key") in keys]
     cordoned = spec.get("unschedulable") is True
@@ -305,10 +338,14 @@ def list_items(doc: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
 
 
 def read_pods(doc: Mapping[str, Any], now: float, resource: str = GPU_RESOURCE) -> Snapshot:
-    """A PodList (`GET /api/v1/pods`, `kubectl get pods -A -o json`) as a reading of jobs."""
+    """A PodList (`GET /api/v1/pods`, `kubectl get pods -A -o json`) as a reading of jobs; a pod
+    that cannot be read is refused with its place (`items[3]`)."""
     snap = Snapshot(now, parts={"jobs"})
-    for pod in list_items(doc, "PodList"):
-        job = pod_job(pod, now, resource)
+    for i, pod in enumerate(list_items(doc, "PodList")):
+        try:
+            job = pod_job(pod, now, resource)
+        except (KubernetesFormatError, TypeError, AttributeError) as exc:
+            raise KubernetesFormatError(f"items[{i}]: {exc}") from None
         if job is not None:
             snap.jobs[job.job] = job
     return snap
@@ -317,8 +354,33 @@ def read_pods(doc: Mapping[str, Any], now: float, resource: str = GPU_RESOURCE) 
 def read_nodes(doc: Mapping[str, Any], now: float, drain_taints: Iterable[str] = DRAIN_TAINTS) -> Snapshot:
     """A NodeList (`GET /api/v1/nodes`, `kubectl get nodes -o json`) as a reading of nodes."""
     keys = frozenset(drain_taints)
-    nodes = [node_seen(n, keys) for n in list_items(doc, "NodeList")]
+    nodes = []
+    for i, item in enumerate(list_items(doc, "NodeList")):
+        try:
+            nodes.append(node_seen(item, keys))
+        except (KubernetesFormatError, TypeError, AttributeError) as exc:
+            raise KubernetesFormatError(f"items[{i}]: {exc}") from None
     return Snapshot(now, nodes={n.node: n for n in nodes}, parts={"nodes"})
+
+
+def read_recorded(paths: Iterable[Path], at: float | None = None) -> list[Snapshot]:
+    """Recorded PodList/NodeList bodies (`kubectl get pods -A -o json`) as snapshots in time
+    order, each dated `at` or its file's modification time (a list carries no time of its own).
+    Each file is bounded in size and depth; KubernetesFormatError names the file and the place."""
+    snaps = []
+    for path in paths:
+        try:
+            doc = bounded_loads(read_bytes(path, MAX_KUBERNETES_BYTES, "Kubernetes list"), str(path))
+        except (BoundError, ValueError) as exc:  # json.JSONDecodeError and UnicodeDecodeError among them
+            raise KubernetesFormatError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
+        if not isinstance(doc, dict):
+            raise KubernetesFormatError(f"{path}: a JSON {type(doc).__name__}, not a Kubernetes list")
+        now = at if at is not None else path.stat().st_mtime
+        try:
+            snaps.append(read_nodes(doc, now) if doc.get("kind") == "NodeList" else read_pods(doc, now))
+        except KubernetesFormatError as exc:
+            raise KubernetesFormatError(f"{path}: {exc}") from None
+    return sorted(snaps, key=lambda s: s.time)
 
 
 # --- watch events ------------------------------------------------------------------------------
@@ -343,9 +405,15 @@ class WatchEvent:
 
 
 def watch_event(line: bytes | str) -> WatchEvent:
-    """One line of a watch stream (newline-delimited JSON objects)."""
+    """One line of a watch stream (newline-delimited JSON objects), bounded in size and depth."""
+    if len(line) > MAX_WATCH_LINE_BYTES:
+        raise KubernetesFormatError(
+            f"a watch line of {len(line):,} bytes, over {MAX_WATCH_LINE_BYTES >> 20} MB (one object) [bound watch_line]"
+        )
     try:
-        doc = json.loads(line)
+        doc = bounded_loads(line, "a watch line")
+    except BoundError as exc:
+        raise KubernetesFormatError(str(exc)) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise KubernetesFormatError(f"a watch line that is not JSON (a stream cut mid-way?): {line[:80]!r}") from None
     if not isinstance(doc, dict) or doc.get("type") not in WATCH_TYPES or not isinstance(doc.get("object"), dict):
@@ -396,7 +464,11 @@ def gpu_uuids(text: str) -> dict[str, int]:
             continue
         index, sep, uuid = (part.strip() for part in line.partition(","))
         if not sep or not index.isdigit() or not uuid:
-            raise KubernetesFormatError(f"nvidia-smi index,uuid line {number}: {line!r}")
+            raise KubernetesFormatError(f"nvidia-smi index,uuid line {number}: {line[:80]!r}")
+        if len(index) > 3 or int(index) > MAX_GPU_INDEX:
+            raise KubernetesFormatError(
+                f"nvidia-smi index,uuid line {number}: GPU index {index[:10]} over {MAX_GPU_INDEX} [bound gpu_index]"
+            )
         out[uuid] = int(index)
     return out
 
@@ -409,6 +481,8 @@ def device_indices(ids: Iterable[str], uuids: Mapping[str, int]) -> tuple[int, .
     for raw in ids:
         base = raw.split("::", 1)[0]
         if base.isdigit():
+            if len(base) > 3 or int(base) > MAX_GPU_INDEX:
+                return None  # no node has that GPU: an index that cannot be named
             found.add(int(base))
         elif base in uuids:
             found.add(uuids[base])
@@ -460,8 +534,10 @@ class PodResourcesFolder:
         try:
             devices = None
             if listing.exists():
-                pods = pod_devices(json.loads(listing.read_text(encoding="utf-8")), self.resource)
-                devices = NodeDevices(pods, gpu_uuids(csv.read_text(encoding="utf-8")) if csv.exists() else {})
+                raw = read_bytes(listing, MAX_POD_RESOURCES_BYTES, "pod-resources export")
+                pods = pod_devices(bounded_loads(raw, str(listing)), self.resource)
+                text = read_bytes(csv, MAX_POD_RESOURCES_BYTES, "GPU index list").decode() if csv.exists() else ""
+                devices = NodeDevices(pods, gpu_uuids(text))
         except (OSError, ValueError) as exc:
             log.warning("pod-resources export of %s not usable (%s); keeping the last one", node, exc)
             return cached[1] if cached is not None else None
@@ -570,9 +646,16 @@ class ApiClient:
 
     def get_json(self, path: str, query: Mapping[str, str]) -> dict[str, Any]:
         with self._get(path, query, self.config.request_timeout_s) as resp:
-            body = resp.read()
+            body = resp.read(MAX_KUBERNETES_BYTES + 1)  # a byte past the bound is enough to refuse it
+        if len(body) > MAX_KUBERNETES_BYTES:
+            raise KubernetesFormatError(
+                f"GET {path}: a body over {MAX_KUBERNETES_BYTES >> 20} MB (page the list: limit/continue) "
+                "[bound file_size]"
+            )
         try:
-            doc = json.loads(body)
+            doc = bounded_loads(body, f"GET {path}")
+        except BoundError as exc:
+            raise KubernetesFormatError(str(exc)) from None
         except ValueError:
             raise KubernetesFormatError(f"GET {path}: the body is not JSON: {body[:80]!r}") from None
         if not isinstance(doc, dict):
@@ -607,7 +690,9 @@ class ApiClient:
         """The lines of a watch; the iterator ends when the server ends the stream and raises
         (http.client.IncompleteRead, OSError) when the connection is cut."""
         with self._get(path, query, read_timeout) as resp:
-            yield iter(resp.readline, b"")
+            # a line is read up to one byte past the bound: a longer one is refused by watch_event,
+            # never held whole
+            yield iter(lambda: resp.readline(MAX_WATCH_LINE_BYTES + 1), b"")
 
     def close(self) -> None:
         with self._guard:
@@ -939,6 +1024,7 @@ __all__ = [
     "pod_key",
     "read_nodes",
     "read_pods",
+    "read_recorded",
     "rfc3339",
     "watch_event",
 ]

@@ -15,6 +15,11 @@ What changes between versions (seen in the recorded bodies in shared/datasets/re
 
 GPU indices come from `gres_detail`, one entry per allocated node in the job's node order, e.g.
 `gpu:h100:2(IDX:0-1),gpu:h200:4(IDX:2-5)`; a node's `gres_used` says the same per node.
+
+Every name is checked by the id grammar (`vocab.ids`: node names by `node_refusal`, job ids by
+`job_refusal`) and every count bounded (`context.bounds`: the body's size and JSON depth, hosts
+per host list, GPU indices per node) before anything is built; a refusal is a SlurmFormatError
+naming the JSON path (`jobs[3].nodes`) and the rule.
 """
 
 from __future__ import annotations
@@ -25,8 +30,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from context.bounds import MAX_GPU_INDEX, MAX_HOSTS, MAX_SLURM_BYTES, BoundError
+from context.bounds import loads as bounded_loads
 from context.hostlist import expand
 from context.scheduler.snapshot import JobSeen, NodeSeen, ReservationSeen, Snapshot
+from vocab.ids import job_refusal, node_refusal, shown
 
 # the data_parser versions this reader knows (Slurm 21.08 through 25.11); the CLI of 21.08 writes
 # v0.0.37, Debian 12's Slurm 22.05 v0.0.38
@@ -60,9 +68,15 @@ class SlurmFormatError(ValueError):
 
 def loads(raw: bytes | str, where: str = "the body") -> dict[str, Any]:
     """A slurmrestd or CLI body as a dict, or a SlurmFormatError that says what it is instead."""
+    if len(raw) > MAX_SLURM_BYTES:
+        raise SlurmFormatError(
+            f"{where} is {len(raw):,} bytes, over the {MAX_SLURM_BYTES >> 20} MB a Slurm body may be [bound file_size]"
+        )
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     try:
-        doc = json.loads(text)
+        doc = bounded_loads(text, where)
+    except BoundError as exc:
+        raise SlurmFormatError(str(exc)) from None
     except json.JSONDecodeError as exc:
         if not text.strip():
             raise SlurmFormatError(f"{where} is empty") from None
@@ -159,7 +173,8 @@ def gres_gpus(text: str) -> tuple[int, list[int] | None]:
 
 
 def _index_list(text: str) -> list[int]:
-    """`0-1,3` -> [0, 1, 3]; `N/A` or empty -> []."""
+    """`0-1,3` -> [0, 1, 3]; `N/A` or empty -> []. An index past a node's GPUs is refused before
+    a range is built (`IDX:0-999999999` would be a billion)."""
     out: list[int] = []
     for raw in text.split(","):
         item = raw.strip()
@@ -167,19 +182,39 @@ def _index_list(text: str) -> list[int]:
             continue
         lo, _, hi = item.partition("-")
         if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise SlurmFormatError(f"GPU index list {text!r} is malformed")
+            raise SlurmFormatError(f"GPU index list {text[:80]!r} is malformed")
+        if int(hi or lo) > MAX_GPU_INDEX:
+            raise SlurmFormatError(
+                f"GPU index list {text[:80]!r} names index {int(hi or lo):,}, over {MAX_GPU_INDEX} "
+                f"(a node has at most {MAX_GPU_INDEX + 1} GPUs) [bound gpu_index]"
+            )
         out += range(int(lo), int(hi or lo) + 1)
     return out
 
 
+def _checked_nodes(names: list[str], what: str) -> list[str]:
+    if len(names) > MAX_HOSTS:
+        raise SlurmFormatError(f"{what}: {len(names):,} nodes, over {MAX_HOSTS:,} [bound hosts]")
+    for name in names:
+        if (problem := node_refusal(name)) is not None:
+            raise SlurmFormatError(f"{what}: node {shown(name)} refused: {problem}")
+    return names
+
+
 def _hosts(text: object, what: str) -> list[str]:
+    """A host list (or a list of names) as node names, each by the grammar; counted before it
+    is expanded."""
     if not text:
         return []
     if isinstance(text, list):
-        return [str(t) for t in text]
+        if len(text) > MAX_HOSTS:
+            raise SlurmFormatError(f"{what}: {len(text):,} nodes, over {MAX_HOSTS:,} [bound hosts]")
+        return _checked_nodes([str(t) for t in text], what)
     try:
-        return expand(str(text))
+        return _checked_nodes(expand(str(text)), what)
     except ValueError as exc:
+        if isinstance(exc, SlurmFormatError):
+            raise
         raise SlurmFormatError(f"{what}: {exc}") from None
 
 
@@ -191,18 +226,19 @@ def _allocated_nodes(job: Mapping[str, Any]) -> list[str]:
         if isinstance(nodes, dict):  # v0.0.41 on
             allocation = nodes.get("allocation")
             if isinstance(allocation, list) and allocation:
-                return [str(a["name"]) for a in allocation if isinstance(a, dict) and "name" in a]
-            return _hosts(nodes.get("list"), f"job {job.get('job_id')} nodes")
+                named = [str(a["name"]) for a in allocation[: MAX_HOSTS + 1] if isinstance(a, dict) and "name" in a]
+                return _checked_nodes(named, "job_resources.nodes.allocation")
+            return _hosts(nodes.get("list"), "job_resources.nodes.list")
         allocated = res.get("allocated_nodes")
         if (
             isinstance(allocated, list)
             and allocated
             and all(isinstance(a, dict) and "nodename" in a for a in allocated)
         ):
-            return [str(a["nodename"]) for a in allocated]
+            return _checked_nodes([str(a["nodename"]) for a in allocated], "job_resources.allocated_nodes")
         if nodes:
-            return _hosts(nodes, f"job {job.get('job_id')} nodes")
-    return _hosts(job.get("nodes"), f"job {job.get('job_id')} nodes")
+            return _hosts(nodes, "job_resources.nodes")
+    return _hosts(job.get("nodes"), "nodes")
 
 
 def _tres_gpus(tres: object) -> int | None:
@@ -222,9 +258,7 @@ def _tres_gpus(tres: object) -> int | None:
 
 def _job(job: Mapping[str, Any], now: float) -> JobSeen | None:
     """One controller (slurmctld) job as the scheduler holds it, or None for one that never ran."""
-    job_id = job.get("job_id")
-    if not isinstance(job_id, int | str) or isinstance(job_id, bool):
-        raise SlurmFormatError(f"a job without a job_id: {str(job)[:120]}")
+    job_id = _job_id(job)
     names = states(job.get("job_state"))
     start = epoch(job.get("start_time"))
     running = bool(RUNNING & set(names))
@@ -245,13 +279,14 @@ def _gpus_by_node(job: Mapping[str, Any], nodes: list[str]) -> tuple[dict[str, t
     detail = job.get("gres_detail")
     if isinstance(detail, list) and detail:
         if len(detail) != len(nodes):
-            raise SlurmFormatError(
-                f"job {job.get('job_id')}: gres_detail has {len(detail)} entries for {len(nodes)} nodes"
-            )
+            raise SlurmFormatError(f"gres_detail has {len(detail)} entries for {len(nodes)} nodes")
         by_node: dict[str, tuple[int, ...]] | None = {}
         total = 0
-        for node, text in zip(nodes, detail, strict=True):
-            count, indices = gres_gpus(str(text))
+        for k, (node, text) in enumerate(zip(nodes, detail, strict=True)):
+            try:
+                count, indices = gres_gpus(str(text))
+            except SlurmFormatError as exc:
+                raise SlurmFormatError(f"gres_detail[{k}]: {exc}") from None
             total += count
             if indices is None:
                 by_node = None
@@ -280,19 +315,32 @@ def _db_job(job: Mapping[str, Any], now: float) -> JobSeen | None:
     ended = next((ENDED[s] for s in names if s in ENDED), None)
     if start is None or not (running or ended) or start > now:
         return None
-    nodes = _hosts(job.get("nodes"), f"job {job.get('job_id')} nodes")
-    if not nodes or nodes == ["None assigned"]:
+    if job.get("nodes") in ("None assigned", ["None assigned"]):
+        return None  # sacct's word for a job that never had nodes
+    nodes = _hosts(job.get("nodes"), "nodes")
+    if not nodes:
         return None
     tres = job.get("tres")
     gpus = _tres_gpus(tres.get("allocated") if isinstance(tres, dict) else None) or 0
     end = (epoch(times.get("end")) or now) if ended and not running else None  # type: ignore[union-attr]
-    return JobSeen(str(job.get("job_id")), tuple(nodes), gpus, None, start, end, ended or "")
+    return JobSeen(_job_id(job), tuple(nodes), gpus, None, start, end, ended or "")
+
+
+def _job_id(job: Mapping[str, Any]) -> str:
+    job_id = job.get("job_id")
+    if not isinstance(job_id, int | str) or isinstance(job_id, bool):
+        raise SlurmFormatError(f"job_id: a job without a job_id: {str(job)[:120]}")
+    if (problem := job_refusal(str(job_id))) is not None:
+        raise SlurmFormatError(f"job_id: {shown(str(job_id))} refused: {problem}")
+    return str(job_id)
 
 
 def _node(node: Mapping[str, Any]) -> NodeSeen:
     name = node.get("name") or node.get("hostname")
     if not isinstance(name, str) or not name:
         raise SlurmFormatError(f"a node without a name: {str(node)[:120]}")
+    if (problem := node_refusal(name)) is not None:
+        raise SlurmFormatError(f"name: node {shown(name)} refused: {problem}")
     names = set(states(node.get("state"))) | set(states(node.get("state_flags")))
     # a DRAIN flag on a DOWN node: the node is lost, whatever else was planned for it
     down = bool(names & DOWN_STATES)
@@ -307,7 +355,7 @@ def _reservation(r: Mapping[str, Any]) -> ReservationSeen | None:
     if not isinstance(name, str) or start is None or end is None:
         return None
     flags = set(states(r.get("flags")))
-    nodes = _hosts(r.get("node_list"), f"reservation {name} node_list")
+    nodes = _hosts(r.get("node_list"), "node_list")
     return ReservationSeen(name, tuple(nodes), start, end, "MAINT" in flags or "MAINTENANCE" in flags)
 
 
@@ -320,27 +368,35 @@ def parse_slurm(doc: Mapping[str, Any], now: float) -> Snapshot:
     if problem is not None:
         raise SlurmFormatError(f"slurmrestd ({version}) answered with an error: {problem}")
     snap = Snapshot(now)
+    place = ""
     try:
         if "jobs" in doc:
             snap.parts.add("jobs")
-            for raw in _list(doc, "jobs"):
+            for i, raw in enumerate(_list(doc, "jobs")):
+                place = f"jobs[{i}]"
                 db = "state" in raw and "job_state" not in raw
                 job = _db_job(raw, now) if db else _job(raw, now)
                 if job is not None:
                     snap.jobs[job.job] = job
         if "nodes" in doc:
             snap.parts.add("nodes")
-            for raw in _list(doc, "nodes"):
+            for i, raw in enumerate(_list(doc, "nodes")):
+                place = f"nodes[{i}]"
                 node = _node(raw)
                 snap.nodes[node.node] = node
         if "reservations" in doc:
             snap.parts.add("reservations")
-            for raw in _list(doc, "reservations"):
+            for i, raw in enumerate(_list(doc, "reservations")):
+                place = f"reservations[{i}]"
                 resv = _reservation(raw)
                 if resv is not None:
                     snap.reservations[resv.name] = resv
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise SlurmFormatError(f"Slurm {version} body has a field of an unexpected shape: {exc!r}") from None
+    except SlurmFormatError as exc:  # the JSON path of the object at fault, then its field's
+        raise SlurmFormatError(f"{place}.{exc}" if place else str(exc)) from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise SlurmFormatError(
+            f"Slurm {version} body has a field of an unexpected shape at {place or 'the top'}: {exc!r}"[:400]
+        ) from None
     if not snap.parts:
         raise SlurmFormatError(f"Slurm {version} body holds no jobs, nodes or reservations (keys: {sorted(doc)})")
     return snap

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from context.bounds import MAX_SLURM_BYTES, BoundError, read_bytes
 from context.scheduler.slurm import ENDED, KNOWN_VERSIONS, SlurmFormatError, epoch, loads, parse_slurm, states
 from context.scheduler.snapshot import Snapshot
 
@@ -58,7 +59,11 @@ def read_recorded(paths: Sequence[Path], at: float | None = None) -> list[Snapsh
     body's time is `at` if given, else `recorded_time` (its file's modification time last)."""
     snaps = []
     for path in paths:
-        doc = loads(path.read_bytes(), str(path))
+        try:
+            raw = read_bytes(path, MAX_SLURM_BYTES, "Slurm body")
+        except BoundError as exc:
+            raise SlurmFormatError(str(exc)) from None
+        doc = loads(raw, str(path))
         now = at if at is not None else recorded_time(doc, path.stat().st_mtime)
         try:
             snaps.append(parse_slurm(doc, now))
@@ -97,9 +102,10 @@ class SlurmRest:
         request = urllib.request.Request(self.url + path, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                return bytes(response.read())
+                # one byte past the bound is enough to refuse it (loads says so), never the whole
+                return bytes(response.read(MAX_SLURM_BYTES + 1))
         except urllib.error.HTTPError as exc:
-            body = exc.read()
+            body = exc.read(MAX_SLURM_BYTES + 1)
             try:  # slurmrestd explains itself in an errors body, or in plain text
                 parse_slurm(loads(body, f"{path} (HTTP {exc.code})"), self.clock())
             except SlurmFormatError as explained:

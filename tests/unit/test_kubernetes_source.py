@@ -995,3 +995,46 @@ def test_import_command_reads_recorded_pod_and_node_lists(tmp_path: Path) -> Non
     assert (
         main(["scheduler", "import", "--kubernetes-json", lists[0], "--slurm-json", lists[1], "--out", str(out)]) == 2
     )
+
+
+# --- hostile bodies (issue 44, finding 6): tests/data/hostile/kubernetes-json -------------------
+
+HOSTILE = Path(__file__).resolve().parents[2] / "tests" / "data" / "hostile" / "kubernetes-json"
+
+
+@pytest.mark.parametrize(
+    ("file", "place", "rule"),
+    [
+        ("hostile-node-name.json", "items[1]: ml/train-1: spec.nodeName: node 'n[0-15]' refused", "ids.node.hostlist"),
+        ("gpu-quantity-huge.json", "items[0]: ml/train-0: GPU quantity", "[bound gpus]"),
+        ("node-list-hostile-name.json", "items[0]: metadata.name: node 'gpu01;reboot' refused", "ids.node"),
+        ("deep-list.json", "deep-list.json: JSON nested 10,001 deep", "[bound json_depth]"),
+    ],
+)
+def test_hostile_kubernetes_lists_are_refused_naming_the_file_the_place_and_the_rule(
+    file: str, place: str, rule: str
+) -> None:
+    """Before: a nodeName `n[0-15]` became a node id, 50,000,000 GPUs a pod's count, deep JSON a
+    RecursionError."""
+    from context.scheduler.kubernetes import read_recorded
+
+    with pytest.raises(KubernetesFormatError) as caught:
+        read_recorded([HOSTILE / file], at=1.7e9)
+    text = str(caught.value)
+    assert str(HOSTILE / file) in text and place in text and rule in text and "\n" not in text
+
+
+def test_a_deep_or_oversized_watch_line_is_a_format_error_not_a_recursion_error() -> None:
+    """Before: json.loads raised RecursionError, which the follower logged as an unexpected crash."""
+    from context.bounds import MAX_WATCH_LINE_BYTES
+
+    line = (HOSTILE / "deep-watch-line.json").read_bytes()
+    with pytest.raises(KubernetesFormatError, match=r"nested 10,001 deep.*\[bound json_depth\]"):
+        watch_event(line)
+    with pytest.raises(KubernetesFormatError, match=r"\[bound watch_line\]"):
+        watch_event(b" " * (MAX_WATCH_LINE_BYTES + 1))
+
+
+def test_device_indices_past_a_nodes_gpus_name_no_gpu() -> None:
+    assert device_indices(["3", "1"], {}) == (1, 3)
+    assert device_indices(["999999999999"], {}) is None

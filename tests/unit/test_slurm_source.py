@@ -239,3 +239,61 @@ def test_import_command_writes_the_events_file(tmp_path: Path) -> None:
 def test_recorded_files_sort_into_a_history() -> None:
     snaps = read_recorded([V44 / "slurm-jobs.json", V38 / "jobs.json"])
     assert [s.time for s in snaps] == sorted(s.time for s in snaps)
+
+
+# --- hostile bodies (issue 44, finding 6): tests/data/hostile/slurm-json ------------------------
+
+HOSTILE = Path(__file__).resolve().parents[2] / "tests" / "data" / "hostile" / "slurm-json"
+
+
+@pytest.mark.parametrize(
+    ("file", "place", "rule"),
+    [
+        ("hostlist-billion.json", "jobs[0].nodes: host list 'n[0-999999999]' names 1,000,000,000", "[bound hosts]"),
+        ("gres-index-billion.json", "jobs[0].gres_detail[0]: GPU index list", "[bound gpu_index]"),
+        ("hostile-job-nodes.json", "jobs[0].nodes: node '-rf' refused", "[rule ids.first]"),
+        ("hostile-job-id.json", "jobs[0].job_id: '1; scancel -u root' refused", "[rule ids.job.charset]"),
+        ("hostile-node-name.json", "nodes[1].name: node 'gpu002 gpu003' refused", "[rule ids.node.hostlist]"),
+        ("deep-nesting.json", "deep-nesting.json: JSON nested 10,001 deep", "[bound json_depth]"),
+    ],
+)
+def test_hostile_slurm_bodies_are_refused_naming_the_place_and_the_rule(file: str, place: str, rule: str) -> None:
+    """Before: n[0-999999999] expanded into a MemoryError, IDX:0-999999999 built a billion
+    indices, names outside the grammar became node and job ids, deep JSON a RecursionError."""
+    with pytest.raises(SlurmFormatError) as caught:
+        read_recorded([HOSTILE / file], at=NOW)
+    assert place in str(caught.value) and rule in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("file", ["hostlist-billion.json", "gres-index-billion.json"])
+def test_slurm_import_of_a_billion_hosts_or_indices_is_one_line_within_2_gib(file: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from aiops.cli import main\nsys.exit(main(sys.argv[1:]))"
+    )
+    out = tmp_path / "events.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "scheduler", "import", "--slurm-json", str(HOSTILE / file), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(root)},
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert str(HOSTILE / file) in done.stderr and "[bound" in done.stderr
+    assert not out.exists()
+
+
+def test_a_slurm_body_over_its_size_bound_is_refused_before_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from context.scheduler import slurm
+
+    monkeypatch.setattr(slurm, "MAX_SLURM_BYTES", 100)  # the bound's logic, at a size a test can write
+    with pytest.raises(SlurmFormatError, match=r"the body is 200 bytes, over .* \[bound file_size\]"):
+        loads(b" " * 200)
