@@ -78,6 +78,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from aiops.cli import CliError
+    from context.scheduler.kubernetes import read_recorded as read_kubernetes
     from context.scheduler.sources import read_recorded
 
     if bool(args.slurm_json) == bool(args.kubernetes_json):
@@ -86,7 +87,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         if args.slurm_json:
             snaps, name = read_recorded([Path(p) for p in args.slurm_json], args.at), "slurm"
         else:
-            snaps, name = _recorded_kubernetes([Path(p) for p in args.kubernetes_json], args.at), "kubernetes"
+            snaps, name = read_kubernetes([Path(p) for p in args.kubernetes_json], args.at), "kubernetes"
     except (OSError, ValueError) as exc:  # SlurmFormatError and KubernetesFormatError are ValueErrors
         raise CliError(str(exc)) from None
     tracker = Tracker(name)
@@ -99,21 +100,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     out.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
     print(f"{out}: {summary(events)} from {len(snaps)} {'Slurm' if name == 'slurm' else 'Kubernetes'} bodies")
     return 0
-
-
-def _recorded_kubernetes(paths: list[Path], at: float | None) -> list[Snapshot]:
-    """Recorded PodList/NodeList bodies as snapshots in time order, each dated `at` or its file's
-    modification time (a list carries no time of its own)."""
-    from context.scheduler.kubernetes import read_nodes, read_pods
-
-    snaps = []
-    for path in paths:
-        doc = json.loads(path.read_text())
-        now = at if at is not None else path.stat().st_mtime
-        if not isinstance(doc, dict):
-            raise ValueError(f"{path}: not a Kubernetes list")
-        snaps.append(read_nodes(doc, now) if doc.get("kind") == "NodeList" else read_pods(doc, now))
-    return sorted(snaps, key=lambda s: s.time)
 
 
 def summary(events: Iterable[dict[str, Any]]) -> str:
