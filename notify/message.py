@@ -4,8 +4,19 @@ on aiops.incidents) to a title, facts and links. Every chat format is built from
 from __future__ import annotations
 
 import time
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from notify.safe_text import markdown_text
+
+Escape = Callable[[str], str]  # how a format writes a data field as text (notify.safe_text)
+
+
+def _same(value: str) -> str:
+    return value
+
 
 # the order chat services show severities in, and their colours (Feishu templates / Teams styles)
 SEVERITY_RANK = {"critical": 0, "major": 1, "minor": 2, "warning": 3}
@@ -41,12 +52,13 @@ class IncidentNote:
             status = "resolved"
         at = record.get("resolved") if status == "resolved" and record.get("resolved") else record.get("updated")
         links: list[tuple[str, str]] = []
+        # the only links a message carries: built here from the configured URLs, the id
+        # percent-encoded so that no character of it can end the link or start another
+        quoted = urllib.parse.quote(str(record["incident_id"]), safe="")
         if public_url:
-            links.append(("Incident", f"{public_url.rstrip('/')}/incidents/{record['incident_id']}"))
+            links.append(("Incident", f"{public_url.rstrip('/')}/incidents/{quoted}"))
         if grafana_url:
-            links.append(
-                ("Grafana", f"{grafana_url.rstrip('/')}/d/aiops-incidents?var-incident={record['incident_id']}")
-            )
+            links.append(("Grafana", f"{grafana_url.rstrip('/')}/d/aiops-incidents?var-incident={quoted}"))
         return cls(
             incident_id=str(record["incident_id"]),
             status=status,
@@ -66,18 +78,25 @@ class IncidentNote:
 
     @property
     def headline(self) -> str:
-        state = {"open": "", "resolved": "RESOLVED ", "warning": "PREDICTED "}.get(self.status, "")
-        return f"{state}[{self.severity.upper()}] {self.kind} at {self.root}"
+        """The headline as the data says it (for Alertmanager's labels and the logs)."""
+        return self.headline_as(_same)
 
-    def facts(self) -> list[tuple[str, str]]:
-        """(label, value) pairs, in the order an on-call engineer reads them."""
-        jobs = ", ".join(self.jobs[:5]) + (f" (+{len(self.jobs) - 5})" if len(self.jobs) > 5 else "")
+    def headline_as(self, esc: Escape) -> str:
+        """The headline with every data field written by `esc` (a chat format's escaper)."""
+        state = {"open": "", "resolved": "RESOLVED ", "warning": "PREDICTED "}.get(self.status, "")
+        return f"{state}[{esc(self.severity.upper())}] {esc(self.kind)} at {esc(self.root)}"
+
+    def facts(self, esc: Escape = _same) -> list[tuple[str, str]]:
+        """(label, value) pairs, in the order an on-call engineer reads them; the labels are ours,
+        every data field in a value is written by `esc`."""
+        shown = [esc(j) for j in self.jobs[:5]]
+        jobs = ", ".join(shown) + (f" (+{len(self.jobs) - 5})" if len(self.jobs) > 5 else "")
         out = [
-            ("Root cause", f"{self.root} ({self.kind}, confidence {self.confidence:.2f})"),
+            ("Root cause", f"{esc(self.root)} ({esc(self.kind)}, confidence {self.confidence:.2f})"),
             ("Blast radius", f"{self.gpus_hit} GPUs, {len(self.jobs)} jobs{': ' + jobs if jobs else ''}"),
-            ("Action", self.action or "-"),
+            ("Action", esc(self.action) if self.action else "-"),
             ("Event time", _utc(self.at)),
-            ("Incident", self.incident_id),
+            ("Incident", esc(self.incident_id)),
         ]
         if self.status == "resolved":
             out.insert(4, ("Open for", f"{max(0.0, self.at - self.opened) / 60:.0f} min"))
@@ -103,20 +122,33 @@ class Notification:
 
     @property
     def title(self) -> str:
-        head = self.worst.headline
+        """The title as the data says it (Alertmanager, logs); a chat format uses `title_as`."""
+        return self.title_as(_same)
+
+    def title_as(self, esc: Escape) -> str:
+        head = self.worst.headline_as(esc)
         more = len(self.incidents) - 1
         return head + (f" (+{more} more)" if more else "") + (" (reminder)" if self.repeat else "")
 
-    def markdown(self, bold: str = "**") -> str:
-        """The body as Markdown (DingTalk, Feishu, WeCom and Slack read close variants of it)."""
-        blocks = []
+    def markdown_lines(self, esc: Escape = markdown_text, bold: str = "**") -> list[str]:
+        """The body as Markdown lines, without the key line; one line per field, data written by
+        `esc`, so that no line here was started by data. Incidents are separated by a blank line."""
+        lines: list[str] = []
         for n in self.incidents:
-            lines = [f"{bold}{n.headline}{bold}"]
-            lines += [f"- {bold}{label}{bold}: {value}" for label, value in n.facts()]
-            lines += [f"- evidence: {e}" for e in n.evidence]
+            if lines:
+                lines.append("")
+            lines.append(f"{bold}{n.headline_as(esc)}{bold}")
+            lines += [f"- {bold}{label}{bold}: {value}" for label, value in n.facts(esc)]
+            lines += [f"- evidence: {esc(e)}" for e in n.evidence]
             lines += [f"- [{label}]({url})" for label, url in n.links]
-            blocks.append("\n".join(lines))
-        return "\n\n".join(blocks) + f"\n\nkey: {self.key}"
+        return lines
+
+    def key_line(self, esc: Escape = markdown_text) -> str:
+        return f"key: {esc(self.key)}"
+
+    def markdown(self, esc: Escape = markdown_text, bold: str = "**") -> str:
+        """The whole body as Markdown (DingTalk, Feishu, WeCom, Apprise and the webhook's text)."""
+        return "\n".join([*self.markdown_lines(esc, bold), "", self.key_line(esc)])
 
 
 def _evidence_line(e: dict[str, Any]) -> str:
