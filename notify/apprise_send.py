@@ -15,6 +15,7 @@ import warnings
 from types import ModuleType
 
 from notify.message import Notification
+from notify.safe_text import markdown_text
 
 logging.getLogger("apprise").setLevel(logging.CRITICAL)
 
@@ -42,5 +43,7 @@ def send(url: str, note: Notification) -> bool:
     sender = apprise.Apprise()
     if not sender.add(url):
         return False
-    body = note.markdown() if note.incidents else f"key: {note.key}"
-    return bool(sender.notify(title=note.title, body=body, body_format=apprise.NotifyFormat.MARKDOWN))
+    # data written as Markdown text (notify.safe_text): Apprise hands it to services that render it
+    body = note.markdown() if note.incidents else note.key_line()
+    title = note.title_as(markdown_text)
+    return bool(sender.notify(title=title, body=body, body_format=apprise.NotifyFormat.MARKDOWN))
