@@ -30,6 +30,7 @@ from notify.alertmanager import AlertPusher
 from notify.config import NotifyConfig
 from notify.formats import build
 from notify.message import IncidentNote, Notification
+from notify.safe_text import valid_unicode
 from notify.silences import SilenceStore
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,13 @@ class Outbox:
 
     def put(self, note: Notification) -> None:
         """Record a notification to send (idempotent by key)."""
+        # a lone surrogate (JSON's "\\ud800" in an incident id) is no UTF-8 SQLite can store:
+        # the key column takes it as U+FFFD; the body (JSON, ASCII-escaped) keeps it exactly
+        key, receiver = valid_unicode(note.key), valid_unicode(note.receiver)
         with self._lock:
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO outbox (key, receiver, body, created, next_at) VALUES (?, ?, ?, ?, ?)",
-                (note.key, note.receiver, to_json(note), self.clock(), 0.0),
+                (key, receiver, to_json(note), self.clock(), 0.0),
             )
         if cur.rowcount:
             self.stats.queued += 1

@@ -184,3 +184,18 @@ def test_an_incident_id_cannot_leave_its_own_link() -> None:
     record = {**RECORD, "incident_id": "inc-1)[x](https://evil.example/?a=1#f"}
     link = IncidentNote.from_record(record, PUBLIC).links[0][1]
     assert link == f"{PUBLIC}/incidents/inc-1%29%5Bx%5D%28https%3A%2F%2Fevil.example%2F%3Fa%3D1%23f"
+
+
+def test_a_key_cannot_end_its_header_or_stall_delivery(tmp_path: Path) -> None:
+    # before: http.client refused the header value and the outbox retried the message forever
+    key = "r:inc-1\r\nX-Evil: 1:é\ud800"
+    endpoint = Endpoint()
+    try:
+        config = parse({"receivers": [{"name": "r", "kind": "webhook", "url": endpoint.url}], "routes": []})
+        outbox = Outbox(tmp_path / "outbox.db", config)
+        outbox.put(Notification(key, "r", (IncidentNote.from_record(RECORD, PUBLIC),)))
+        assert outbox.deliver_due() == 1, outbox.rows()
+        outbox.close()
+    finally:
+        endpoint.close()
+    assert endpoint.bodies[0]["key"] == "r:inc-1\r\nX-Evil: 1:é\ufffd"  # the exact key, as JSON carries it
