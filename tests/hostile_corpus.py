@@ -1,0 +1,206 @@
+"""Runs every file of the hostile-input corpus (tests/data/hostile/, listed in its MANIFEST.tsv)
+through the door it attacks, the way the service meets it, and prints one JSON line a file:
+{"path", "door", "outcome", "message"}. `tests/unit/test_hostile_corpus.py` runs this module in a
+child process under an address-space limit and judges the lines; a traceback, a crash or a
+memory blow-up shows there, not here.
+
+outcome is what the door did with the file:
+- "refused": the whole input was refused with one line naming the place and the rule;
+- "dead-lettered": the hostile pieces became dead letters with their reasons, the rest was kept;
+- "findings": the import went on without the hostile pieces and reported each as a finding;
+- "inert": the hostile text was shown as data only (pages, chat), never live;
+- "let-through": the door took it as if it were good (always a failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HOSTILE = Path(__file__).resolve().parent / "data" / "hostile"
+Result = tuple[str, str]  # outcome, message
+
+
+def manifest() -> list[tuple[str, str, str]]:
+    """(path, door, what it attacks) for every row of the MANIFEST."""
+    rows = []
+    for line in (HOSTILE / "MANIFEST.tsv").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            path, door, what = line.split("\t", 2)
+            rows.append((path, door, what))
+    return rows
+
+
+def _cli(args: list[str]) -> tuple[int, str]:
+    """`aiops ARGS` in this process: its exit status and what it wrote to stderr."""
+    from aiops.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(args)
+    return code, err.getvalue().strip()
+
+
+def _one_line(code: int, err: str) -> Result:
+    if code == 0:
+        return "let-through", err
+    return ("refused" if "\n" not in err and err else "unclear"), err
+
+
+def _lineprotocol(path: Path, work: Path) -> Result:
+    from ingest.deadletter import Source
+    from ingest.kafka_io import process_messages
+    from ingest.pipeline import IngestCore
+
+    now = time.time_ns()
+    clean = [b"gpu,gpu=n%05d-gpu0,node=n%05d,job=idle DCGM_FI_DEV_GPU_TEMP=40 %d\n" % (n, n, now) for n in (0, 2)]
+    hostile = path.read_bytes().replace(b"NOW", b"%d" % now)
+    poll = [
+        (Source("aiops.telemetry", 0, 100 + i), now // 1_000_000, v)
+        for i, v in enumerate([clean[0], hostile, clean[1]])
+    ]
+    batch = process_messages(IngestCore(), poll, ("aiops.telemetry", 0))
+    kept = batch.frames["gpu"].tag("node").tolist() if "gpu" in batch.frames else []
+    if kept != ["n00000", "n00002"]:
+        return "let-through", f"neighbours kept: {kept}"
+    if not batch.deadletters or not all(d.reason for d in batch.deadletters):
+        return "let-through", "no dead letter"
+    return "dead-lettered", batch.deadletters[0].reason
+
+
+def _fabric(work: Path) -> Path:
+    """A small clean fabric for an inventory to merge into: gpu001 and gpu002 on leaf01."""
+    f = work / "fabric.txt"
+    f.write_text(
+        "".join(
+            f"CA 10{h} 1 0x0c42a1030000000{h} 4x NDR - SW 10 {h} 0x0000000000001000 ( 'gpu00{h} mlx5_0' - 'leaf01' )\n"
+            for h in (1, 2)
+        )
+    )
+    return f
+
+
+def _topology(flag: str) -> Callable[[Path, Path], Result]:
+    def run(path: Path, work: Path) -> Result:
+        from vocab.ids import entity_refusal, node_refusal
+
+        args = ["topology", "import", flag, str(path), "--out", str(work / "t.json"), "--report", str(work / "r.json")]
+        if flag == "--inventory":
+            args = ["topology", "import", "--ibnetdiscover", str(_fabric(work)), *args[2:]]
+        code, err = _cli(args)
+        if code != 0:
+            return _one_line(code, err)
+        # imported: every id that came out must be one the grammar takes, and the hostile piece a finding
+        topology = json.loads((work / "t.json").read_text())
+        for node in topology.get("nodes", []):
+            kind, ident = node.get("kind"), str(node.get("id"))
+            refusal = node_refusal(ident) if kind == "node" else entity_refusal(ident)
+            if refusal:
+                return "let-through", f"{kind} {ident!r} imported: {refusal}"
+        findings = json.loads((work / "r.json").read_text()).get("findings", [])
+        hostile = [f for f in findings if f.get("kind") in _HOSTILE_FINDINGS]
+        if not hostile:
+            return "let-through", "imported with no finding about the hostile part"
+        return "findings", "; ".join(sorted({str(f["kind"]) for f in hostile}))
+
+    return run
+
+
+_HOSTILE_FINDINGS = {"invalid_name", "duplicate_guid", "duplicate_name", "duplicate_device", "too_many_hcas"}
+
+
+def _scheduler(flag: str) -> Callable[[Path, Path], Result]:
+    def run(path: Path, work: Path) -> Result:
+        return _one_line(
+            *_cli(["scheduler", "import", flag, str(path), "--at", "1767225600", "--out", str(work / "e.jsonl")])
+        )
+
+    return run
+
+
+def _events(path: Path, work: Path) -> Result:
+    from detectors.runner import read_events
+
+    lines = [x for x in path.read_bytes().splitlines() if x.strip()]
+    events, letters = read_events(path)
+    if events or len(letters) != len(lines):
+        return "let-through", f"{len(events)} of {len(lines)} hostile events taken"
+    if not all(d.reason.startswith(f"{path.name}:") for d in letters):
+        return "unclear", "a dead letter without its line"
+    return "dead-lettered", letters[0].reason
+
+
+def _checkpoint(path: Path, work: Path) -> Result:
+    """The payload as a checkpoint file signed with the daemon's own key (the attacker who can
+    write the state directory and read its key): the exact list of classes alone must hold."""
+    from aiops import checkpoint as ck
+
+    state = work / "state"
+    state.mkdir()
+    key = ck.state_key(state, create=True)
+    inner = HOSTILE / "checkpoint" / "numpy-load-inner.pickle"  # what numpy-load-allow-pickle opens
+    (work / "numpy-load-inner.pickle").write_bytes(inner.read_bytes())
+    header = b'{"offsets": {}, "outputs": {}, "written_at": 0}'
+    body = path.read_bytes()
+    (state / "daemon.ckpt").write_bytes(ck.MAGIC + header + b"\n" + ck._signature(key, header, body) + b"\n" + body)
+    cwd = os.getcwd()
+    os.chdir(work)  # each payload's command makes a marker in the working directory
+    try:
+        ck.CheckpointStore(state, "daemon").load()
+        outcome, message = "let-through", "loaded"
+    except ck.CheckpointError as exc:
+        outcome, message = "refused", str(exc)
+    finally:
+        os.chdir(cwd)
+    ran = [p.name for p in work.iterdir() if p.name.startswith("pwned")]
+    return ("let-through", f"ran code: {ran}") if ran else (outcome, message)
+
+
+def _names(path: Path, work: Path) -> Result:
+    from tests.hostile_names import through_pages_and_chat
+
+    return through_pages_and_chat(path)
+
+
+DOORS: dict[str, Callable[[Path, Path], Result]] = {
+    "lineprotocol": _lineprotocol,
+    "ibnetdiscover": _topology("--ibnetdiscover"),
+    "lldp": _topology("--lldp"),
+    "inventory-csv": _topology("--inventory"),
+    "netbox": _topology("--inventory"),
+    "slurm-json": _scheduler("--slurm-json"),
+    "kubernetes-json": _scheduler("--kubernetes-json"),
+    "events": _events,
+    "checkpoint": _checkpoint,
+    "names": _names,
+}
+
+
+def run_one(rel: str, door: str) -> dict[str, Any]:
+    path = HOSTILE / rel
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            outcome, message = DOORS[door](path, Path(tmp))
+        except Exception as exc:  # reported, so the test names the file and the door
+            outcome, message = "crashed", f"{type(exc).__name__}: {exc}"[:2000]
+    return {"path": rel, "door": door, "outcome": outcome, "message": message[:2000]}
+
+
+def main() -> int:
+    for rel, door, _ in manifest():
+        if rel == "checkpoint/numpy-load-inner.pickle":
+            continue  # the second file another payload opens, not a checkpoint of its own
+        print(json.dumps(run_one(rel, door)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
