@@ -24,6 +24,17 @@ from ingest.frames import Column, Frame
 from ingest.lineprotocol import encode_heads, encode_lines
 from telemetry_gen.effects import GPU_IDLE, HW_THERMAL, SW_THERMAL, Effects, FaultEffects, active
 from telemetry_gen.faults import KINDS, Fault
+from telemetry_gen.powercap import (
+    CONTEXT_IDLE_W,
+    IDLE_CLOCK_MHZ,
+    MAX_CLOCK_MHZ,
+    MEMBOUND_TENSOR,
+    NO_CONTEXT_W,
+    POWER_LIMIT_W,
+    SW_POWER_CAP,
+    PowerCap,
+    quantize,
+)
 from telemetry_gen.realism import FleetNoise
 from telemetry_gen.topology import Topology
 from telemetry_gen.workload import Workload
@@ -44,6 +55,7 @@ NVLINKS = 18.0
 FM_IN_PROGRESS, FM_SUCCESS, FM_FAILURE = 2.0, 3.0, 4.0  # dcgmFabricManagerStatus_t
 IB_WIDTH, IB_LANE_GBPS = 4.0, 100.0  # a drained node reboots once, mid-window, and is silent meanwhile
 
+_F = NDArray[np.float64]
 _GPU_BLANKABLE = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED")
 
 
@@ -71,6 +83,12 @@ class ClusterSim:
     ) -> None:
         self.t = topology
         self.noise = FleetNoise(topology, realism, interval, seed)
+        # realism levels other than clean: busy GPUs at their power cap, as the recorded H200
+        self.cap = (
+            PowerCap(topology.count("gpu"), topology.count("node"), self.noise.scale, seed)
+            if self.noise.scale
+            else None
+        )
         self.w = workload
         self.faults = faults
         self.dt = interval
@@ -173,22 +191,34 @@ class ClusterSim:
         # Everyone moves at the job's pace: the straggler because its clock is low, its peers because
         # they wait for it (so their power drops too; only the straggler's clock gives it away).
         own = np.where(working, pace, 0.0)
-        load = np.where(working, intensity[gpu_job] * (0.35 + 0.65 * own), 0.0)
-        power = IDLE_W + (PEAK_W - IDLE_W) * load + np.where(ckpt, 25.0, 0.0) + np.where(stalled, 40.0, 0.0)
-        power = np.minimum(power * self.noise.power_factor, e.gpu_power_cap) + rng.normal(0, 4.0, g)
         inlet = self._inlet(now, e)
         gpu_inlet = inlet[t.node_rack[t.gpu_node]] + self.noise.node_inlet_offset[t.gpu_node]
-        target = gpu_inlet + THERMAL_R * power + self.gpu_offset + e.gpu_heat
-        self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
-        temp = self.gpu_temp + rng.normal(0, 0.3, g)
-        thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
-        reasons = e.gpu_reasons.copy()
-        reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
-        reasons |= np.where(busy, 0, GPU_IDLE)
-        clock = np.where(busy, 1980.0 * e.gpu_clock * thermal * np.minimum(self.noise.clock_factor, 1.0), 345.0)
-        clock = np.where(ckpt, 1755.0 * e.gpu_clock * thermal, clock) + rng.normal(0, 4.0, g)  # slow parts stay slow
-        util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
-        tensor = np.where(working, np.clip(0.62 * intensity[gpu_job] * own + rng.normal(0, 0.01, g), 0, 1), 0.0)
+        if self.cap is not None:  # realism: the GPU as the recorded H200 behaves (telemetry_gen/powercap.py)
+            temp, power, sustained, clock, util, reasons, membound = self._capped_gpus(
+                now, e, gpu_job, busy, ckpt, stalled, working, own, intensity, gpu_inlet
+            )
+            tensor_scale = np.where(membound, MEMBOUND_TENSOR, 1.0)
+        else:
+            load = np.where(working, intensity[gpu_job] * (0.35 + 0.65 * own), 0.0)
+            power = IDLE_W + (PEAK_W - IDLE_W) * load + np.where(ckpt, 25.0, 0.0) + np.where(stalled, 40.0, 0.0)
+            power = np.minimum(power * self.noise.power_factor, e.gpu_power_cap) + rng.normal(0, 4.0, g)
+            sustained = power
+            target = gpu_inlet + THERMAL_R * power + self.gpu_offset + e.gpu_heat
+            self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
+            temp = self.gpu_temp + rng.normal(0, 0.3, g)
+            thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
+            reasons = e.gpu_reasons.copy()
+            reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
+            reasons |= np.where(busy, 0, GPU_IDLE)
+            clock = np.where(busy, 1980.0 * e.gpu_clock * thermal * np.minimum(self.noise.clock_factor, 1.0), 345.0)
+            clock = np.where(ckpt, 1755.0 * e.gpu_clock * thermal, clock) + rng.normal(
+                0, 4.0, g
+            )  # slow parts stay slow
+            util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
+            tensor_scale = np.ones(g)
+        tensor = np.where(
+            working, np.clip(0.62 * intensity[gpu_job] * own * tensor_scale + rng.normal(0, 0.01, g), 0, 1), 0.0
+        )
         fb = np.where(busy, self.gpu_fb, 480.0)
         c = self.gpu_counters
         c["sbe"] += rng.poisson(e.gpu_sbe_rate * dt)
@@ -231,7 +261,8 @@ class ClusterSim:
 
         # --- nodes, PSUs, cooling
         node_power = np.zeros(nodes)
-        np.add.at(node_power, t.gpu_node, power)
+        # the node's meter samples at its own instant: it sees the GPUs' state, not their 1-s dips
+        np.add.at(node_power, t.gpu_node, sustained)
         node_busy = running & ~in_ckpt[node_job]
         node_power += 900.0 + np.where(node_busy, 250.0, 0.0) + rng.normal(0, 20.0, nodes)
         node_inlet = inlet[t.node_rack] + self.noise.node_inlet_offset + rng.normal(0, 0.15, nodes)
@@ -335,6 +366,67 @@ class ClusterSim:
         return head
 
     # ------------------------------------------------------------------ parts
+
+    def _capped_gpus(
+        self,
+        now: float,
+        e: Effects,
+        gpu_job: NDArray[np.int64],
+        busy: NDArray[np.bool_],
+        ckpt: NDArray[np.bool_],
+        stalled: NDArray[np.bool_],
+        working: NDArray[np.bool_],
+        own: NDArray[np.float64],
+        intensity: NDArray[np.float64],
+        gpu_inlet: NDArray[np.float64],
+    ) -> tuple[_F, _F, _F, _F, _F, NDArray[np.int64], NDArray[np.bool_]]:
+        """Temperature, power (the 1-s sample a scrape reads), sustained power (the state over the
+        interval: what heats the die and what the node's meter sees), SM clock, utilisation,
+        clock event reasons and the memory-bound mask, for GPUs that behave like the recorded H200
+        (telemetry_gen/powercap.py; the figures and their phases are there)."""
+        assert self.cap is not None
+        cap, rng, dt, g = self.cap, self.rng, self.dt, len(gpu_job)
+        pf = self.noise.power_factor
+        jobs = len(self.w.jobs)
+        membound = cap.membound(jobs)[gpu_job] & busy
+        limit = np.minimum(POWER_LIMIT_W, e.gpu_power_cap)  # a power brake lowers the enforced limit
+        computing = working | ckpt  # the state either side of a checkpoint's boundary
+        load = 0.35 + 0.65 * np.where(working, own, 1.0)
+        p_busy, c_busy, capped = cap.busy(computing, membound, intensity[gpu_job], load, pf, limit, e.gpu_clock)
+        p_busy = np.where(capped, p_busy, p_busy + rng.normal(0, 2.0, g))  # membound: 585-592 W
+        # the idle states: a context and no kernels (a checkpoint's wait; a hung collective spins
+        # a kernel, so it draws a little more), or no context at all
+        idle_w = np.where(ckpt, CONTEXT_IDLE_W, np.where(stalled, CONTEXT_IDLE_W + 40.0, NO_CONTEXT_W))
+        idle_w = np.minimum(idle_w * pf, limit) + rng.normal(0, 0.3, g)
+        sustained = np.where(working, p_busy, idle_w)
+        target = gpu_inlet + THERMAL_R * sustained + self.gpu_offset + e.gpu_heat
+        self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
+        temp = self.gpu_temp + rng.normal(0, 0.3, g)
+        thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
+        # a thermal slowdown pulls the clock under what the cap allows: power falls with it
+        # (dynamic power ~ f^3, powercap.py) and the cap no longer holds
+        slowed = thermal < 1.0
+        p_busy = np.where(slowed & capped, CONTEXT_IDLE_W + (p_busy - CONTEXT_IDLE_W) * thermal**3, p_busy)
+        capped &= ~slowed
+        power = np.where(working, p_busy, idle_w)
+        # a 1-s sample that straddles a boundary: a step's pause (per node, powercap.STEP_DIP_P) or
+        # a checkpoint starting or ending within the second before the scrape
+        share = cap.step_dips(np.bincount(self.t.gpu_node, weights=working, minlength=cap.nodes) > 0, self.t.gpu_node)
+        power = np.where(working & (share < 1.0), CONTEXT_IDLE_W + share * (p_busy - CONTEXT_IDLE_W), power)
+        before = np.append(self.w.in_checkpoint(now - 1.0), False)[gpu_job]
+        edge = computing & (before != ckpt)
+        x = rng.uniform(0.0, 1.0, g)  # the share of the second spent in the state now
+        now_w, then_w = np.where(ckpt, idle_w, p_busy), np.where(ckpt, p_busy, idle_w)
+        power = np.where(edge, x * now_w + (1.0 - x) * then_w, power)
+        clock = np.where(working, c_busy, MAX_CLOCK_MHZ * e.gpu_clock)  # slow parts stay slow
+        clock = np.where(busy, quantize(clock * thermal), IDLE_CLOCK_MHZ)
+        util = np.where(working | stalled, 100.0 - np.abs(rng.normal(0, 0.7, g)), 0.0)  # train: 99-100 %
+        util = np.where(edge & ckpt, 100.0 * (1.0 - x), util)
+        reasons = e.gpu_reasons.copy()
+        reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
+        reasons |= np.where(busy, 0, GPU_IDLE)
+        reasons |= np.where((capped & working) | (edge & capped), SW_POWER_CAP, 0)
+        return temp, power, sustained, clock, util, reasons, membound
 
     def _inlet(self, now: float, e: Effects) -> NDArray[np.float64]:
         """Per rack: diurnal ambient (coolest at 06:00) plus the rack's cooling."""
