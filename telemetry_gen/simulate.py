@@ -422,7 +422,8 @@ class ClusterSim:
         clock = np.where(busy, quantize(clock * thermal), IDLE_CLOCK_MHZ)
         util = np.where(working | stalled, 100.0 - np.abs(rng.normal(0, 0.7, g)), 0.0)  # train: 99-100 %
         util = np.where(edge & ckpt, 100.0 * (1.0 - x), util)
-        reasons = e.gpu_reasons.copy()
+        # the cap's reason is the physics' (held while demand exceeds the limit), not a blip's
+        reasons = e.gpu_reasons & ~SW_POWER_CAP
         reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
         reasons |= np.where(busy, 0, GPU_IDLE)
         reasons |= np.where((capped & working) | (edge & capped), SW_POWER_CAP, 0)
