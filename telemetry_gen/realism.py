@@ -55,6 +55,8 @@ INCAST_PAUSE_PER_S = 300.0
 # §7: Llama 3 saw 1-2 % diurnal throughput swings from temperature; no per-GPU slowdown rate is
 # published, the floor: one scrape of software thermal slowdown per 200 busy GPU-h.
 THERMAL_BLIP = Rate(1 / 200, "floor: 1 scrape per 200 busy GPU-h (Llama 3 §3.3.4 shows it happens; no rate; §7)")
+# superseded in the GPU frames by the held cap of telemetry_gen/powercap.py (issue 45), which
+# sets reason 0x4 from the physics; still drawn, so the other noise draws stay as they were
 POWER_CAP_BLIP = Rate(1 / 200, "as thermal blips: the software power cap brushes busy GPUs (inferred; §7)")
 # §4: Delta (SC'25) counts XID 31 at 8.3e-4 per H100 GPU-h; the floor 1 per 500 busy GPU-h (2e-3)
 # is higher, so it is used. XIDs 13, 31, 43, 45 are application errors in NVIDIA's catalog.
