@@ -105,6 +105,21 @@ def cmd_thresholds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_recording(args: argparse.Namespace) -> int:
+    """The recorded H200 replayed as whole jobs through detection and root cause: exit 1 if
+    anything was raised (aiops/recording_check.py)."""
+    from aiops.recording_check import RECORDING, check, table
+
+    recording = Path(args.recording) if args.recording else RECORDING
+    if not recording.is_file():
+        raise CliError(f"no recording at {recording}: give --recording nvml-1s.csv")
+    phases = tuple(args.phases.split(","))
+    intervals = tuple(float(x) for x in args.intervals.split(","))
+    results = check(phases, intervals, ticks=args.ticks, seed=args.seed, recording=recording, desync=args.desync)
+    print(table(results))
+    return 1 if any(r.raised for r in results) else 0
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from detectors.runner import read_chunks
     from ingest.kafka_io import TelemetryProducer, ensure_topics, messages_from_lines
@@ -533,6 +548,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("thresholds", help="the detector thresholds in force, each with its reason and source")
     p.set_defaults(handler=cmd_thresholds)
+
+    p = sub.add_parser(
+        "check-recording", help="replay the recorded real GPU as whole jobs: healthy GPUs must raise nothing"
+    )
+    p.add_argument("--recording", help="the NVML recording (default: ../shared/datasets/real-gpu/h200/nvml-1s.csv)")
+    p.add_argument("--phases", default="train,burn,membound,cooldown", help="recorded phases, comma-separated")
+    p.add_argument("--intervals", default="10,30,60", help="scrape intervals in seconds, comma-separated")
+    p.add_argument("--ticks", type=int, default=60, help="scrapes per replay")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--desync", action="store_true", help="every GPU anywhere in the trace (no synchronous step)")
+    p.set_defaults(handler=cmd_check_recording)
 
     p = sub.add_parser("produce", help="publish a line-protocol file to Kafka")
     p.add_argument("file")

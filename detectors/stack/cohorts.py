@@ -1,35 +1,97 @@
 """Peer groups on what the workload moves: a GPU against the other GPUs of its job, a switch
 against switches of its role, a node's inlet or a cooling loop against all the others. Jobs
 starting, checkpoints and the diurnal cycle move whole cohorts, so they cancel out; a deviation
-must persist a few ticks. Close to its peers it is an early warning, not a failure."""
+must persist a few ticks. Close to its peers it is an early warning, not a failure.
+
+A rule with `window_s` judges each entity's own level (the median of its busy samples over the
+window) against the levels of its cohort: a power-capped GPU's clock wanders
++-8 % from one second to the next and a scrape catches one instant of it, so a straggler is a GPU
+that *stays* below its job, beyond the spread the job's own GPUs show (chip to chip, a few
+percent), not one that sampled a different instant."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly
-from detectors.base import FloatArray, State
+from detectors.base import FloatArray, State, grow
 from detectors.peers import Persistence
 from detectors.stack.summary import CohortSummary, robust_scale
 from detectors.stack.view import MeasurementTick, finite
 from ingest.frames import Frame
-from vocab.thresholds import PeerThresholds
+from vocab.thresholds import PeerRule, PeerThresholds
 
 NO_COHORT = "\x00"  # line protocol cannot carry it: no tag value is mistaken for it
 MIN_COHORT = 4  # fewer members than this make no cohort to stand out from (as robust_z)
 
 
+BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
+
+
+@dataclass
+class _Window:
+    """Per entity, one rule's last busy samples (a ring, NaN: none yet), where the ring writes
+    next, and the cohort they were gathered in (a GPU moving to another job starts again)."""
+
+    samples: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cohort: NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=object))
+
+
 class PeerRules:
-    def __init__(self, limits: PeerThresholds) -> None:
+    def __init__(self, limits: PeerThresholds, interval: float = 30.0) -> None:
         self.limits = limits
+        self.interval = interval  # the scrape interval: one sample's weight in a smoothed level
         self._persistence: dict[str, Persistence] = {}
         # per measurement, between summarise and judge: the rules' values and cohort keys
         self._tick: dict[str, tuple[FloatArray, list[NDArray[np.object_]]]] = {}
+        self._windows: dict[tuple[str, int], _Window] = {}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_tick", {})  # a checkpoint from before the split
+        self.__dict__.setdefault("_windows", {})  # ... and from before windows
+
+    def window(self, rule: PeerRule) -> int:
+        """Scrapes in a rule's window: its seconds at this interval, never fewer than the least."""
+        return max(self.limits.window_min_scrapes, int(np.ceil(rule.window_s / self.interval)))
+
+    def _windowed(self, m: MeasurementTick, values: FloatArray, keys: list[NDArray[np.object_]]) -> None:
+        """The windowed rules' columns of `values` replaced by each entity's median over its
+        window of busy samples (NaN until the window is full, and while it is not busy: no
+        member of its cohort then). A median: a lone step-boundary second is not its level."""
+        rules = self.limits.rules[m.name]
+        util = m.frame.fields.get(BUSY_FIELD)
+        busy = util.as_float() >= self.limits.busy_util_pct if util is not None else None
+        for j, rule in enumerate(rules):
+            if rule.busy_only:
+                values[:, j] = np.nan if busy is None else np.where(busy, values[:, j], np.nan)
+            if rule.window_s <= 0:
+                continue
+            size = self.window(rule)
+            w = self._windows.setdefault((m.name, j), _Window())
+            if w.samples.shape[1:] != (size,):  # new, or the interval changed: start again
+                w.samples, w.at = np.zeros((0, size)), np.zeros(0, dtype=np.int64)
+                w.cohort = np.zeros(0, dtype=object)
+            w.samples = grow(w.samples, m.n_entities, np.nan)
+            w.at, w.cohort = grow(w.at, m.n_entities, 0), grow(w.cohort, m.n_entities, NO_COHORT)
+            v, key = values[:, j], keys[j]
+            moved = np.flatnonzero(w.cohort[m.series] != key)
+            w.samples[m.series[moved]] = np.nan
+            w.cohort[m.series] = key
+            seen = np.flatnonzero(~np.isnan(v) & (key != NO_COHORT))
+            rows = m.series[seen]
+            w.samples[rows, w.at[rows] % size] = v[seen]
+            w.at[rows] += 1
+            held = w.samples[m.series]
+            full = ~np.isnan(held).any(axis=1)
+            level = np.full(len(v), np.nan)
+            if full.any():
+                level[full] = np.median(held[full], axis=1)
+            values[:, j] = np.where(full & ~np.isnan(v), level, np.nan)
 
     def summarise(self, m: MeasurementTick, summary: CohortSummary) -> None:
         """This share of the tick's cohorts: each rule's values per cohort key (held for judge)."""
@@ -47,7 +109,9 @@ class PeerRules:
             if v is None:
                 continue
             values[:, j] = np.log10(np.maximum(v, 1.0)) if rule.log else v
-            col = values[:, j]
+        self._windowed(m, values, keys)
+        for j in range(len(rules)):
+            col, cohort = values[:, j], keys[j]
             ok = (cohort != NO_COHORT) & ~np.isnan(col)
             if not ok.any():
                 continue
@@ -109,7 +173,12 @@ class PeerRules:
 
     def state_dict(self, name: str) -> State:
         p = self._persistence.get(name)
-        return {f"persistence.{k}": v for k, v in p.state_dict().items()} if p is not None else {}
+        out: State = {f"persistence.{k}": v for k, v in p.state_dict().items()} if p is not None else {}
+        for (measurement, j), w in self._windows.items():
+            if measurement == name:
+                out.update({f"window{j}.samples": w.samples.copy(), f"window{j}.at": w.at.copy()})
+                out[f"window{j}.cohort"] = w.cohort.copy()
+        return out
 
     def load_state(self, name: str, s: State) -> None:
         sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith("persistence.")}
@@ -117,6 +186,14 @@ class PeerRules:
             p = Persistence(np.asarray(sub["count"]).shape[1], self.limits.persist_ticks)
             p.load_state(sub)
             self._persistence[name] = p
+        for key in s:  # absent from a state saved before windows
+            if key.startswith("window") and key.endswith(".samples"):
+                j = int(key[len("window") : -len(".samples")])
+                self._windows[(name, j)] = _Window(
+                    np.asarray(s[key], dtype=np.float64).copy(),
+                    np.asarray(s[f"window{j}.at"], dtype=np.int64).copy(),
+                    np.asarray(s[f"window{j}.cohort"], dtype=object).copy(),
+                )
 
 
 def _key(measurement: str, rule: int, cohort: str) -> str:

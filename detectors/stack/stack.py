@@ -52,7 +52,7 @@ class DetectorStack:
         self.settings = settings or DetectorSettings()
         self.drift_factory = drift_factory
         self.rules = HardRules(self.settings.rules)
-        self.peers = PeerRules(self.settings.peers)
+        self.peers = PeerRules(self.settings.peers, interval)
         self.drift = DriftWatch(self.settings.drift, drift_factory) if drift_factory else None
         self.sag = SagWatch(self.settings.sag, interval)
         self.presence = Presence(self.settings.presence, interval)
@@ -72,6 +72,7 @@ class DetectorStack:
         self._interval = seconds
         self.sag.interval = seconds
         self.presence.interval = seconds
+        self.peers.interval = seconds
 
     @property
     def suppressed(self) -> int:
