@@ -20,6 +20,8 @@ from aiops.progress import Progress
 from detectors.predict.model import Dataset, ModelError, Predictor, collect, fingerprint, load, save, train
 from detectors.predict.online import OnlinePredictor, PredictionReport, evaluate_predictions
 from ingest.frames import Frame
+from ingest.validate import _mask_dcgm_blanks
+from vocab.catalog import MEASUREMENT_BY_NAME
 
 if TYPE_CHECKING:
     from telemetry_gen.generator import Generation
@@ -46,12 +48,23 @@ def generated_history(
     return _history(_generation(seed, config))
 
 
+def per_seed(config: dict[str, Any], key: str, seed: int, default: str) -> str:
+    """A setting that may differ per history: a string for every seed, or a list beside
+    `seeds` (a seed not listed, e.g. a validation seed, takes the entry its number picks)."""
+    value = config.get(key, default)
+    if isinstance(value, str):
+        return value
+    seeds = [int(s) for s in config.get("seeds", [])]
+    return str(value[seeds.index(seed)] if seed in seeds else value[seed % len(value)])
+
+
 def _generation(seed: int, config: dict[str, Any]) -> Generation:
     from telemetry_gen.generator import GenConfig, Generation
 
     return Generation(
         GenConfig(
-            realism=str(config.get("realism", "clean")),
+            realism=per_seed(config, "realism", seed, "clean"),
+            job_shapes=per_seed(config, "job_shapes", seed, "nodes"),
             gpus=int(config["gpus"]),
             hours=float(config["hours"]),
             interval=float(config["interval"]),
@@ -66,7 +79,10 @@ def _history(gen: Generation) -> tuple[Iterator[tuple[float, dict[str, Frame]]],
 
     def ticks() -> Iterator[tuple[float, dict[str, Frame]]]:
         for tick in gen.ticks():
-            yield tick.time_ns / 1e9, {f.measurement: f for f in tick.frames}
+            frames = {f.measurement: f for f in tick.frames}
+            if "gpu" in frames:  # as ingest serves them: DCGM's "no value" sentinels are missing
+                _mask_dcgm_blanks(frames["gpu"], MEASUREMENT_BY_NAME["gpu"])
+            yield tick.time_ns / 1e9, frames
 
     return ticks(), truth
 
@@ -91,10 +107,20 @@ def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRA
     with Progress(None, "training the default failure predictor", "ticks") as progress:
         for ticks, truth in _histories(seeds, config, progress):
             collect(ticks, truth, dataset)
-    predictor = train(dataset, sources=[f"generated seed {s}: {config}" for s in seeds])
+    predictor = train(dataset, sources=[_source(s, config) for s in seeds])
     _with_evaluation(predictor, config)
     save(predictor, path or default_model_path())
     return predictor
+
+
+def _source(seed: int, config: dict[str, Any]) -> str:
+    shapes = per_seed(config, "job_shapes", seed, "nodes")
+    realism = per_seed(config, "realism", seed, "clean")
+    return (
+        f"generated seed {seed}: {config['gpus']} GPUs, {config['hours']:g} h at {config['interval']:g} s, "
+        f"{realism} realism, jobs holding {'whole nodes' if shapes == 'nodes' else 'any number of GPUs'}, "
+        f"faults {config['faults']}"
+    )
 
 
 def _with_evaluation(predictor: Predictor, config: dict[str, Any]) -> Predictor:

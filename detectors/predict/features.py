@@ -26,12 +26,21 @@ from vocab.entities import EntityIndex
 MINUTE, HOUR = 60.0, 3600.0
 # What the features mean, beyond their names: a model trained on other semantics is refused.
 # 2: averages normalised by the weight seen (was: started from the first value).
-FEATURE_VERSION = 2
+# 3: a GPU's heat and power against mates in the same state (busy with busy, idle with idle) and
+#    against its own past in that state; busy_now.
+FEATURE_VERSION = 3
 # History the features need before a model may learn from them or speak on them: the fast
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
 WARMUP_S = 1 * HOUR
 COOLING_VS_ALL = ("supply_temp_c", "flow_lpm")  # a loop's readings against every loop's median
+# a GPU is busy when a kernel ran in the sample: NVML's utilization.gpu is "percent of time over
+# the past sample period during which one or more kernels was executing", 0 with no process, so
+# 1 % is the least a job's GPU shows (the detectors' definition, detectors/runner.py)
+BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
+BUSY_UTIL_PCT = 1.0
+# the GPU features read in the GPU's current state (busy or idle), from per-state averages
+_IN_STATE = ("temp_vs_node_10m", "temp_vs_node_3h", "temp_vs_node_trend", "temp_vs_node_rise_12h", "power_vs_node_10m")
 
 # Which entity kinds have models, and the features of each (names are part of the model card).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -45,6 +54,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "temp_vs_node_trend",
         "temp_vs_node_rise_12h",
         "power_vs_node_10m",
+        "busy_now",
     ),
     # an optic wears as a fall against its own past; its level against the fleet is manufacturing
     # spread (a healthy 400G optic's receive power varies by a dB or more from part to part and
@@ -142,9 +152,10 @@ class PrecursorFeatures:
 
     def _feature(self, kind: str, name: str) -> FloatArray:
         k = self.kinds[kind]
+        if kind == "gpu" and name in _IN_STATE:
+            return self._in_state(name)
         derived = {
             "sbe_accel": ("sbe_per_h_30m", "sbe_per_h_3h"),
-            "temp_vs_node_trend": ("temp_vs_node_10m", "temp_vs_node_3h"),
             "rx_trend": ("rx_dbm_30m", "rx_dbm_3h"),
             "supply_trend": ("supply_vs_all_30m", "supply_vs_all_3h"),
         }
@@ -155,9 +166,26 @@ class PrecursorFeatures:
             return k.get("rx_dbm_10m") - k.get("rx_dbm_12h")
         if name == "rx_vs_own_3h":
             return k.get("rx_dbm_10m") - k.get("rx_dbm_3h")
-        if name == "temp_vs_node_rise_12h":  # a GPU that always ran a bit warm is not creeping
-            return k.get("temp_vs_node_10m") - k.get("temp_vs_node_12h")
         return k.get(name)
+
+    def _in_state(self, name: str) -> FloatArray:
+        """A GPU's heat and power against its mates, read in the state it is in now (busy or
+        idle) and against its own past in that same state."""
+        k = self.kinds["gpu"]
+        busy = k.get("busy_now") >= 0.5
+
+        def now(suffix: str, what: str = "temp") -> FloatArray:
+            return np.where(busy, k.get(f"{what}_vs_node_busy_{suffix}"), k.get(f"{what}_vs_node_idle_{suffix}"))
+
+        if name == "temp_vs_node_10m":
+            return now("10m")
+        if name == "temp_vs_node_3h":
+            return now("3h")
+        if name == "temp_vs_node_trend":
+            return now("10m") - now("3h")
+        if name == "temp_vs_node_rise_12h":  # a GPU that always ran a bit warm is not creeping
+            return now("10m") - now("12h")
+        return now("10m", "power")
 
     # ------------------------------------------------------------------ per kind
 
@@ -171,19 +199,33 @@ class PrecursorFeatures:
         k.avg("sbe_per_h_30m", 30 * MINUTE).update(t, rows, rate[:, 0] * HOUR)
         k.avg("sbe_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 0] * HOUR)
         k.avg("remap_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 1] * HOUR)
-        # node-mates doing the same work: a busy GPU beside idle ones (a 4-GPU job on an 8-GPU
-        # node) runs hotter than they do without creeping; where jobs hold whole nodes, or the
-        # job is unknown (""), this is the node alone
+        # mates in the same state: a busy GPU against the busy GPUs of its job on its node, an
+        # idle GPU against the idle ones there (a 4-GPU job on an 8-GPU node leaves four idle GPUs
+        # 40-60 degrees cooler, and a GPU idle between jobs is not "cooling" against its busy
+        # past). Under a power cap (the recorded H200 holds 675-702 W of 700 busy;
+        # datasets/real-gpu/README.md) busy mates draw the same power, so what is left of a busy
+        # GPU's heat against theirs is its own cooling and efficiency, not its work. A busy GPU
+        # alone in its job on the node is held against the node's other busy GPUs (the same cap);
+        # where the job is unknown (""), the node's GPUs in the same state.
         job = frame.tag("job")
-        mates = frame.tag("node") + np.where(job == "", "", "\x00" + job)
+        busy = _col(frame, BUSY_FIELD) >= BUSY_UTIL_PCT
+        state = np.where(busy, "\x01b", "\x01i")
+        node_state = frame.tag("node") + state
+        mates = node_state + np.where(job == "", "", "\x00" + job)
+        _, inverse, counts = np.unique(mates, return_inverse=True, return_counts=True)
+        mates = np.where(counts[inverse] >= 2, mates, node_state)
         node = np.unique(mates, return_inverse=True)[1].astype(np.int64)
         values = np.column_stack([_col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")])
         _, median = robust_z(values, node, min_size=2)
         resid = values - median
-        k.avg("temp_vs_node_10m", 10 * MINUTE).update(t, rows, resid[:, 0])
-        k.avg("temp_vs_node_3h", 3 * HOUR).update(t, rows, resid[:, 0])
-        k.avg("temp_vs_node_12h", 12 * HOUR).update(t, rows, resid[:, 0])
-        k.avg("power_vs_node_10m", 10 * MINUTE).update(t, rows, resid[:, 1])
+        k.avg("busy_now", 1.0).update(t, rows, busy.astype(np.float64))
+        # its own history in each state: a busy sample updates the busy averages only
+        for name, on in (("busy", busy), ("idle", ~busy)):
+            temp = np.where(on, resid[:, 0], np.nan)
+            k.avg(f"temp_vs_node_{name}_10m", 10 * MINUTE).update(t, rows, temp)
+            k.avg(f"temp_vs_node_{name}_3h", 3 * HOUR).update(t, rows, temp)
+            k.avg(f"temp_vs_node_{name}_12h", 12 * HOUR).update(t, rows, temp)
+            k.avg(f"power_vs_node_{name}_10m", 10 * MINUTE).update(t, rows, np.where(on, resid[:, 1], np.nan))
 
     def _optic(self, t: float, frame: Frame, nic: Frame | None) -> None:
         k = self.kinds["optic"]
