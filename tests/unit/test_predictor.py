@@ -267,3 +267,105 @@ def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
         "emit_within_s": online.emit_within_s,
         "warmup_s": online.warmup_s,
     }
+
+
+def _gpu_frame(t: float, temp: list[float], util: list[float], power: list[float]) -> dict[str, Frame]:
+    """One node's eight GPUs as a stock dcgm-exporter sends them (no job tag)."""
+    from ingest.frames import Column
+    from vocab.catalog import FieldType
+
+    n = len(temp)
+    fields = {
+        "DCGM_FI_DEV_GPU_TEMP": Column.of(FieldType.FLOAT, temp),
+        "DCGM_FI_DEV_GPU_UTIL": Column.of(FieldType.FLOAT, util),
+        "DCGM_FI_DEV_POWER_USAGE": Column.of(FieldType.FLOAT, power),
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": Column.of(FieldType.FLOAT, [0.0] * n),
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Column.of(FieldType.FLOAT, [0.0] * n),
+    }
+    gpus = np.array([f"n00000-gpu{i}" for i in range(n)], dtype=object)
+    tags = {"gpu": gpus, "node": np.full(n, "n00000", dtype=object)}
+    return {"gpu": Frame("gpu", np.full(n, int(t * 1e9), dtype=np.int64), tags, fields)}
+
+
+def test_a_gpu_idle_between_jobs_is_held_against_idle_mates_and_its_own_idle_past() -> None:
+    """Four GPUs busy at the power cap (70 C) beside four idle (35 C) for six hours, then all idle
+    (the job ended): nobody has risen or cooled against mates in the same state or against its
+    own past in that state. Against the node as a whole, the four that were idle all along would
+    look 17 degrees "risen" once their neighbours cool, the pattern behind the false gpu_thermal
+    predictions on partial-node clusters. One idle GPU that runs 8 degrees warmer than its idle
+    mates after the job is still seen."""
+    features = PrecursorFeatures()
+    busy = [99.0] * 4 + [0.0] * 4
+    t = 0.0
+    for _ in range(6 * 60):
+        t += 60.0
+        features.update(t, _gpu_frame(t, [70.0] * 4 + [35.0] * 4, busy, [690.0] * 4 + [81.0] * 4))
+    for _ in range(60):
+        t += 60.0
+        features.update(t, _gpu_frame(t, [35.0] * 7 + [43.0], [0.0] * 8, [81.0] * 8))
+    _, X = features.matrix("gpu")
+    rise = X[:, FEATURES["gpu"].index("temp_vs_node_rise_12h")]
+    level = X[:, FEATURES["gpu"].index("temp_vs_node_10m")]
+    assert np.all(np.abs(rise[:7]) < 1.0), rise
+    assert np.all(np.abs(level[:7]) < 1.0), level
+    assert rise[7] > 5.0 and level[7] > 5.0
+    assert np.all(X[:, FEATURES["gpu"].index("busy_now")] == 0.0)
+
+
+def test_training_histories_mix_job_shapes_and_realism_per_seed_and_mask_blank_sentinels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiops.default_model import DEFAULT_TRAINING, per_seed
+    from vocab.catalog import DCGM_FP64_BLANK
+
+    assert {per_seed(DEFAULT_TRAINING, "job_shapes", s, "nodes") for s in DEFAULT_TRAINING["seeds"]} == {
+        "nodes",
+        "gpus",
+    }
+    assert {per_seed(DEFAULT_TRAINING, "realism", s, "clean") for s in DEFAULT_TRAINING["seeds"]} == {
+        "typical",
+        "harsh",
+    }
+    assert per_seed({"seeds": [1], "job_shapes": ["nodes", "gpus"]}, "job_shapes", 2001, "nodes") == "gpus"
+    assert per_seed({"job_shapes": "gpus"}, "job_shapes", 5, "nodes") == "gpus"
+    # every kind can confuse the predictor, so every kind is in its training histories
+    assert DEFAULT_TRAINING["faults"].startswith("all=")
+    # what training reads is what ingest serves: DCGM's "no value" sentinels are missing, not 1.8e19
+    import telemetry_gen.simulate
+
+    monkeypatch.setattr(telemetry_gen.simulate, "BLANK_FIELD_P", 0.01)  # rare by design: made common here
+    ticks, _ = generated_history(3, {**SMALL, "hours": 1.0, "faults": ""})
+    missing = 0
+    for _, frames in ticks:
+        temp = frames["gpu"].fields["DCGM_FI_DEV_GPU_TEMP"].as_float()
+        assert not np.any(temp >= DCGM_FP64_BLANK)
+        missing += int(np.isnan(temp).sum())
+    assert missing > 0
+
+
+def test_acting_on_a_prediction_follows_the_cost_of_a_false_drain_against_a_lost_job() -> None:
+    from detectors.predict.online import act_threshold
+
+    # a kind that kills its job: the bigger the job on the node, the less sure one needs to be
+    small, big = act_threshold("gpu_hbm_ecc", 8), act_threshold("gpu_hbm_ecc", 1024)
+    assert 0.9 < small < 1.0 and big < 0.3
+    # break-even: at the threshold, expected saving equals expected waste
+    p = act_threshold("optic_degradation", 256)
+    wasted, saved = 8 * (6 * 3600 + 600), 256 * (45 * 60 / 4)
+    assert math.isclose(p * saved, (1 - p) * wasted)
+    # a kind that slows or warns but does not kill the job: a drain saves nothing in this model
+    assert act_threshold("gpu_thermal", 1024) == 1.0 and act_threshold("rack_cooling", 1024) == 1.0
+
+
+def test_no_prediction_for_a_failure_expected_sooner_than_a_drain_can_happen() -> None:
+    from detectors.predict.online import MIN_EMIT_LEAD_S
+
+    class _Soon(_Column0Model):
+        def probabilities(self, kind: str, X: FloatArray) -> tuple[FloatArray, NDArray[np.object_], FloatArray]:
+            p = X[:, 0]
+            return p, np.full(len(p), "gpu_hbm_ecc", dtype=object), np.array([MIN_EMIT_LEAD_S / 2, 3600.0, 3600.0])
+
+    features = _ScriptedFeatures()
+    online = OnlinePredictor(_Soon(), persist_rounds=1, every_ticks=1, warmup_s=0.0, features=features)
+    features.now = np.array([0.9, 0.9, 0.1])
+    assert [p.entity for p in online.update(0.0, {})] == ["g1"]
