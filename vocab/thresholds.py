@@ -280,6 +280,15 @@ class PeerThresholds(_Section):
         "NVML utilization.gpu: percent of the sample period a kernel ran; real-gpu/h200/nvml-1s.csv "
         "reads 87-100 % while training, 0 % in its checkpoints and eval gap (operational choice: half)",
     )
+    busy_tensor_active: float = sourced(
+        0.01,
+        "where DCGM_FI_PROF_PIPE_TENSOR_ACTIVE is exported, a GPU counts as working for the busy_only "
+        "rules only with at least this tensor-pipe activity: one spinning in a collective that waits "
+        "for a stalled peer shows 100 % utilisation, no tensor work and a fraction of its power",
+        "DCGM field guide: PIPE_TENSOR_ACTIVE is the ratio of cycles the tensor pipes are active "
+        "(0 while a kernel only waits); NVML utilization.gpu counts any kernel running, a NCCL wait "
+        "kernel included (operational choice: 1 %)",
+    )
     window_min_scrapes: int = sourced(
         5,
         "a windowed rule's window never holds fewer scrapes than this (at 60 s, 5 minutes)",

@@ -29,6 +29,7 @@ MIN_COHORT = 4  # fewer members than this make no cohort to stand out from (as r
 
 
 BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
+TENSOR_FIELD = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 
 
 @dataclass
@@ -59,13 +60,27 @@ class PeerRules:
         """Scrapes in a rule's window: its seconds at this interval, never fewer than the least."""
         return max(self.limits.window_min_scrapes, int(np.ceil(rule.window_s / self.interval)))
 
+    def _working(self, m: MeasurementTick) -> NDArray[np.bool_] | None:
+        """Rows whose GPU does work this scrape (None: the frame cannot say). Utilisation says a
+        kernel ran; a GPU spinning in a collective that waits for a stalled peer runs one too,
+        at 100 % and a fraction of its power, so where DCGM exports the tensor pipe's activity a
+        GPU with none is not working either."""
+        util = m.frame.fields.get(BUSY_FIELD)
+        if util is None:
+            return None
+        busy: NDArray[np.bool_] = util.as_float() >= self.limits.busy_util_pct
+        tensor = m.frame.fields.get(TENSOR_FIELD)
+        if tensor is not None:
+            active = tensor.as_float()
+            busy &= np.isnan(active) | (active >= self.limits.busy_tensor_active)
+        return busy
+
     def _windowed(self, m: MeasurementTick, values: FloatArray, keys: list[NDArray[np.object_]]) -> None:
         """The windowed rules' columns of `values` replaced by each entity's median over its
         window of busy samples (NaN until the window is full, and while it is not busy: no
         member of its cohort then). A median: a lone step-boundary second is not its level."""
         rules = self.limits.rules[m.name]
-        util = m.frame.fields.get(BUSY_FIELD)
-        busy = util.as_float() >= self.limits.busy_util_pct if util is not None else None
+        busy = self._working(m)
         for j, rule in enumerate(rules):
             if rule.busy_only:
                 values[:, j] = np.nan if busy is None else np.where(busy, values[:, j], np.nan)

@@ -102,11 +102,12 @@ def gpu_line(
     power: float = 600.0,
     node: str = "n1",
     util: int = 99,
+    tensor: float | None = None,
 ) -> str:
     return (
         f"gpu,gpu={gpu},node={node},job={job} DCGM_FI_DEV_SM_CLOCK={clock}i,DCGM_FI_DEV_XID_ERRORS={xid}i,"
         f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL={dbe}i,DCGM_FI_DEV_GPU_TEMP={temp},DCGM_FI_DEV_POWER_USAGE={power},"
-        f"DCGM_FI_DEV_GPU_UTIL={util}i"
+        f"DCGM_FI_DEV_GPU_UTIL={util}i" + (f",DCGM_FI_PROF_PIPE_TENSOR_ACTIVE={tensor}" if tensor is not None else "")
     )
 
 
@@ -191,6 +192,16 @@ def test_an_idle_gpu_of_a_job_is_not_judged_on_work() -> None:
     (recording, phase cooldown): not slow, not drawing less; it does no work to compare."""
     rng = np.random.default_rng(7)
     ticks = [capped_tick(30 * k, rng, g1={"clock": 1980, "power": 126.0, "util": 0}) for k in range(16)]
+    assert run(DetectorStack(30), ticks) == [[]] * 16
+
+
+def test_gpus_spinning_in_a_collective_that_waits_are_not_judged_on_work() -> None:
+    """Two GPUs of the job in a kernel that waits for a stalled peer: 99 % utilisation, no tensor
+    work, 170 W at 1980 MHz. They do no work to compare; the others' tensor pipes are busy."""
+    rng = np.random.default_rng(9)
+    waiting = {"clock": 1980, "power": 170.0, "tensor": 0.0}
+    working = {f"g{i}": {"tensor": 0.5} for i in range(2, 8)}
+    ticks = [capped_tick(30 * k, rng, g0=waiting, g1=waiting, **working) for k in range(16)]
     assert run(DetectorStack(30), ticks) == [[]] * 16
 
 
