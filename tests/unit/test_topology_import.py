@@ -66,9 +66,14 @@ def test_hosts_come_from_node_descriptions_and_aggregation_nodes_are_not_hosts()
 
 def test_an_hca_without_a_host_name_keeps_a_guid_id_and_is_reported() -> None:
     topology = build(read(REAL / "jabl_ibtopotool_docs" / "1.topo"))  # man ibnetdiscover, 2007
-    unnamed = [f for f in topology.findings if f.kind == "unnamed_hca"]
-    assert unnamed and all(f.entity.startswith("H-") for f in unnamed)
-    assert "node-name map" in unnamed[0].fix
+    nics = {n["id"] for n in topology.nodes if n["kind"] == "nic"}
+    assert nics and all(n.startswith("H-") for n in nics)
+    # every unnamed HCA in one finding, with where each is cabled
+    (unnamed,) = [f for f in topology.findings if f.kind == "unnamed_hcas"]
+    assert unnamed.message.startswith(f"{len(nics)} HCAs have no host name")
+    assert len(unnamed.evidence) == len(nics) and "node-name map" in unnamed.fix
+    # the dual-port HCA cabled twice is two links, not one id twice
+    TopologyGraph(topology.nodes, topology.links)
 
 
 @pytest.mark.parametrize(
@@ -135,12 +140,11 @@ def test_a_clean_rail_optimised_fabric_has_no_findings(tmp_path: Path) -> None:
 def test_a_cable_on_another_rails_leaf_and_a_link_at_half_width_are_reported_with_their_fix(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text(_rail_fabric(moved=(2, 3, 1), half=1))
     findings = {(f.kind, f.entity): f for f in build(read(tmp_path / "f.txt")).findings}
-    assert set(findings) == {
-        ("wrong_rail", "gpu002-nic3"),
-        ("mixed_rails", "leaf-r1"),
-        ("degraded_link", "link-gpu001-nic0"),
-    }
+    # one finding per physical problem: the moved cable (its leaf is not blamed again as "mixed")
+    assert set(findings) == {("wrong_rail", "gpu002-nic3"), ("degraded_link", "link-gpu001-nic0")}
     assert "leaf of rail 3" in findings[("wrong_rail", "gpu002-nic3")].fix
+    assert "leaf-r1 port 23" in findings[("wrong_rail", "gpu002-nic3")].message
+    assert findings[("wrong_rail", "gpu002-nic3")].evidence  # the dump's line of that cable
     assert "2xNDR" in findings[("degraded_link", "link-gpu001-nic0")].message
 
 
