@@ -613,10 +613,10 @@ def _missing(out: FabricTopology, shape: _Shape) -> dict[str, list[int]]:
         return likely
     usual = counts.most_common(1)[0][0]
     rails = set(leaf_rail.values())
-    spare: Counter[int] = Counter()  # leaf -> HCAs there whose host is unknown
+    spare: dict[int, list[int]] = defaultdict(list)  # leaf -> ports of HCAs there whose host is unknown
     for h in hcas.values():
         if h.host is None and not h.refused and h.guid in leaf_of:
-            spare[leaf_of[h.guid][0]] += 1
+            spare[leaf_of[h.guid][0]].append(leaf_of[h.guid][1])
     hosts_on: dict[int, set[str]] = defaultdict(set)
     for host, members in by_host.items():
         for m in members:
@@ -632,18 +632,26 @@ def _missing(out: FabricTopology, shape: _Shape) -> dict[str, list[int]]:
         }
         lacking = sorted(rails - set(have)) if shape.rail_optimised else []
         need = lacking or [-1] * (usual - len(members))
-        taken: list[int] = []
+        # where its HCAs all sit at one port number, the missing one would too (the cabling rule above)
+        ports = {leaf_of[m.guid][1] for m in members if m.guid in leaf_of}
+        taken: list[tuple[int, int]] = []
         for r in need:
-            spot = next((g for g in sorted(near) if spare[g] and (r < 0 or leaf_rail.get(g) == r)), None)
+            spot = next(
+                (
+                    (g, p) for g in sorted(near) if r < 0 or leaf_rail.get(g) == r
+                    for p in spare[g] if len(ports) != 1 or p in ports
+                ),
+                None,
+            )  # fmt: skip
             if spot is None:
                 break
-            spare[spot] -= 1
+            spare[spot[0]].remove(spot[1])
             taken.append(spot)
         if len(taken) == len(need):
             likely[host] = lacking
             continue
-        for g in taken:
-            spare[g] += 1
+        for g, p in taken:
+            spare[g].append(p)
         out.findings.append(
             Finding(
                 "missing_hca",
