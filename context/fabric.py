@@ -69,6 +69,7 @@ COSTS: dict[str, tuple[str, str]] = {
     "missing_hca": ("problem", "the host cannot take jobs that need all its HCAs (large jobs)"),
     "not_on_fabric": ("problem", "the host takes no fabric traffic"),
     "degraded_link": ("problem", "one link at a fraction of its bandwidth: collectives through it slow down"),
+    "slow_links": ("note", "links slower than the fabric's usual speed: older adapters, or a fault to check"),
     "too_many_hcas": ("note", "host names shared by several hosts: their HCAs cannot be told apart"),
     "duplicate_name": ("note", "two switches under one name: each keeps its GUID in its id"),
     "invalid_name": ("note", "a host name the id grammar refuses: the HCA keeps its GUID id"),
@@ -492,6 +493,7 @@ def _findings(out: FabricTopology, shape: _Shape) -> None:
                     "cable its uplinks; its hosts reach nothing beyond it",
                 )
             )
+    slow: list[tuple[str, Cable, str]] = []
     for cls, pick in (("host", True), ("switch", False)):
         cables = [c for c in fabric.cables if c.a[0] != c.b[0] and (c.a[0] in hcas or c.b[0] in hcas) == pick]
         if not cables:
@@ -499,8 +501,8 @@ def _findings(out: FabricTopology, shape: _Shape) -> None:
         width = Counter(c.width for c in cables).most_common(1)[0][0]
         speed = Counter(c.speed for c in cables).most_common(1)[0][0]
         for c in cables:
-            if c.width != width or c.speed != speed:
-                entity = _cable_entity(c, hcas, ids)
+            entity = _cable_entity(c, hcas, ids)
+            if _lanes(c.width) < _lanes(width):  # a 4x cable trained on fewer lanes: a fault of the cable
                 add(
                     Finding(
                         "degraded_link",
@@ -510,6 +512,23 @@ def _findings(out: FabricTopology, shape: _Shape) -> None:
                         fabric.evidence(c),
                     )
                 )
+            elif _GENERATIONS.get(c.speed, 99) < _GENERATIONS.get(speed, 0):
+                slow.append((entity, c, f"{c.width}{c.speed} (the fabric's {cls} links: {width}{speed})"))
+    if slow:
+        # ibnetdiscover shows the speed a link trained at, not what its ends support: an adapter of
+        # an older generation (a DDR card on a QDR switch) trains at its own top speed, so a slower
+        # link is a note to check, not a fault (width is: every adapter since SDR has 4 lanes)
+        add(
+            Finding(
+                "slow_links",
+                "fabric",
+                f"{len(slow)} links run slower than the fabric's usual speed: "
+                + ", ".join(f"{e} at {why}" for e, _, why in slow[:3]) + (", ..." if len(slow) > 3 else ""),
+                "check the adapter (or switch) model at each end: an older generation trains at its own top "
+                "speed; if both ends support more, reseat or replace the cable",
+                tuple(line for _, c, _ in slow for line in fabric.evidence(c)),
+            )
+        )  # fmt: skip
     likely = _missing(out, shape)
     for host, members in sorted(by_host.items()):
         if len(members) > MAX_NICS_PER_NODE:
@@ -532,6 +551,14 @@ def _findings(out: FabricTopology, shape: _Shape) -> None:
                 )
             )
     _unnamed(out, shape, likely)
+
+
+# InfiniBand link speeds in the order of their generations (IBTA), as ibnetdiscover prints them
+_GENERATIONS = {s: n for n, s in enumerate(("SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR"))}
+
+
+def _lanes(width: str) -> int:
+    return int(width[:-1]) if width[:-1].isdigit() else 0
 
 
 def _where(shape: _Shape, h: Hca) -> str:
