@@ -713,8 +713,8 @@ def _unnamed(out: FabricTopology, shape: _Shape, likely: dict[str, list[int]]) -
             "unnamed_hcas",
             "fabric",
             f"{len(unnamed)} HCAs have no host name in their node description"
-            + (f": {len(placed)} placed on their host by their cabling, {len(unknown)} host unknown" if placed else
-               ": host unknown")
+            + (f": {len(placed)} placed on their host by their cabling" if placed else "")
+            + (f"{'; ' if placed else ': '}{len(unknown)} host unknown" if unknown else "")
             + (f"; {len(hosts)} hosts short of an HCA are most likely short of one of these "
                f"({', '.join(hosts[:5])}{', ...' if len(hosts) > 5 else ''})" if hosts else ""),
             "set the node descriptions (rdma-core's rdma-ndd writes '<host> <device>' on every host) or map "
