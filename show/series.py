@@ -86,7 +86,10 @@ def key_series(
         parent = parent_of or (lambda _e: None)
         others = [str(a) for a in record.get("affected", [])] + [e for e, _ in pairs]
         kind = registry.KINDS.get(str(record["root_cause"].get("kind")))
-        needs = [tuple(n.split(".", 1)) for n in (kind.needs if kind is not None else ())]
+        # "measurement.field" (a "measurement#tag" need names a tag, nothing to draw)
+        needs: list[tuple[str, str]] = [
+            (m, f) for n in (kind.needs if kind is not None else ()) if "#" not in n for m, _, f in [n.partition(".")]
+        ]
         if (kind_of(root) or "") in _NETWORK:
             needs.append(THROUGHPUT)
         first = sorted(needs, key=lambda n: _is_counter(n[0], n[1]) and n != THROUGHPUT)

@@ -307,3 +307,21 @@ def test_a_truth_of_another_run_is_refused(tmp_path: Path, graph: TopologyGraph)
         with pytest.raises(TruthMismatchError, match=reason):
             check_truth(files)
     assert math.isfinite(T0)
+
+
+def test_the_series_first_show_the_root_kind(graph: TopologyGraph) -> None:
+    from show.series import key_series
+    from vocab import registry
+
+    optic = next(e for e in graph.ids if graph.kind(e) == "optic")
+    nic = graph.parent(optic)
+    record = _record(
+        optic,
+        "optic_degradation",
+        [optic, nic],
+        evidence=[{"entity": nic, "metric": "port_rcv_errors", "at": T0, "value": 3.0}],
+    )
+    keys = key_series(record, 8, lambda e: graph.kind(e) if e in graph else None, graph.parent)
+    assert keys[0] == (optic, "rx_power_dbm")  # the optic's power, not the NIC's errors, leads
+    for kind in registry.KINDS.values():  # every kind's needs can be read (tags among them)
+        key_series(_record(optic, kind.name, [optic]), 8, lambda e: graph.kind(e) if e in graph else None, graph.parent)
