@@ -3,8 +3,8 @@ began, and apart from them the jobs that started on those GPUs while it was open
 its GPUs on the affected parts and its GPUs in all. A job that had ended before the onset was not
 hit, and is not counted (it is named, so a reader who remembers it sees why it is missing).
 
-The onset is the earliest the engine saw the incident: its first piece of evidence, or its opening
-time if that is earlier. The affected GPUs: the GPUs among the affected entities (that GPU only);
+The onset is the earliest the engine saw the incident: its first piece of evidence, the warning
+it took over, or its opening time. The affected GPUs: the GPUs among the affected entities (that GPU only);
 a node's other parts among them (its NIC, its PSU) and the nodes whose work passes through the
 root (a leaf's hosts, a PSU's node, a rack's nodes): every GPU of the node, as the engine reads it
 (rca/incidents.py `_blast`, `_nodes_under`).
@@ -52,7 +52,11 @@ class Blast:
 
 
 def onset_of(record: Mapping[str, Any]) -> float:
+    """The earliest the engine saw it: opened, its first evidence, or the warning it took over
+    (a precursor's warning is the same fault seen early)."""
     times = [float(e["at"]) for e in record.get("evidence", []) if isinstance(e.get("at"), int | float)]
+    if isinstance(record.get("warned"), int | float):
+        times.append(float(record["warned"]))
     return min([float(record["opened"]), *times])
 
 
