@@ -325,3 +325,10 @@ def test_the_series_first_show_the_root_kind(graph: TopologyGraph) -> None:
     assert keys[0] == (optic, "rx_power_dbm")  # the optic's power, not the NIC's errors, leads
     for kind in registry.KINDS.values():  # every kind's needs can be read (tags among them)
         key_series(_record(optic, kind.name, [optic]), 8, lambda e: graph.kind(e) if e in graph else None, graph.parent)
+
+
+def test_the_onset_includes_the_warning_taken_over(graph: TopologyGraph) -> None:
+    node = sorted(e for e in graph.ids if graph.kind(e) == "node")[1]
+    events = [_start("ran", [node], T0 - 7200), {"type": "job_end", "job": "ran", "time": T0 - 1800}]
+    record = _record(f"{node}-gpu1", "gpu_hbm_ecc", [f"{node}-gpu1"], warned=T0 - 3600)
+    assert [j.when for j in blast_radius(record, graph, Schedule.from_events(events)).jobs] == ["at onset"]
