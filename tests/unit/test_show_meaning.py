@@ -315,6 +315,7 @@ def test_the_series_first_show_the_root_kind(graph: TopologyGraph) -> None:
 
     optic = next(e for e in graph.ids if graph.kind(e) == "optic")
     nic = graph.parent(optic)
+    assert nic is not None
     record = _record(
         optic,
         "optic_degradation",
