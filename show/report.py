@@ -21,14 +21,13 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from detectors.runner import read_events
 from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
 from rca.graph import TopologyGraph
 from show.blast import blast_radius
 from show.page import STYLE, _when, render_incident, render_list
 from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series
 from show.topology_svg import Picture, neighbourhood
-from vocab.schedule import Schedule
+from vocab.schedule import Schedule, event_problem
 
 TIMELINE_W, ROW = 1100, 18
 
@@ -63,6 +62,29 @@ def load(run: Path, truth: Path | None, input_dir: Path | None) -> RunFiles:
     files.stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
     files.faults = _jsonl(truth) if truth is not None else []
     return files
+
+
+def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The scheduler's events file: the usable events and how many lines were not (the pages run
+    no detection stage, so they read the file with the vocabulary's own check, as
+    detectors/runner.py `read_events` does for the run)."""
+    events: list[dict[str, Any]] = []
+    bad = 0
+    if not path.is_file():
+        return events, bad
+    for raw in path.read_bytes().splitlines():
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            bad += 1
+            continue
+        if event_problem(event) is None:
+            events.append(event)
+        else:
+            bad += 1
+    return events, bad
 
 
 # ------------------------------------------------------------------ the truth matches the run
