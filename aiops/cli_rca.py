@@ -254,6 +254,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if len(args.truth) != len(args.run):
         raise CliError("give one --run DIR per --truth FILE (in the same order) to score several runs together")
+    from show.report import TruthMismatchError, check_truth, load
+
+    for truth, run in zip(args.truth, args.run, strict=True):  # a truth file of another run is refused
+        try:
+            check_truth(load(Path(run), Path(truth), None))
+        except TruthMismatchError as exc:
+            raise CliError(str(exc)) from None
+        except FileNotFoundError:
+            pass  # no incidents.jsonl: the evaluation says what is missing
     try:
         if len(args.truth) == 1:
             result = evaluate_paths(Path(args.truth[0]), Path(args.run[0]))
