@@ -240,7 +240,10 @@ def cmd_gen(args: argparse.Namespace) -> int:
     )
     try:
         gen = Generation(config)
-    except (TopologyError, FaultSpecError, ValueError) as exc:
+    except FaultSpecError as exc:
+        hint = " (a larger --gpus or --hours, or fewer --faults)" if "no free place" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
+    except (TopologyError, ValueError) as exc:
         raise CliError(str(exc)) from None
     progress = Progress(gen.sim.steps, "aiops gen", "ticks")
 
@@ -598,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--speed", type=float, help="pace: simulated seconds per second (default: as fast as possible)")
     p.add_argument("--out", metavar="DIR", help="write topology.json, telemetry.lp, events.jsonl, truth.jsonl")
+    p.add_argument("--force", action="store_true", help="with --out: write into a folder that is not empty")
     p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
     p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
     p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
@@ -817,6 +821,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # expected with megabyte batches and says nothing the operator can act on.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     handler: Handler = args.handler
+    from aiops.cli_checks import ArgumentError, check
+
+    try:  # before the command imports its stage: a bad argument is refused in well under a second
+        check(args)
+    except ArgumentError as exc:
+        print(f"aiops: {exc}", file=sys.stderr)
+        return 2
     try:
         return handler(args)
     except CliError as exc:

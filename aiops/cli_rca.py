@@ -67,6 +67,7 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
     """The notification stage, when a config is given: its outbox lives beside the run's output
     (offline) or in the state directory (the daemon, one file per consumer group)."""
     from aiops.cli import CliError
+    from aiops.cli_checks import receiver_url_problems
     from notify.config import NotifyConfigError, load
     from notify.service import Notifier
 
@@ -77,6 +78,9 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
         config = load(Path(path))
     except NotifyConfigError as exc:
         raise CliError(str(exc)) from None
+    problems = receiver_url_problems(config)  # AIOPS_NOTIFY_CONFIG is not seen by the early checks
+    if problems:
+        raise CliError(f"{path}: " + "; ".join(problems))
     if args.kafka:
         state = Path(args.state_dir) if args.state_dir else configured.state_dir
         outbox = state / f"notify-{args.group or configured.kafka.run_group}.sqlite"
