@@ -467,6 +467,13 @@ def cmd_score_csv(args: argparse.Namespace) -> int:
     return 0
 
 
+def demo_report_dir() -> Path:
+    """Where `aiops demo` writes its run and report pages unless told (replaced by each demo)."""
+    import os
+
+    return Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops")) / "demo-report"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.sample or args.input:  # the ingest path alone, on a line-protocol file
         from aiops.demo import run_demo
@@ -501,8 +508,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         notifier = Notifier(config, Path(tempfile.mkdtemp(prefix="aiops-demo-")) / "notify-outbox.sqlite")
         notifier.start()
+    report = None if args.no_report else Path(args.report) if args.report else demo_report_dir()
+    if report is not None and report.is_dir() and not args.report:  # ours: the last demo's
+        import shutil
+
+        shutil.rmtree(report)
     try:
         return run_cluster_demo(
+            report=report,
             gpus=args.gpus,
             hours=args.hours,
             seed=args.seed,
@@ -683,6 +696,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", action="store_true", help="only the ingest path, on the sample shipped with the tests")
     p.add_argument("--input", help="with the ingest path: a line-protocol file instead of the sample")
     p.add_argument("--notify-config", metavar="FILE", help="also send the incidents to chat (see aiops run)")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="where the run and its report pages go (default: demo-report in the cache, ~/.cache/aiops)",
+    )
+    p.add_argument("--no-report", action="store_true", help="no report pages")
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks that print tables")

@@ -33,9 +33,7 @@ def _folder(value: str | None, option: str, needs: tuple[str, ...] = ("telemetry
         raise ArgumentError(f"{option} {path}: not a folder ({MAKE_FOLDER})")
     missing = [name for name in needs if not (path / name).is_file()]
     if missing:
-        raise ArgumentError(
-            f"{option} {path}: not a recorded cluster, it has no {', '.join(missing)} ({MAKE_FOLDER})"
-        )
+        raise ArgumentError(f"{option} {path}: not a recorded cluster, it has no {', '.join(missing)} ({MAKE_FOLDER})")
 
 
 def _file(value: str | None, option: str, what: str) -> None:
@@ -114,8 +112,8 @@ def check(args: argparse.Namespace) -> None:
     if command == "demo":
         _file(getattr(args, "input", None), "--input", "line protocol: aiops gen --out DIR writes DIR/telemetry.lp")
         report = getattr(args, "report", None)
-        if report:
-            _out_folder(report, force=getattr(args, "force", False))
+        if report:  # a folder a demo wrote before may be written again
+            _out_folder(report, force=(Path(report) / "index.html").is_file())
 
 
 __all__ = ["ArgumentError", "check", "receiver_url_problems"]
