@@ -95,7 +95,7 @@ def check(args: argparse.Namespace) -> None:
             raise ArgumentError(f"--{name} takes a positive number, got {value:g}")
     if command in ("run", "detect") and not kafka:
         _folder(getattr(args, "input", None), "--input")
-    if command == "run" and kafka:
+    if command == "run" and kafka and not args.wait_for_topology:
         _file(args.topology, "--topology", "the cluster's topology.json: aiops topology import makes one")
     if command in ("run", "detect") and kafka:
         _file(args.events, "--events", "the scheduler's events, JSON lines: aiops scheduler follow writes them")
