@@ -156,9 +156,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.remote_write:
+        return cmd_remote_write(args, settings)
     from ingest.service import run_ingest_service
 
-    settings = _settings(args)
     if args.downsample is not None:
         if args.downsample < 0:
             raise CliError(f"--downsample takes seconds >= 0 (0 = every value), got {args.downsample:g}")
@@ -175,6 +177,26 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{stats.aggregate_points} points; late for their window {stats.late_for_window}, "
             f"stored before a restart {stats.repeated_after_restart}, still open {stats.open_rows}"
         )
+    return 0
+
+
+def cmd_remote_write(args: argparse.Namespace, settings: Settings) -> int:
+    from ingest.remote_write import MAX_BODY_BYTES
+    from ingest.remote_write_service import run_remote_write
+
+    counts = run_remote_write(
+        settings.kafka,
+        args.remote_write,
+        stop_on_signals(),
+        idle_stop_s=args.stop_when_idle,
+        max_body_bytes=args.remote_write_max_bytes or MAX_BODY_BYTES,
+    )
+    print(
+        f"remote write: {counts['requests']} requests, {counts['series']} series, {counts['samples']} samples "
+        f"as {counts['lines']} lines; dead-lettered {counts['deadlettered']} ({counts['series_unmapped']} series "
+        f"unmapped), {counts['stale_markers']} stale markers, refused {counts['refused']}, "
+        f"Kafka unavailable {counts['unavailable']}"
+    )
     return 0
 
 
@@ -569,7 +591,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--started-file", metavar="FILE", help="write the wall clock of the first release here")
     p.set_defaults(handler=cmd_replay)
 
-    p = sub.add_parser("ingest", help="consume telemetry from Kafka and write it raw to InfluxDB")
+    p = sub.add_parser(
+        "ingest",
+        help="consume telemetry from Kafka and write it raw to InfluxDB; with --remote-write, take "
+        "Prometheus remote write onto the telemetry topic instead",
+    )
     p.add_argument("--kafka", metavar="HOST:PORT")
     p.add_argument("--topic")
     p.add_argument("--group", help="consumer group (default aiops-ingest)")
@@ -582,6 +608,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="store raw telemetry per window of this many seconds (mean/max/min of gauges, last of counters; "
         "default AIOPS_INGEST__DOWNSAMPLE_S, 0 = every value); Kafka keeps full resolution",
+    )
+    p.add_argument(
+        "--remote-write",
+        metavar="HOST:PORT",
+        help="instead: listen for Prometheus remote write 1.0 (POST /api/v1/write) and publish the dcgm-exporter "
+        "and node-exporter InfiniBand series to the telemetry topic as the catalog's lines (docs/collectors.md)",
+    )
+    p.add_argument(
+        "--remote-write-max-bytes",
+        type=int,
+        metavar="BYTES",
+        help="largest compressed body taken (default 16 MiB; the decompressed limit is 4 times this, at least 64 MiB)",
     )
     p.set_defaults(handler=cmd_ingest)
 

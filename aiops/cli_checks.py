@@ -85,6 +85,14 @@ def _out_folder(value: str | None, force: bool) -> None:
         raise ArgumentError(f"--out {path}: the folder is not empty; give another folder, or --force to overwrite it")
 
 
+def listen_address(value: str) -> tuple[str, int]:
+    """HOST:PORT (or :PORT, every interface) for a listener; ArgumentError otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ArgumentError(f"--remote-write {value}: give HOST:PORT to listen on, e.g. 0.0.0.0:9201")
+    return host or "0.0.0.0", int(port)
+
+
 def check(args: argparse.Namespace) -> None:
     """Raise ArgumentError for the first argument of `args` that cannot work."""
     command = getattr(args, "command", None)
@@ -105,6 +113,10 @@ def check(args: argparse.Namespace) -> None:
         _notify_config(getattr(args, "notify_config", None))
     if command == "run":
         _file(getattr(args, "actions", None), "--actions", "action policies, YAML: see docs/acting.md")
+    if command == "ingest" and getattr(args, "remote_write", None):
+        listen_address(args.remote_write)
+        if args.remote_write_max_bytes is not None and args.remote_write_max_bytes <= 0:
+            raise ArgumentError(f"--remote-write-max-bytes takes a positive size, got {args.remote_write_max_bytes}")
     if command == "gen":
         _out_folder(args.out, args.force)
     if command == "produce":
@@ -116,4 +128,4 @@ def check(args: argparse.Namespace) -> None:
             _out_folder(report, force=(Path(report) / "index.html").is_file())
 
 
-__all__ = ["ArgumentError", "check", "receiver_url_problems"]
+__all__ = ["ArgumentError", "check", "listen_address", "receiver_url_problems"]
