@@ -71,8 +71,7 @@ def prometheus_config(exporter_url: str, door: str) -> str:
     assert f"http://{door}/" in shipped
     return (
         f"global:\n  scrape_interval: {INTERVAL_S}s\n  scrape_timeout: {INTERVAL_S}s\n"
-        f"scrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: [\"{target}\"]\n"
-        + shipped
+        f'scrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: ["{target}"]\n' + shipped
     )
 
 
