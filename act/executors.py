@@ -372,6 +372,8 @@ class Actor:
             else:
                 self.audit.move(row.plan_id, "held", row.detail)
         for row in self.audit.rows("executing"):
+            if row.action == "check":
+                continue  # a health check changes nothing: act.remediation runs it again
             executor = self.executors.get(row.action)
             try:
                 took = executor.confirmed(row) if executor is not None else None
