@@ -143,8 +143,8 @@ class RemediationMachine:
 
     def suspect(self, row: Row, state: dict[str, Any], t: float) -> None:
         """A drain was planned: the node is suspect until it is done."""
-        if row.action != "drain":
-            return
+        if row.action != "drain" or row.decision in ("blocked", "excluded", "already_done"):
+            return  # nothing will be drained for it (the planner paged where a person must hear)
         root = state.get("root_cause") or {}
         source = "prediction" if state.get("status") == "warning" else "incident"
         self._open(row, str(root.get("kind", "")), str(root.get("entity", "")), source, t)
@@ -167,13 +167,20 @@ class RemediationMachine:
                 kind, root = _reason_fields(row.reason)
                 source = self._sources.get(row.policy, "incident")
                 self._open(row, kind, root, "prediction" if source == "prediction" else "incident", t)
-        for rec in self.audit.remediation_open():
-            if rec.next_at > t:
-                continue
-            try:
-                self._advance(rec, t)
-            except Exception:  # one node's trouble must not stop the others
-                log.exception("remediation of %s for %s failed at %s", rec.node, rec.incident_id, rec.state)
+        for first in self.audit.remediation_open():
+            rec: Record | None = first
+            for _ in range(4 * (len(STATES) + len(DEFAULT_LADDER))):  # as far as it can go now
+                if rec is None or rec.state not in OPEN or rec.next_at > t:
+                    break
+                try:
+                    self._advance(rec, t)
+                except Exception:  # one node's trouble must not stop the others
+                    log.exception("remediation of %s for %s failed at %s", rec.node, rec.incident_id, rec.state)
+                    break
+                after = self.audit.remediation_get(rec.node, rec.incident_id)
+                if after == rec:
+                    break  # waiting (a drain not done yet, a step to settle)
+                rec = after
 
     def _advance(self, rec: Record, t: float) -> None:
         if rec.state == "suspect":
@@ -235,7 +242,7 @@ class RemediationMachine:
             assert row is not None
         if row.state in ("planned", "executing"):
             return  # a restart settles it first (act.executors.Actor.settle)
-        step = {"at": t, "step": action, "target": target, "state": row.state, "detail": row.detail[-300:]}
+        step = {"at": t, "step": action, "target": target, "result": row.state, "detail": row.detail[-300:]}
         if row.state == "done":
             wait = self.settings.reboot_wait_s if action == "reboot" else 0.0
             self._move(rec, "validating", t + wait, rung=rec.rung + 1, step=step)
@@ -324,8 +331,9 @@ class RemediationMachine:
     def _escalate(self, rec: Record, t: float, why: str, step: dict[str, Any] | None = None) -> None:
         history = [*rec.history, *([step] if step else [])]
         tried = "; ".join(
-            f"{h['step']} {'passed' if h.get('passed') else 'failed' if h['step'] == 'check' else h.get('state', '')}"
+            f"{h['step']} {'passed' if h.get('passed') else 'failed' if h['step'] == 'check' else h.get('result', '')}"
             for h in history
+            if "step" in h
         )
         self._move(rec, "escalated", t, step=step, closed=True, note=why)
         ticket = plan_id(rec.incident_id, f"{rec.policy}:remediation", "ticket", rec.node)
