@@ -56,7 +56,9 @@ class ActLoop:
         # the node's way back after a drain: remediated, checked, returned or a person paged
         self.remediation: RemediationMachine | None = None
         if config.remediation is not None:
-            self.remediation = RemediationMachine(config, audit, self.actor, lambda message: page(message, ""))
+            self.remediation = RemediationMachine(
+                config, audit, self.actor, lambda message: page(message, ""), jobs_on=jobs_on
+            )
             self.planner.returns_itself = self.remediation.owns
         self.waiting: dict[str, Waiting] = {}
         # approvals asked for through the API (another thread): taken at the next tick, in order

@@ -127,6 +127,7 @@ class RemediationMachine:
         actor: Actor,
         page: Callable[[str], None],
         checks: Sequence[Check] | None = None,
+        jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
     ) -> None:
         settings = config.remediation
         assert settings is not None
@@ -138,6 +139,9 @@ class RemediationMachine:
         )
         self.live = settings.execute and not config.dry_run
         self._sources = {p.name: p.match.source for p in config.policies}
+        self.jobs_on = jobs_on  # the jobs the scheduler says run on a node
+        # a job's state as the scheduler tells it (SlurmCli.job_state): when a requeued job runs again
+        self.job_state: Callable[[str], str | None] | None = None
 
     # ------------------------------------------------------------------ what it is told
 
@@ -168,7 +172,8 @@ class RemediationMachine:
                 source = self._sources.get(row.policy, "incident")
                 self._open(row, kind, root, "prediction" if source == "prediction" else "incident", t)
         for first in self.audit.remediation_open():
-            rec: Record | None = first
+            self._jobs_back(first, t)
+            rec: Record | None = self.audit.remediation_get(first.node, first.incident_id)
             for _ in range(4 * (len(STATES) + len(DEFAULT_LADDER))):  # as far as it can go now
                 if rec is None or rec.state not in OPEN or rec.next_at > t:
                     break
@@ -190,15 +195,58 @@ class RemediationMachine:
             at = drain.acted_at if drain.acted_at is not None else t
             if not self.live:
                 return  # dry run: the node stays drained until its incident resolves, as before
+            steps = self._requeue(rec, t)
             if rec.source == "prediction":
-                self._move(rec, "validating", t, drained_at=at, note="drained on a prediction: checked at once")
+                note = "drained on a prediction: checked at once"
+                self._move(rec, "validating", t, drained_at=at, note=note, steps=steps)
             else:
-                self._move(rec, "remediating", t, rung=0, drained_at=at)
+                self._move(rec, "remediating", t, rung=0, drained_at=at, steps=steps)
             return
         if rec.state == "remediating":
             self._remediate(rec, t)
         elif rec.state == "validating":
             self._validate(rec, t)
+
+    def _requeue(self, rec: Record, t: float) -> list[dict[str, Any]]:
+        """The jobs still running on the drained node (a drain at a checkpoint leaves them running:
+        Slurm lets a DRAINING node's jobs finish) requeued, where the site has a requeue executor
+        (Slurm's `scontrol requeue`): each restarts elsewhere, from the checkpoint just written."""
+        if "requeue" not in self.actor.executors:
+            return []
+        steps = []
+        for job in sorted(self.jobs_on(rec.node, t)):
+            pid = plan_id(rec.incident_id, f"{rec.policy}:remediation", "requeue", job)
+            if self.audit.get(pid) is None:
+                row = Row(
+                    pid,
+                    rec.incident_id,
+                    f"{rec.policy}:remediation",
+                    "requeue",
+                    job,
+                    f"aiops {rec.incident_id}: {rec.node} drained",
+                    "execute",
+                    "planned",
+                    None,
+                    "",
+                    t,
+                    node=rec.node,
+                )
+                self.audit.add(row)
+                self.actor.run(row, t)
+            done = self.audit.get(pid)
+            steps.append({"at": t, "step": "requeue", "target": job, "result": done.state if done else "?"})
+        return steps
+
+    def _jobs_back(self, rec: Record, t: float) -> None:
+        """A requeued job seen RUNNING again: when, in the node's history (its incident's MTTR)."""
+        if self.job_state is None:
+            return
+        seen = {h["target"] for h in rec.history if h.get("step") == "job_running"}
+        waiting = [h["target"] for h in rec.history if h.get("step") == "requeue" and h.get("result") == "done"]
+        for job in waiting:
+            if job not in seen and self.job_state(job) == "RUNNING":
+                self._move(rec, rec.state, rec.next_at, step={"at": t, "step": "job_running", "target": job})
+                rec = self.audit.remediation_get(rec.node, rec.incident_id) or rec
 
     def _ladder(self, kind: str) -> tuple[str, ...]:
         return tuple(self.settings.ladders.get(kind, LADDERS.get(kind, DEFAULT_LADDER)))
@@ -369,11 +417,13 @@ class RemediationMachine:
         step: dict[str, Any] | None = None,
         closed: bool = False,
         note: str | None = None,
+        steps: Sequence[dict[str, Any]] = (),
     ) -> None:
         entry = dict(step or {})
         if note:
             entry["note"] = note
-        history = (*rec.history, {"state": state, **entry}) if entry or state != rec.state else rec.history
+        history = (*rec.history, *({"state": rec.state, **s} for s in steps))
+        history = (*history, {"state": state, **entry}) if entry or state != rec.state else history
         self.audit.remediation_put(
             Record(
                 rec.node,

@@ -307,3 +307,30 @@ def test_a_command_check_passes_on_exit_zero_and_keeps_its_output() -> None:
     assert passed.passed and "diag n00001 ok" in passed.output  # {node} filled in, no shell on it
     failed = CommandCheck(["sh", "-c", "echo memory test failed >&2; exit 3"], 10)("n00001")
     assert not failed.passed and "-> 3" in failed.output and "memory test failed" in failed.output
+
+
+def test_the_jobs_left_on_a_drained_node_are_requeued_and_their_return_recorded() -> None:
+    calls: list[tuple[str, str]] = []
+    config = parse({"dry_run": False, "policies": [DRAIN], "remediation": REMEDIATE})
+    act = ActLoop(
+        config,
+        AuditLog(None),
+        dict.fromkeys(("drain", "resume", "requeue", "reboot"), Recorder(calls)),
+        lambda message, subject: None,
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+        jobs_on=lambda node, t: {"4242": 8},
+    )
+    states = {"4242": "PENDING"}
+    machine(act).checks = [lambda node: CheckResult(True, "ok")]
+    machine(act).job_state = states.get
+    act.offer([state("gpu_fell_off_bus")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("requeue", "4242"), ("reboot", "n00001")]
+    act.tick(160.0, {})
+    states["4242"] = "RUNNING"  # the scheduler started it again elsewhere
+    act.tick(220.0, {})
+    act.tick(700.0, {})
+    (rec,) = machine(act).audit.remediation_all()
+    (back,) = [h for h in rec.history if h.get("step") == "job_running"]
+    assert back["at"] == 220.0 and back["target"] == "4242" and rec.state == "returned"
