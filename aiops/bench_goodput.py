@@ -576,7 +576,9 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             f"ETTR: one {args.big_gpus:,}-GPU job, checkpoint every {args.big_ckpt_s / 60:g} min, restart "
             f"{args.restart_s / 60:g} min, spares, at the Llama 3 rate ({LLAMA3_RATE:.2f} per 1,000 GPU-days). "
             f"Self-heal: faults in a node put right and returned with no person (all; of kinds a reset or reboot "
-            f"fixes). MTTR: median onset -> the job running again; onset -> the node back, or a person paged"
+            "fixes). MTTR: median onset -> the job running again; -> the node back, checked, with no person; "
+            "faults that went to a person (a drained node waits for one without remediation), and the median time"
+            " until then"
         ),
     )
     for col in (
@@ -589,7 +591,8 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "self-healed",
         "of fixable",
         "MTTR job",
-        "MTTR node/person",
+        "MTTR node back",
+        "to a person",
     ):
         table.add_column(col, justify="right")
     base = totals["none"].gpu_s
@@ -609,7 +612,8 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         healed = sum(o.healed for o in outs)
         healed_fixable = sum(o.healed for o in fixable)
         job = median([o.job_back_s for o in outs if o.job_back_s is not None])
-        node = median([o.node_back_s if o.node_back_s is not None else (o.person_s or 0.0) for o in outs])
+        node = median([o.node_back_s for o in outs if o.node_back_s is not None])
+        person = median([o.person_s for o in outs if o.person_s is not None])
         kinds: dict[str, Any] = {}
         for o in outs:
             k = kinds.setdefault(
@@ -632,6 +636,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             f"{healed_fixable}/{len(fixable)}",
             minutes(job),
             minutes(node),
+            f"{sum(o.person_s is not None for o in outs)}, {minutes(person)}",
         )
         report["modes"][mode] = {
             "gpu_hours_per_1k_gpu_days": t.gpu_s / 3600 * per,
@@ -646,7 +651,9 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "self_healed_fixable": healed_fixable,
             "fixable": len(fixable),
             "mttr_job_s": job,
-            "mttr_node_or_person_s": node,
+            "mttr_node_back_s": node,
+            "to_a_person": sum(o.person_s is not None for o in outs),
+            "to_a_person_s": person,
             "per_kind": kinds,
         }
     console.print(table)
