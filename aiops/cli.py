@@ -791,6 +791,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--horizon-h", type=float, default=12.0, help="a drain with no fault this long after it is wrong")
     b.add_argument("--max-nodes", type=int, default=8, help="the breaker: nodes out of service per hour")
     b.add_argument("--max-fraction", type=float, default=0.02, help="the breaker: share of the cluster per hour")
+    b.add_argument("--faults", help="a generator fault spec (e.g. all=1) instead of the Llama 3 rate")
+    b.add_argument("--big-gpus", type=int, default=10_000, help="the large job whose ETTR is reported")
+    b.add_argument("--big-ckpt-s", type=float, default=1800.0, help="the large job's checkpoint period")
+    b.add_argument("--cache", default=None, help="keep each history's replay here (a rerun of the acting side is fast)")
     b.add_argument("--out", help="also write the figures as JSON here")
     b = bench.add_parser(
         "soak", help="the daemons under a 10,000-GPU stream for 30 min, with kills and a broker restart (services)"
