@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.anomaly import Anomaly, Prediction, wire_number
-from rca.blast import AT_ONSET, affected_gpus, jobs_hit, onset
+from rca.blast import AT_ONSET, STARTED_WHILE_OPEN, affected_gpus, jobs_hit, onset
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, gpu_kind, nic_kind, symptom_of
@@ -376,12 +376,14 @@ class IncidentEngine:
 
     def _blast(self, incident: Incident, t: float) -> None:
         g = self.graph
-        # the jobs holding the affected GPUs at onset (rca/blast.py, as the incident page counts
-        # them): a job that ended before it was not hit, one that starts on them later is the
-        # page's to say apart; a GPU names its own job, a node's other part every job on the node
+        # the jobs holding the affected GPUs at onset and those that started on them while the
+        # incident was open (rca/blast.py, as the incident page counts them, apart): a job put on
+        # a broken node is hit too (it hangs or fails there); a job that ended before the onset
+        # was not; a GPU names its own job, a node's other part every job on the node
         start = onset(incident.opened, (float(e["at"]) for e in incident.evidence if "at" in e), incident.warned)
         held = affected_gpus(g, incident.root.entity, incident.affected, self._nodes_under(incident.root.entity))
-        hit = jobs_hit(self.schedule, held, start, t).counted(AT_ONSET)
+        blast = jobs_hit(self.schedule, held, start, t)
+        hit = blast.counted(AT_ONSET) + blast.counted(STARTED_WHILE_OPEN)
         incident.job_gpus = {j.job: j.gpus_total for j in hit}
         incident.jobs = sorted(incident.job_gpus)
         gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")

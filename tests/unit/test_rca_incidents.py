@@ -317,10 +317,11 @@ def test_blast_radius_leaves_out_a_job_that_ended_before_onset(graph: TopologyGr
     assert (incident.jobs, incident.gpus_hit) == ([], 1)  # eval-c ended 300 s before
 
 
-def test_blast_radius_is_the_jobs_at_onset_not_those_that_came_while_open(graph: TopologyGraph) -> None:
+def test_blast_radius_is_the_jobs_on_the_broken_parts_not_one_that_ended_before_onset(graph: TopologyGraph) -> None:
     # the rack-cooling page that said "48 GPUs hit" for a 32-GPU rack: a job on the affected
-    # GPUs at onset counts; one that started on them while the incident was open does not
-    # (the page says it apart), nor one that had ended before
+    # GPUs at onset counts, and so does one put on them while the incident was open (it runs on
+    # a broken part: a fabric manager down hangs it, tests/scenarios/test_quiet_faults.py); one
+    # that had ended before the onset does not
     pod = [node(n) for n in range(4)]
     schedule = Schedule.from_events(
         [
@@ -336,7 +337,7 @@ def test_blast_radius_is_the_jobs_at_onset_not_those_that_came_while_open(graph:
     for k in range(1, 13):  # still open, and updated, while came-later runs on the leaf's hosts
         engine.process(T + k * TICK, leaf_down(T + k * TICK))
     assert incident.status == "open" and incident.updated > T + 2 * TICK
-    assert (incident.jobs, incident.gpus_hit) == (["at-onset"], 16)
+    assert (incident.jobs, incident.gpus_hit) == (["at-onset", "came-later"], 32)
 
 
 def test_blast_radius_of_a_gpu_counts_only_the_job_holding_that_gpu(graph: TopologyGraph) -> None:
