@@ -47,6 +47,13 @@ class PeerRule(_Section):
     # only while the GPU works (DCGM_FI_DEV_GPU_UTIL at least PeerThresholds.busy_util_pct): an
     # idle second (a checkpoint, an eval gap) says nothing of how fast the GPU works
     busy_only: bool = False
+    # judged against its own place in the cohort (detectors/stack/place.py): the entity's value
+    # relative to its cohort's median at each scrape, its recent place against its earlier one;
+    # z is then the drop in standard errors of its own wander, rel_floor the least drop that counts
+    history: bool = False
+    # only samples with this clock event reason held count (a registry name, "" = any): a chip's
+    # place under the power cap is its efficiency; off the cap every GPU runs at its top clock
+    held_reason: str = ""
     why: str
     source: str
 
@@ -193,7 +200,7 @@ class PeerThresholds(_Section):
                     metric="DCGM_FI_DEV_SM_CLOCK",
                     cohort="job",
                     z=-4.0,
-                    rel_floor=0.025,
+                    rel_floor=0.035,
                     window_s=WINDOW_S,
                     busy_only=True,
                     why="a GPU whose clock stays well below its job's others over minutes slows the whole "
@@ -202,8 +209,28 @@ class PeerThresholds(_Section):
                     "SM clock wanders 1605-1920 MHz from one second to the next (4 % sd), so one scrape "
                     "is judged never, a 3-minute median is; Sinha et al., "
                     "'Not All GPUs Are Created Equal' (SC'22): identical GPUs under one cap differ by a "
-                    "few percent, so the spread never counts as less than 2.5 % and a straggler is 4 of "
-                    "those (10 %) below its job's median, beyond the cohort's own spread (its MAD)",
+                    "few percent (8 %, p5-p95), and a 3-minute median of 6 scrapes still wanders 1.9 % "
+                    "(1.25 x 3.8 % / sqrt 6), so the spread never counts as less than 3.5 % and a "
+                    "straggler against its job is 4 of those (14 %: 8 % chip spread + 3 x 1.9 %) below "
+                    "its job's median, beyond the cohort's own spread (its MAD); a milder fail-slow is "
+                    "found against its own place (the history rule below)",
+                ),
+                PeerRule(
+                    metric="DCGM_FI_DEV_SM_CLOCK",
+                    cohort="job",
+                    z=-5.0,
+                    rel_floor=0.03,
+                    busy_only=True,
+                    history=True,
+                    held_reason="sw_power_cap",
+                    why="a GPU whose clock falls from its own place in its job's spread is slower than it "
+                    "was (fail-slow), though still inside the spread of healthy chips",
+                    source="detectors/stack/place.py: under the SW power cap (reason 0x4, "
+                    "real-gpu/h200/nvml-1s.csv phase train) a chip's place is its efficiency and stays, "
+                    "its wander (3.8 % sd) has no memory; z -5: one false judgement in ~3.5 million "
+                    "independent ones (normal tail), 0.03 per 1,000 GPU-days with a fresh judgement "
+                    "every 30 samples at 30-s scrapes; the least drop 3 % (operational choice: less "
+                    "is within the chip-to-chip spread's own uncertainty, Sinha et al., SC'22)",
                 ),
                 PeerRule(
                     metric="DCGM_FI_DEV_POWER_USAGE",
@@ -295,6 +322,27 @@ class PeerThresholds(_Section):
         "real-gpu/h200/nvml-1s.csv, phase train: about one second in 25 is a step or checkpoint "
         "boundary (185-279 W at 87-100 % utilisation); a median of 5 needs 3 of them in a row "
         "(operational choice)",
+    )
+    history_recent_scrapes: int = sourced(
+        30,
+        "a GPU's recent place in its job (history rules) is the trimmed mean of this many of its samples",
+        "the test's power is in its samples: the place's wander under the cap is 3.8 % sd a sample "
+        "(real-gpu/h200/nvml-1s.csv, phase train, independent at lags of 10 s and more), so 30 recent "
+        "and 60 earlier samples give a standard error of ~1 % and a 5 % slowdown (the mildest fail-slow "
+        "that matters: Sinha et al., SC'22 measure 8 % between healthy GPUs) stands 5 of them out; at "
+        "60-s scrapes that is 30 minutes, inside the shortest straggler episodes FALCON reports "
+        "(Wu et al., ATC'24: fail-slows last tens of minutes to hours)",
+    )
+    history_baseline_scrapes: int = sourced(
+        60,
+        "a GPU's earlier place in its job is the median of up to this many samples before the recent ones",
+        "twice the recent samples: the baseline's error then adds a third to the recent one's "
+        "(operational choice; see history_recent_scrapes)",
+    )
+    history_baseline_min: int = sourced(
+        20,
+        "no history judgement before the baseline holds this many samples (a GPU new to its job)",
+        "with fewer, its own wander (the baseline's MAD) is not known well enough to set the bar (operational choice)",
     )
 
 

@@ -19,9 +19,11 @@ from numpy.typing import NDArray
 from detectors.anomaly import Anomaly
 from detectors.base import FloatArray, State, grow
 from detectors.peers import Persistence
+from detectors.stack.place import PlaceHistory
 from detectors.stack.summary import CohortSummary, robust_scale
 from detectors.stack.view import MeasurementTick, finite
 from ingest.frames import Frame
+from vocab import registry
 from vocab.thresholds import PeerRule, PeerThresholds
 
 NO_COHORT = "\x00"  # line protocol cannot carry it: no tag value is mistaken for it
@@ -30,6 +32,7 @@ MIN_COHORT = 4  # fewer members than this make no cohort to stand out from (as r
 
 BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
 TENSOR_FIELD = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 
 
 @dataclass
@@ -50,11 +53,13 @@ class PeerRules:
         # per measurement, between summarise and judge: the rules' values and cohort keys
         self._tick: dict[str, tuple[FloatArray, list[NDArray[np.object_]]]] = {}
         self._windows: dict[tuple[str, int], _Window] = {}
+        self._places: dict[tuple[str, int], PlaceHistory] = {}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_tick", {})  # a checkpoint from before the split
         self.__dict__.setdefault("_windows", {})  # ... and from before windows
+        self.__dict__.setdefault("_places", {})  # ... and from before places
 
     def window(self, rule: PeerRule) -> int:
         """Scrapes in a rule's window: its seconds at this interval, never fewer than the least."""
@@ -84,6 +89,8 @@ class PeerRules:
         for j, rule in enumerate(rules):
             if rule.busy_only:
                 values[:, j] = np.nan if busy is None else np.where(busy, values[:, j], np.nan)
+            if rule.held_reason:
+                values[:, j] = np.where(_holds(m, rule.held_reason), values[:, j], np.nan)
             if rule.window_s <= 0:
                 continue
             size = self.window(rule)
@@ -150,6 +157,7 @@ class PeerRules:
         beyond = np.zeros(values.shape, dtype=np.bool_)
         zs = np.full(values.shape, np.nan)
         medians = np.full(values.shape, np.nan)
+        shown = values.copy()  # what an anomaly says the value was (a history rule: its recent level)
         for j, rule in enumerate(rules):
             col, cohort = values[:, j], keys[j]
             rows = np.flatnonzero((cohort != NO_COHORT) & ~np.isnan(col))
@@ -162,13 +170,20 @@ class PeerRules:
             with np.errstate(divide="ignore", invalid="ignore"):
                 z = (col[rows] - median) / scale[inverse]
             z[stats.count[inverse] < MIN_COHORT] = np.nan
+            if rule.history:
+                place = np.full(len(col), np.nan)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    place[rows] = np.where(np.isnan(z), np.nan, col[rows] / median - 1.0)
+                z, shown[rows, j], median = self._against_place(m, j, rule, place, cohort, rows, median)
             zs[rows, j], medians[rows, j] = z, median
             beyond[:, j] = (zs[:, j] <= rule.z) if rule.z < 0 else (zs[:, j] >= rule.z)
+            if rule.history:
+                self._places[(m.name, j)].judged(m.series, beyond[:, j])
         fired = persistence.update(m.series, beyond, zs)
         out: list[Anomaly] = []
         for r, j in zip(*np.nonzero(fired), strict=True):
             rule = rules[j]
-            value, expected = values[r, j], medians[r, j]
+            value, expected = shown[r, j], medians[r, j]
             if rule.log:
                 value, expected = 10**value, 10**expected
             early = bool(abs(value - expected) < rule.warn_within)
@@ -177,7 +192,7 @@ class PeerRules:
                     m.t,
                     str(m.ids[r]),
                     rule.metric,
-                    f"warn:{rule.cohort}" if early else f"peer:{rule.cohort}",
+                    _detector(rule, early),
                     float(abs(zs[r, j])),
                     finite(value),
                     finite(expected),
@@ -186,6 +201,31 @@ class PeerRules:
             )
         return out
 
+    def _against_place(
+        self,
+        m: MeasurementTick,
+        j: int,
+        rule: PeerRule,
+        place: FloatArray,
+        cohort: NDArray[np.object_],
+        rows: NDArray[np.intp],
+        median: FloatArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """A history rule's judgement of `rows`: the drop of each one's place below its own
+        earlier place in standard errors (NaN: not judged; a drop under the rule's least drop is
+        not one), the value its recent place means at this scrape's median, and the value its
+        earlier place means."""
+        limits = self.limits
+        history = self._places.get((m.name, j))
+        if history is None:
+            history = self._places[(m.name, j)] = PlaceHistory(
+                limits.history_recent_scrapes, limits.history_baseline_scrapes, limits.history_baseline_min
+            )
+        history.add(m.series, place, cohort)
+        test = history.test(m.series[rows])
+        z = np.where(test.drop <= -rule.rel_floor, test.z, np.where(np.isnan(test.z), np.nan, 0.0))
+        return z, median * (1.0 + test.recent), median * (1.0 + test.baseline)
+
     def state_dict(self, name: str) -> State:
         p = self._persistence.get(name)
         out: State = {f"persistence.{k}": v for k, v in p.state_dict().items()} if p is not None else {}
@@ -193,6 +233,9 @@ class PeerRules:
             if measurement == name:
                 out.update({f"window{j}.samples": w.samples.copy(), f"window{j}.at": w.at.copy()})
                 out[f"window{j}.cohort"] = w.cohort.copy()
+        for (measurement, j), h in self._places.items():
+            if measurement == name:
+                out.update({f"place{j}.{k}": v for k, v in h.state_dict().items()})
         return out
 
     def load_state(self, name: str, s: State) -> None:
@@ -209,6 +252,32 @@ class PeerRules:
                     np.asarray(s[f"window{j}.at"], dtype=np.int64).copy(),
                     np.asarray(s[f"window{j}.cohort"], dtype=object).copy(),
                 )
+            if key.startswith("place") and key.endswith(".recent"):
+                j = int(key[len("place") : -len(".recent")])
+                sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith(f"place{j}.")}
+                limits = self.limits
+                self._places[(name, j)] = PlaceHistory.from_state(
+                    sub, limits.history_recent_scrapes, limits.history_baseline_scrapes, limits.history_baseline_min
+                )
+
+
+def _detector(rule: PeerRule, early: bool) -> str:
+    """peer:<cohort> (against the cohort), place:<cohort> (against its own place in it), or
+    warn:<cohort> when it is off by less than the rule's warn_within."""
+    if early:
+        return f"warn:{rule.cohort}"
+    return f"place:{rule.cohort}" if rule.history else f"peer:{rule.cohort}"
+
+
+def _holds(m: MeasurementTick, reason: str) -> NDArray[np.bool_]:
+    """Rows whose GPU holds this clock event reason (every row where the frame has no reasons:
+    a site that does not export them is judged on all its samples)."""
+    field_ = m.frame.fields.get(REASONS_FIELD)
+    if field_ is None:
+        return np.ones(len(m.frame), dtype=np.bool_)
+    bits = field_.as_float()
+    held = (np.nan_to_num(bits, nan=0.0).astype(np.int64) & registry.clock_reason(reason)) != 0
+    return np.asarray(held | np.isnan(bits), dtype=np.bool_)
 
 
 def _key(measurement: str, rule: int, cohort: str) -> str:

@@ -187,6 +187,60 @@ def test_a_straggler_is_a_gpu_that_stays_slower_than_its_job() -> None:
     assert {e for f in found for e, _, _ in f} == {"g5"}
 
 
+def recorded_job(scrapes: int, seed: int, slow: dict[int, tuple[int, float]] | None = None) -> list[dict[str, Frame]]:
+    """Eight GPUs of a job at their power cap, each with its chip's place in the job's spread
+    (Sinha et al., SC'22: +-2.4 % sd, the slowest 6 % under the median) and the recorded wander
+    around it (real-gpu/h200/nvml-1s.csv, phase train: 3.8 % sd, independent scrape to scrape,
+    in 15 MHz steps), the SW power cap reason held. `slow`: GPU -> (from which scrape, factor)."""
+    rng = np.random.default_rng(seed)
+    chips = [1.0, 0.94, 1.03, 0.98, 1.05, 0.97, 1.01, 0.99]
+    ticks = []
+    for k in range(scrapes):
+        lines = []
+        for i, chip in enumerate(chips):
+            start, factor = (slow or {}).get(i, (scrapes, 1.0))
+            clock = 1747.5 * chip * (1 + np.clip(rng.normal(0, 0.0377), -0.094, 0.094)) * (factor if k >= start else 1)
+            line = gpu_line(f"g{i}", clock=int(round(clock / 15) * 15), power=round(float(rng.normal(692, 4)), 1))
+            lines.append(line + ",DCGM_FI_DEV_CLOCKS_EVENT_REASONS=4i")
+        ticks.append(tick(30 * k, lines))
+    return ticks
+
+
+def test_a_job_of_healthy_chips_under_the_cap_raises_nothing_for_hours() -> None:
+    """Four hours of a job whose slowest chip sits 6 % under its median: its place, not a fault."""
+    found = run(DetectorStack(30), recorded_job(480, 11))
+    assert [f for f in found if f] == []
+
+
+def test_a_gpu_falling_from_its_place_is_found_though_it_stays_inside_the_spread() -> None:
+    """A chip 3 % over its job's median turns 7 % slower: still inside the job's spread (the
+    slowest healthy chip is 6 % under), found against its own place, and it alone."""
+    found = run(DetectorStack(30), recorded_job(240, 12, slow={2: (120, 0.93)}))
+    hits = [(k, f) for k, f in enumerate(found) if f]
+    assert hits, "the fail-slow GPU was not found"
+    first = hits[0][0]
+    assert hits[0][1] == [("g2", "DCGM_FI_DEV_SM_CLOCK", "place:job")]
+    assert 120 < first <= 120 + 30  # once most of its recent samples are slow, within the recent window
+    assert {e for _, f in hits for e, _, _ in f} == {"g2"}
+    # still found an hour on: the place it fell from stays its baseline while it is slower
+    assert any(k > 200 for k, _ in hits)
+
+
+def test_a_job_leaving_the_cap_is_not_a_fall_from_its_chips_places() -> None:
+    """Two hours under the cap, then a memory-bound phase: every GPU at its top clock below the cap
+    (real-gpu/h200/nvml-1s.csv, phase membound: 1980 MHz, ~590 W, no reason). The chip 5 % over
+    its job's median is now at the median: not slower, only off the cap."""
+    membound = [
+        tick(
+            30 * k,
+            [gpu_line(f"g{i}", clock=1980, power=590.0) + ",DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0i" for i in range(8)],
+        )
+        for k in range(240, 360)
+    ]
+    found = run(DetectorStack(30), recorded_job(240, 13) + membound)
+    assert [f for f in found if f] == []
+
+
 def test_an_idle_gpu_of_a_job_is_not_judged_on_work() -> None:
     """A GPU of the job with nothing to run (an uneven split, an eval rank) draws 126 W at 1980 MHz
     (recording, phase cooldown): not slow, not drawing less; it does no work to compare."""
@@ -365,3 +419,15 @@ def test_a_node_whose_gpu_exporter_restarts_is_one_gap_not_eight_silent_gpus() -
     stack = DetectorStack(30)
     ticks = [tick(0, [*gpus, nic]), tick(30, [*gpus, nic]), tick(60, [*gpus[1:], nic]), tick(90, [*gpus[1:], nic])]
     assert run(stack, ticks)[-1] == [("g0", "silent", "rule:silent")]
+
+
+def test_a_restored_stack_keeps_each_gpus_place() -> None:
+    ticks = recorded_job(200, 14, slow={2: (110, 0.9)})
+    whole = run(DetectorStack(30), ticks)
+    resumed = DetectorStack(30)
+    run(resumed, ticks[:130])
+    restored = pickle.loads(pickle.dumps(resumed))
+    again = DetectorStack(30)
+    again.load_state(resumed.state_dict())
+    assert run(restored, ticks[130:]) == whole[130:] == run(again, ticks[130:])
+    assert ("g2", "DCGM_FI_DEV_SM_CLOCK", "place:job") in {a for f in whole[130:] for a in f}
