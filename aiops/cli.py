@@ -593,7 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recording", help="the NVML recording (default: ../shared/datasets/real-gpu/h200/nvml-1s.csv)")
     p.add_argument("--phases", default="train,burn,membound,cooldown", help="recorded phases, comma-separated")
     p.add_argument("--intervals", default="10,30,60", help="scrape intervals in seconds, comma-separated")
-    p.add_argument("--ticks", type=int, default=60, help="scrapes per replay")
+    p.add_argument(
+        "--ticks", type=int, default=240, help="scrapes per replay (past 50 busy ones, each GPU is judged on its place)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--desync", action="store_true", help="every GPU anywhere in the trace (no synchronous step)")
     p.set_defaults(handler=cmd_check_recording)
