@@ -339,6 +339,22 @@ class PeerThresholds(_Section):
         "twice the recent samples: the baseline's error then adds a third to the recent one's "
         "(operational choice; see history_recent_scrapes)",
     )
+    history_regime: float = sourced(
+        0.03,
+        "a GPU's recent place is compared only with earlier places taken while its job's median clock "
+        "was within this share of its recent level (the same regime)",
+        "a job's median moves with its pace: a slow member makes the others wait, their demand falls "
+        "and the chips with the least dynamic power leave the cap (telemetry_gen/powercap.py), which "
+        "changes whose median it is by a few percent; the per-scrape median of an 8-GPU job wanders "
+        "1.7 % (1.25 x 3.8 % / sqrt 8), of a large job much less (operational choice)",
+    )
+    history_hold_z: float = sourced(
+        -3.0,
+        "while a GPU's fall from its place stands this many standard errors, its older samples stay "
+        "out of its baseline",
+        "a fall still being established (or a fault that lasts) is not learned as the GPU's new place; "
+        "a healthy GPU there briefly only keeps its baseline a little longer (operational choice)",
+    )
     history_baseline_min: int = sourced(
         20,
         "no history judgement before the baseline holds this many samples (a GPU new to its job)",

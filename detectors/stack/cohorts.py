@@ -177,8 +177,8 @@ class PeerRules:
                 z, shown[rows, j], median = self._against_place(m, j, rule, place, cohort, rows, median)
             zs[rows, j], medians[rows, j] = z, median
             beyond[:, j] = (zs[:, j] <= rule.z) if rule.z < 0 else (zs[:, j] >= rule.z)
-            if rule.history:
-                self._places[(m.name, j)].judged(m.series, beyond[:, j])
+            if rule.history:  # a fall still being established is not learned as the GPU's new place
+                self._places[(m.name, j)].judged(m.series, zs[:, j] <= self.limits.history_hold_z)
         fired = persistence.update(m.series, beyond, zs)
         out: list[Anomaly] = []
         for r, j in zip(*np.nonzero(fired), strict=True):
@@ -219,9 +219,14 @@ class PeerRules:
         history = self._places.get((m.name, j))
         if history is None:
             history = self._places[(m.name, j)] = PlaceHistory(
-                limits.history_recent_scrapes, limits.history_baseline_scrapes, limits.history_baseline_min
+                limits.history_recent_scrapes,
+                limits.history_baseline_scrapes,
+                limits.history_baseline_min,
+                limits.history_regime,
             )
-        history.add(m.series, place, cohort)
+        level = np.full(len(place), np.nan)
+        level[rows] = median
+        history.add(m.series, place, level, cohort)
         test = history.test(m.series[rows])
         z = np.where(test.drop <= -rule.rel_floor, test.z, np.where(np.isnan(test.z), np.nan, 0.0))
         return z, median * (1.0 + test.recent), median * (1.0 + test.baseline)
@@ -257,7 +262,11 @@ class PeerRules:
                 sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith(f"place{j}.")}
                 limits = self.limits
                 self._places[(name, j)] = PlaceHistory.from_state(
-                    sub, limits.history_recent_scrapes, limits.history_baseline_scrapes, limits.history_baseline_min
+                    sub,
+                    limits.history_recent_scrapes,
+                    limits.history_baseline_scrapes,
+                    limits.history_baseline_min,
+                    limits.history_regime,
                 )
 
 

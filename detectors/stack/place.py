@@ -12,8 +12,17 @@ USENIX ATC'24) finds fail-slow GPUs from a worker's step time.
 
 Per entity two rings of samples of its place (value / cohort median - 1): the recent ones and the
 ones before them (the baseline). A sample leaving the recent ring joins the baseline unless the
-entity is judged slower at that moment: a lasting straggler keeps the place it fell from as its
+entity looks slower at that moment: a lasting straggler keeps the place it fell from as its
 baseline, so it is still a straggler an hour later. A GPU moving to another job starts again.
+
+Two things keep the test honest on real jobs:
+- the onset is unknown, so the recent place is tested over its last third, two thirds and all of
+  the recent samples (a large fall is seen in few samples, a small one needs them all), each at
+  the same bar;
+- a job's median moves with its pace (a slow member makes the others wait; their demand falls and
+  the chips with the least dynamic power leave the cap, which changes whose median it is), so the
+  recent place is compared only with earlier samples taken while the job's median was within a
+  tolerance of its recent level: the same regime.
 """
 
 from __future__ import annotations
@@ -31,7 +40,12 @@ UNSEEN = "\x00"  # the cohort of an entity not seen yet (as cohorts.NO_COHORT: n
 TRIMMED_VARIANCE = 1.1
 # a median's variance against the mean's, for normal samples (pi / 2)
 MEDIAN_VARIANCE = float(np.pi / 2)
-MAD_TO_SIGMA = 1.4826
+# a GPU's wander is known from the differences of its successive places (E|x1 - x2| = 2 sigma /
+# sqrt(pi) for independent normal samples: blind to a step in the level, which moves one
+# difference), averaged over about this many: a sigma from a few dozen samples' MAD would make
+# a z of -5 a t of few degrees of freedom (one in several thousand, not one in millions)
+SPREAD_SAMPLES = 200.0
+DIFF_TO_SIGMA = float(np.sqrt(np.pi) / 2)
 
 
 @dataclass
@@ -50,77 +64,115 @@ class PlaceHistory:
     recent_size: int
     baseline_size: int
     baseline_min: int
+    regime: float = 0.03  # earlier samples count while the cohort's median was this close (relative)
     recent: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     baseline: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    # the cohort's median (log) when each sample was taken
+    recent_level: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    baseline_level: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     recent_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     baseline_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cohort: NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=object))
     slower: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    # the last place, and the (exponentially weighted) sum and count of successive differences
+    last: FloatArray = field(default_factory=lambda: np.zeros(0))
+    diff_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
+    diff_n: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         if self.recent.shape[1:] != (self.recent_size,):
-            self.recent = np.zeros((0, self.recent_size))
-            self.baseline = np.zeros((0, self.baseline_size))
+            self.recent = self.recent_level = np.zeros((0, self.recent_size))
+            self.baseline = self.baseline_level = np.zeros((0, self.baseline_size))
 
     def _grow(self, rows: int) -> None:
         self.recent = grow(self.recent, rows, np.nan)
         self.baseline = grow(self.baseline, rows, np.nan)
+        self.recent_level = grow(self.recent_level, rows, np.nan)
+        self.baseline_level = grow(self.baseline_level, rows, np.nan)
         self.recent_at = grow(self.recent_at, rows, 0)
         self.baseline_at = grow(self.baseline_at, rows, 0)
         self.cohort = grow(self.cohort, rows, UNSEEN)
         self.slower = grow(self.slower, rows, False)
+        self.last = grow(self.last, rows, np.nan)
+        self.diff_sum, self.diff_n = grow(self.diff_sum, rows, 0.0), grow(self.diff_n, rows, 0.0)
 
-    def add(self, series: NDArray[np.intp], place: FloatArray, cohort: NDArray[np.object_]) -> None:
+    def add(self, series: NDArray[np.intp], place: FloatArray, level: FloatArray, cohort: NDArray[np.object_]) -> None:
         """This scrape's place of each row's entity (NaN: no sample that counts this scrape, or
-        in no cohort)."""
+        in no cohort) and its cohort's median then."""
         if not len(series):
             return
         self._grow(int(series.max()) + 1)
         moved = series[self.cohort[series] != cohort]
-        self.recent[moved], self.baseline[moved] = np.nan, np.nan
+        for ring in (self.recent, self.baseline, self.recent_level, self.baseline_level):
+            ring[moved] = np.nan
         self.recent_at[moved], self.baseline_at[moved] = 0, 0
-        self.slower[moved] = False
+        self.slower[moved], self.last[moved], self.diff_sum[moved], self.diff_n[moved] = False, np.nan, 0.0, 0.0
         self.cohort[series] = cohort
-        seen = ~np.isnan(place)
+        seen = ~np.isnan(place) & (level > 0)
         rows = series[seen]
+        follows = rows[~np.isnan(self.last[rows])]
+        decay = 1.0 - 1.0 / SPREAD_SAMPLES
+        step = np.abs(place[seen][~np.isnan(self.last[rows])] - self.last[follows])
+        self.diff_sum[follows] = self.diff_sum[follows] * decay + step
+        self.diff_n[follows] = self.diff_n[follows] * decay + 1.0
+        self.last[rows] = place[seen]
         slot = self.recent_at[rows] % self.recent_size
-        leaving = self.recent[rows, slot]
         keep = (self.recent_at[rows] >= self.recent_size) & ~self.slower[rows]
-        kept = rows[keep]
-        self.baseline[kept, self.baseline_at[kept] % self.baseline_size] = leaving[keep]
+        kept, at = rows[keep], self.baseline_at[rows[keep]] % self.baseline_size
+        self.baseline[kept, at] = self.recent[kept, slot[keep]]
+        self.baseline_level[kept, at] = self.recent_level[kept, slot[keep]]
         self.baseline_at[kept] += 1
         self.recent[rows, slot] = place[seen]
+        self.recent_level[rows, slot] = np.log(level[seen])
         self.recent_at[rows] += 1
 
     def test(self, series: NDArray[np.intp]) -> PlaceTest:
-        """Each row's entity: its recent place (10 %-trimmed mean) against its baseline (median),
-        in standard errors of its own wander (the baseline's MAD)."""
+        """Each row's entity: its recent place (10 %-trimmed means of its last third, two thirds and
+        all of its recent samples: the strongest fall of the three) against its baseline (the
+        median of its earlier samples in the same regime), in standard errors of its own wander
+        (from its successive differences)."""
         n = len(series)
         out = PlaceTest(*(np.full(n, np.nan) for _ in range(4)))
         if not n or not len(self.recent):
             return out
-        ready = (self.recent_at[series] >= self.recent_size) & (self.baseline_at[series] >= self.baseline_min)
+        ready = self.recent_at[series] >= self.recent_size
         rows = np.flatnonzero(ready)
         if not len(rows):
             return out
         ents = series[rows]
-        recent = np.sort(self.recent[ents], axis=1)
-        cut = self.recent_size // 10
-        level = recent[:, cut : self.recent_size - cut].mean(axis=1)
-        base = self.baseline[ents]
-        held = np.minimum(self.baseline_at[ents], self.baseline_size)
+        size = self.recent_size
+        newest = (self.recent_at[ents][:, None] - 1 - np.arange(size)[None, :]) % size
+        recent = np.take_along_axis(self.recent[ents], newest, axis=1)
+        now = np.mean(np.take_along_axis(self.recent_level[ents], newest, axis=1), axis=1)
+        same = np.abs(self.baseline_level[ents] - now[:, None]) <= np.log1p(self.regime)
+        base = np.where(same, self.baseline[ents], np.nan)
+        held = same.sum(axis=1)
+        judged = held >= self.baseline_min
+        if not judged.any():
+            return out
+        rows, recent, base, held = rows[judged], recent[judged], base[judged], held[judged]
         centre = np.nanmedian(base, axis=1)
-        sigma = MAD_TO_SIGMA * np.nanmedian(np.abs(base - centre[:, None]), axis=1)
-        error = sigma * np.sqrt(TRIMMED_VARIANCE / self.recent_size + MEDIAN_VARIANCE / held)
-        drop = level - centre
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out.z[rows] = np.where(error > 0, drop / error, np.nan)
-        out.drop[rows], out.recent[rows], out.baseline[rows] = drop, level, centre
+        ents = ents[judged]
+        sigma = DIFF_TO_SIGMA * self.diff_sum[ents] / np.maximum(self.diff_n[ents], 1.0)
+        best_z = np.full(len(rows), np.inf)
+        best_level = np.full(len(rows), np.nan)
+        for length in sorted({max(size // 3, 3), max(2 * size // 3, 3), size}):
+            part = np.sort(recent[:, :length], axis=1)
+            cut = length // 10
+            level = part[:, cut : length - cut].mean(axis=1)
+            error = sigma * np.sqrt(TRIMMED_VARIANCE / length + MEDIAN_VARIANCE / held)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.where(error > 0, (level - centre) / error, np.nan)
+            better = z < best_z
+            best_z, best_level = np.where(better, z, best_z), np.where(better, level, best_level)
+        out.z[rows] = np.where(np.isinf(best_z), np.nan, best_z)
+        out.recent[rows], out.baseline[rows] = best_level, centre
+        out.drop[rows] = best_level - centre
         return out
 
     def judged(self, series: NDArray[np.intp], slower: NDArray[np.bool_]) -> None:
-        """Which entities were found slower this scrape: their leaving samples keep out of the
-        baseline until they are not."""
+        """Which entities look slower this scrape: their leaving samples keep out of the baseline
+        until they do not."""
         self._grow(int(series.max()) + 1 if len(series) else 0)
         self.slower[series] = slower
 
@@ -128,21 +180,33 @@ class PlaceHistory:
         return {
             "recent": self.recent.copy(),
             "baseline": self.baseline.copy(),
+            "recent_level": self.recent_level.copy(),
+            "baseline_level": self.baseline_level.copy(),
             "recent_at": self.recent_at.copy(),
             "baseline_at": self.baseline_at.copy(),
             "cohort": self.cohort.copy(),
             "slower": self.slower.copy(),
+            "last": self.last.copy(),
+            "diff_sum": self.diff_sum.copy(),
+            "diff_n": self.diff_n.copy(),
         }
 
     @classmethod
-    def from_state(cls, s: State, recent_size: int, baseline_size: int, baseline_min: int) -> PlaceHistory:
-        h = cls(recent_size, baseline_size, baseline_min)
+    def from_state(
+        cls, s: State, recent_size: int, baseline_size: int, baseline_min: int, regime: float
+    ) -> PlaceHistory:
+        h = cls(recent_size, baseline_size, baseline_min, regime)
         recent = np.asarray(s["recent"], dtype=np.float64)
         if recent.shape[1:] != (recent_size,) or np.asarray(s["baseline"]).shape[1:] != (baseline_size,):
             return h  # saved with other window sizes: start again
         h.recent, h.baseline = recent.copy(), np.asarray(s["baseline"], dtype=np.float64).copy()
+        h.recent_level = np.asarray(s["recent_level"], dtype=np.float64).copy()
+        h.baseline_level = np.asarray(s["baseline_level"], dtype=np.float64).copy()
         h.recent_at = np.asarray(s["recent_at"], dtype=np.int64).copy()
         h.baseline_at = np.asarray(s["baseline_at"], dtype=np.int64).copy()
         h.cohort = np.asarray(s["cohort"], dtype=object).copy()
         h.slower = np.asarray(s["slower"], dtype=np.bool_).copy()
+        h.last = np.asarray(s["last"], dtype=np.float64).copy()
+        h.diff_sum = np.asarray(s["diff_sum"], dtype=np.float64).copy()
+        h.diff_n = np.asarray(s["diff_n"], dtype=np.float64).copy()
         return h

@@ -213,14 +213,14 @@ def test_a_job_of_healthy_chips_under_the_cap_raises_nothing_for_hours() -> None
 
 
 def test_a_gpu_falling_from_its_place_is_found_though_it_stays_inside_the_spread() -> None:
-    """A chip 3 % over its job's median turns 7 % slower: still inside the job's spread (the
-    slowest healthy chip is 6 % under), found against its own place, and it alone."""
-    found = run(DetectorStack(30), recorded_job(240, 12, slow={2: (120, 0.93)}))
+    """A chip 3 % over its job's median turns 10 % slower: 7 % under, inside what the job's
+    spread allows (the bar against the job is 14 %), found against its own place, and it alone."""
+    found = run(DetectorStack(30), recorded_job(240, 12, slow={2: (120, 0.90)}))
     hits = [(k, f) for k, f in enumerate(found) if f]
     assert hits, "the fail-slow GPU was not found"
     first = hits[0][0]
     assert hits[0][1] == [("g2", "DCGM_FI_DEV_SM_CLOCK", "place:job")]
-    assert 120 < first <= 120 + 30  # once most of its recent samples are slow, within the recent window
+    assert 120 < first <= 120 + 20  # within 10 minutes (DESIGN.md's detection allowance)
     assert {e for _, f in hits for e, _, _ in f} == {"g2"}
     # still found an hour on: the place it fell from stays its baseline while it is slower
     assert any(k > 200 for k, _ in hits)
