@@ -127,47 +127,58 @@ class PlaceHistory:
         self.recent_at[rows] += 1
 
     def test(self, series: NDArray[np.intp]) -> PlaceTest:
-        """Each row's entity: its recent place (10 %-trimmed means of its last third, two thirds and
-        all of its recent samples: the strongest fall of the three) against its baseline (the
-        median of its earlier samples in the same regime), in standard errors of its own wander
-        (from its successive differences)."""
+        """Each row's entity: its recent place (the 10 %-trimmed mean of its last third, two
+        thirds or all of its recent samples: the strongest fall of the three) against the median
+        of the samples before those in the same regime, in standard errors of its own wander
+        (from its successive differences). A window is judged once at least `baseline_min` earlier
+        samples are there: the last third soon after a GPU joins its job, all of it later."""
         n = len(series)
         out = PlaceTest(*(np.full(n, np.nan) for _ in range(4)))
         if not n or not len(self.recent):
             return out
-        ready = self.recent_at[series] >= self.recent_size
-        rows = np.flatnonzero(ready)
+        size = self.recent_size
+        lengths = sorted({max(size // 3, 3), max(2 * size // 3, 3), size})
+        seen = self.recent_at[series] + self.baseline_at[series]
+        rows = np.flatnonzero(seen >= lengths[0] + self.baseline_min)
         if not len(rows):
             return out
         ents = series[rows]
-        size = self.recent_size
         newest = (self.recent_at[ents][:, None] - 1 - np.arange(size)[None, :]) % size
-        recent = np.take_along_axis(self.recent[ents], newest, axis=1)
-        now = np.mean(np.take_along_axis(self.recent_level[ents], newest, axis=1), axis=1)
-        same = np.abs(self.baseline_level[ents] - now[:, None]) <= np.log1p(self.regime)
-        base = np.where(same, self.baseline[ents], np.nan)
-        held = same.sum(axis=1)
-        judged = held >= self.baseline_min
-        if not judged.any():
-            return out
-        rows, recent, base, held = rows[judged], recent[judged], base[judged], held[judged]
-        centre = np.nanmedian(base, axis=1)
-        ents = ents[judged]
+        filled = np.arange(size)[None, :] < self.recent_at[ents][:, None]  # a ring not yet full
+        recent = np.where(filled, np.take_along_axis(self.recent[ents], newest, axis=1), np.nan)
+        levels = np.where(filled, np.take_along_axis(self.recent_level[ents], newest, axis=1), np.nan)
+        # everything before the window, newest first: the rest of the recent ring, then the baseline
+        older = np.concatenate([recent, self.baseline[ents]], axis=1)
+        older_level = np.concatenate([levels, self.baseline_level[ents]], axis=1)
         sigma = DIFF_TO_SIGMA * self.diff_sum[ents] / np.maximum(self.diff_n[ents], 1.0)
-        best_z = np.full(len(rows), np.inf)
-        best_level = np.full(len(rows), np.nan)
-        for length in sorted({max(size // 3, 3), max(2 * size // 3, 3), size}):
-            part = np.sort(recent[:, :length], axis=1)
+        best = PlaceTest(*(np.full(len(rows), np.nan) for _ in range(4)))
+        best.z[:] = np.inf
+        for length in lengths:
+            window = recent[:, :length]
+            full = ~np.isnan(window).any(axis=1)
+            now = np.nanmean(levels[:, :length], axis=1)
+            before, before_level = older[:, length:], older_level[:, length:]
+            same = np.abs(before_level - now[:, None]) <= np.log1p(self.regime)
+            base = np.where(same, before, np.nan)
+            held = same.sum(axis=1)
+            judged = full & (held >= self.baseline_min)
+            if not judged.any():
+                continue
+            with np.errstate(all="ignore"):
+                centre = np.nanmedian(base, axis=1)
+            part = np.sort(window, axis=1)
             cut = length // 10
             level = part[:, cut : length - cut].mean(axis=1)
-            error = sigma * np.sqrt(TRIMMED_VARIANCE / length + MEDIAN_VARIANCE / held)
+            error = sigma * np.sqrt(TRIMMED_VARIANCE / length + MEDIAN_VARIANCE / np.maximum(held, 1))
             with np.errstate(divide="ignore", invalid="ignore"):
-                z = np.where(error > 0, (level - centre) / error, np.nan)
-            better = z < best_z
-            best_z, best_level = np.where(better, z, best_z), np.where(better, level, best_level)
-        out.z[rows] = np.where(np.isinf(best_z), np.nan, best_z)
-        out.recent[rows], out.baseline[rows] = best_level, centre
-        out.drop[rows] = best_level - centre
+                z = np.where(judged & (error > 0), (level - centre) / error, np.nan)
+            better = z < best.z
+            best.z = np.where(better, z, best.z)
+            best.recent = np.where(better, level, best.recent)
+            best.baseline = np.where(better, centre, best.baseline)
+        out.z[rows] = np.where(np.isinf(best.z), np.nan, best.z)
+        out.recent[rows], out.baseline[rows] = best.recent, best.baseline
+        out.drop[rows] = best.recent - best.baseline
         return out
 
     def judged(self, series: NDArray[np.intp], slower: NDArray[np.bool_]) -> None:
