@@ -340,13 +340,14 @@ class PeerThresholds(_Section):
         "(operational choice; see history_recent_scrapes)",
     )
     history_regime: float = sourced(
-        0.03,
-        "a GPU's recent place is compared only with earlier places taken while its job's median clock "
-        "was within this share of its recent level (the same regime)",
-        "a job's median moves with its pace: a slow member makes the others wait, their demand falls "
-        "and the chips with the least dynamic power leave the cap (telemetry_gen/powercap.py), which "
-        "changes whose median it is by a few percent; the per-scrape median of an 8-GPU job wanders "
-        "1.7 % (1.25 x 3.8 % / sqrt 8), of a large job much less (operational choice)",
+        0.05,
+        "a GPU's recent place is compared only with earlier places taken while about the same share "
+        "(within this) of its job's working GPUs held the power cap",
+        "when a job's pace changes (a slow member makes the others wait, their demand falls) the chips "
+        "with the least dynamic power leave the cap first (telemetry_gen/powercap.py: demand ~ "
+        "static + dynamic x load), which changes whose median the places are taken against; a pace "
+        "change with every chip still at the cap moves all clocks by one factor and no place; one "
+        "GPU of 20 (operational choice; of an 8-GPU job, any change)",
     )
     history_hold_z: float = sourced(
         -3.0,

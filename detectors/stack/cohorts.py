@@ -115,6 +115,24 @@ class PeerRules:
                 level[full] = np.median(held[full], axis=1)
             values[:, j] = np.where(full & ~np.isnan(v), level, np.nan)
 
+    def _summarise_off_cap(
+        self,
+        m: MeasurementTick,
+        rules: tuple[PeerRule, ...] | list[PeerRule],
+        keys: list[NDArray[np.object_]],
+        summary: CohortSummary,
+    ) -> None:
+        """For the history rules, how many working GPUs of each cohort do not hold the rule's
+        reason this scrape (their regime: the share that does is judge's to work out)."""
+        busy = self._working(m)
+        for j, rule in enumerate(rules):
+            if not (rule.history and rule.held_reason) or busy is None or rule.metric not in m.frame.fields:
+                continue
+            off = busy & ~_holds(m, rule.held_reason) & (keys[j] != NO_COHORT)
+            names, counts = np.unique(keys[j][off], return_counts=True)
+            for name, count in zip(names.tolist(), counts.tolist(), strict=True):
+                summary.add_values(_off_key(m.name, j, str(name)), np.zeros(count))
+
     def summarise(self, m: MeasurementTick, summary: CohortSummary) -> None:
         """This share of the tick's cohorts: each rule's values per cohort key (held for judge)."""
         rules = self.limits.rules.get(m.name, ())
@@ -132,6 +150,7 @@ class PeerRules:
                 continue
             values[:, j] = np.log10(np.maximum(v, 1.0)) if rule.log else v
         self._windowed(m, values, keys)
+        self._summarise_off_cap(m, rules, keys, summary)
         for j in range(len(rules)):
             col, cohort = values[:, j], keys[j]
             ok = (cohort != NO_COHORT) & ~np.isnan(col)
@@ -174,7 +193,9 @@ class PeerRules:
                 place = np.full(len(col), np.nan)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     place[rows] = np.where(np.isnan(z), np.nan, col[rows] / median - 1.0)
-                z, shown[rows, j], median = self._against_place(m, j, rule, place, cohort, rows, median)
+                off = cohorts.stats([_off_key(m.name, j, str(n)) for n in names.tolist()]).count[inverse]
+                share = stats.count[inverse] / (stats.count[inverse] + off)
+                z, shown[rows, j], median = self._against_place(m, j, rule, place, share, cohort, rows, median)
             zs[rows, j], medians[rows, j] = z, median
             beyond[:, j] = (zs[:, j] <= rule.z) if rule.z < 0 else (zs[:, j] >= rule.z)
             if rule.history:  # a fall still being established is not learned as the GPU's new place
@@ -207,6 +228,7 @@ class PeerRules:
         j: int,
         rule: PeerRule,
         place: FloatArray,
+        share: FloatArray,
         cohort: NDArray[np.object_],
         rows: NDArray[np.intp],
         median: FloatArray,
@@ -224,9 +246,9 @@ class PeerRules:
                 limits.history_baseline_min,
                 limits.history_regime,
             )
-        level = np.full(len(place), np.nan)
-        level[rows] = median
-        history.add(m.series, place, level, cohort)
+        regime = np.full(len(place), np.nan)
+        regime[rows] = share  # the share of the cohort's working GPUs at the cap
+        history.add(m.series, place, regime, cohort)
         test = history.test(m.series[rows])
         z = np.where(test.drop <= -rule.rel_floor, test.z, np.where(np.isnan(test.z), np.nan, 0.0))
         return z, median * (1.0 + test.recent), median * (1.0 + test.baseline)
@@ -291,6 +313,10 @@ def _holds(m: MeasurementTick, reason: str) -> NDArray[np.bool_]:
 
 def _key(measurement: str, rule: int, cohort: str) -> str:
     return f"peer/{measurement}/{rule}/{cohort}"
+
+
+def _off_key(measurement: str, rule: int, cohort: str) -> str:
+    return f"off/{measurement}/{rule}/{cohort}"
 
 
 def cohort_keys(frame: Frame, kind: str) -> NDArray[np.object_]:

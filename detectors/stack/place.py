@@ -19,10 +19,11 @@ Two things keep the test honest on real jobs:
 - the onset is unknown, so the recent place is tested over its last third, two thirds and all of
   the recent samples (a large fall is seen in few samples, a small one needs them all), each at
   the same bar;
-- a job's median moves with its pace (a slow member makes the others wait; their demand falls and
-  the chips with the least dynamic power leave the cap, which changes whose median it is), so the
-  recent place is compared only with earlier samples taken while the job's median was within a
-  tolerance of its recent level: the same regime.
+- when a job's pace changes (a slow member makes the others wait: their demand falls) the chips
+  with the least dynamic power can leave the cap, which changes whose median the places are taken
+  against, so the recent place is compared only with earlier samples taken while about the same
+  share of the job's working GPUs held the cap: the same regime. (A pace that changes with all of
+  them still at the cap moves every clock by the same factor and no place.)
 """
 
 from __future__ import annotations
@@ -64,12 +65,14 @@ class PlaceHistory:
     recent_size: int
     baseline_size: int
     baseline_min: int
-    regime: float = 0.03  # earlier samples count while the cohort's median was this close (relative)
+    # earlier samples count while the regime (the caller's measure: the share of the cohort's
+    # working GPUs that hold the cap) was within this of its recent value
+    regime_tolerance: float = 0.05
     recent: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     baseline: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
-    # the cohort's median (log) when each sample was taken
-    recent_level: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
-    baseline_level: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    # the regime when each sample was taken
+    recent_regime: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    baseline_regime: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     recent_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     baseline_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cohort: NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=object))
@@ -81,14 +84,14 @@ class PlaceHistory:
 
     def __post_init__(self) -> None:
         if self.recent.shape[1:] != (self.recent_size,):
-            self.recent = self.recent_level = np.zeros((0, self.recent_size))
-            self.baseline = self.baseline_level = np.zeros((0, self.baseline_size))
+            self.recent = self.recent_regime = np.zeros((0, self.recent_size))
+            self.baseline = self.baseline_regime = np.zeros((0, self.baseline_size))
 
     def _grow(self, rows: int) -> None:
         self.recent = grow(self.recent, rows, np.nan)
         self.baseline = grow(self.baseline, rows, np.nan)
-        self.recent_level = grow(self.recent_level, rows, np.nan)
-        self.baseline_level = grow(self.baseline_level, rows, np.nan)
+        self.recent_regime = grow(self.recent_regime, rows, np.nan)
+        self.baseline_regime = grow(self.baseline_regime, rows, np.nan)
         self.recent_at = grow(self.recent_at, rows, 0)
         self.baseline_at = grow(self.baseline_at, rows, 0)
         self.cohort = grow(self.cohort, rows, UNSEEN)
@@ -96,19 +99,19 @@ class PlaceHistory:
         self.last = grow(self.last, rows, np.nan)
         self.diff_sum, self.diff_n = grow(self.diff_sum, rows, 0.0), grow(self.diff_n, rows, 0.0)
 
-    def add(self, series: NDArray[np.intp], place: FloatArray, level: FloatArray, cohort: NDArray[np.object_]) -> None:
+    def add(self, series: NDArray[np.intp], place: FloatArray, regime: FloatArray, cohort: NDArray[np.object_]) -> None:
         """This scrape's place of each row's entity (NaN: no sample that counts this scrape, or
-        in no cohort) and its cohort's median then."""
+        in no cohort) and the regime it was taken in."""
         if not len(series):
             return
         self._grow(int(series.max()) + 1)
         moved = series[self.cohort[series] != cohort]
-        for ring in (self.recent, self.baseline, self.recent_level, self.baseline_level):
+        for ring in (self.recent, self.baseline, self.recent_regime, self.baseline_regime):
             ring[moved] = np.nan
         self.recent_at[moved], self.baseline_at[moved] = 0, 0
         self.slower[moved], self.last[moved], self.diff_sum[moved], self.diff_n[moved] = False, np.nan, 0.0, 0.0
         self.cohort[series] = cohort
-        seen = ~np.isnan(place) & (level > 0)
+        seen = ~np.isnan(place) & ~np.isnan(regime)
         rows = series[seen]
         follows = rows[~np.isnan(self.last[rows])]
         decay = 1.0 - 1.0 / SPREAD_SAMPLES
@@ -120,10 +123,10 @@ class PlaceHistory:
         keep = (self.recent_at[rows] >= self.recent_size) & ~self.slower[rows]
         kept, at = rows[keep], self.baseline_at[rows[keep]] % self.baseline_size
         self.baseline[kept, at] = self.recent[kept, slot[keep]]
-        self.baseline_level[kept, at] = self.recent_level[kept, slot[keep]]
+        self.baseline_regime[kept, at] = self.recent_regime[kept, slot[keep]]
         self.baseline_at[kept] += 1
         self.recent[rows, slot] = place[seen]
-        self.recent_level[rows, slot] = np.log(level[seen])
+        self.recent_regime[rows, slot] = regime[seen]
         self.recent_at[rows] += 1
 
     def test(self, series: NDArray[np.intp]) -> PlaceTest:
@@ -146,19 +149,19 @@ class PlaceHistory:
         newest = (self.recent_at[ents][:, None] - 1 - np.arange(size)[None, :]) % size
         filled = np.arange(size)[None, :] < self.recent_at[ents][:, None]  # a ring not yet full
         recent = np.where(filled, np.take_along_axis(self.recent[ents], newest, axis=1), np.nan)
-        levels = np.where(filled, np.take_along_axis(self.recent_level[ents], newest, axis=1), np.nan)
+        regimes = np.where(filled, np.take_along_axis(self.recent_regime[ents], newest, axis=1), np.nan)
         # everything before the window, newest first: the rest of the recent ring, then the baseline
         older = np.concatenate([recent, self.baseline[ents]], axis=1)
-        older_level = np.concatenate([levels, self.baseline_level[ents]], axis=1)
+        older_regime = np.concatenate([regimes, self.baseline_regime[ents]], axis=1)
         sigma = DIFF_TO_SIGMA * self.diff_sum[ents] / np.maximum(self.diff_n[ents], 1.0)
         best = PlaceTest(*(np.full(len(rows), np.nan) for _ in range(4)))
         best.z[:] = np.inf
         for length in lengths:
             window = recent[:, :length]
             full = ~np.isnan(window).any(axis=1)
-            now = np.nanmean(levels[:, :length], axis=1)
-            before, before_level = older[:, length:], older_level[:, length:]
-            same = np.abs(before_level - now[:, None]) <= np.log1p(self.regime)
+            now = np.nanmean(regimes[:, :length], axis=1)
+            before, before_regime = older[:, length:], older_regime[:, length:]
+            same = np.abs(before_regime - now[:, None]) <= self.regime_tolerance
             base = np.where(same, before, np.nan)
             held = same.sum(axis=1)
             judged = full & (held >= self.baseline_min)
@@ -191,8 +194,8 @@ class PlaceHistory:
         return {
             "recent": self.recent.copy(),
             "baseline": self.baseline.copy(),
-            "recent_level": self.recent_level.copy(),
-            "baseline_level": self.baseline_level.copy(),
+            "recent_regime": self.recent_regime.copy(),
+            "baseline_regime": self.baseline_regime.copy(),
             "recent_at": self.recent_at.copy(),
             "baseline_at": self.baseline_at.copy(),
             "cohort": self.cohort.copy(),
@@ -204,15 +207,15 @@ class PlaceHistory:
 
     @classmethod
     def from_state(
-        cls, s: State, recent_size: int, baseline_size: int, baseline_min: int, regime: float
+        cls, s: State, recent_size: int, baseline_size: int, baseline_min: int, regime_tolerance: float
     ) -> PlaceHistory:
-        h = cls(recent_size, baseline_size, baseline_min, regime)
+        h = cls(recent_size, baseline_size, baseline_min, regime_tolerance)
         recent = np.asarray(s["recent"], dtype=np.float64)
         if recent.shape[1:] != (recent_size,) or np.asarray(s["baseline"]).shape[1:] != (baseline_size,):
             return h  # saved with other window sizes: start again
         h.recent, h.baseline = recent.copy(), np.asarray(s["baseline"], dtype=np.float64).copy()
-        h.recent_level = np.asarray(s["recent_level"], dtype=np.float64).copy()
-        h.baseline_level = np.asarray(s["baseline_level"], dtype=np.float64).copy()
+        h.recent_regime = np.asarray(s["recent_regime"], dtype=np.float64).copy()
+        h.baseline_regime = np.asarray(s["baseline_regime"], dtype=np.float64).copy()
         h.recent_at = np.asarray(s["recent_at"], dtype=np.int64).copy()
         h.baseline_at = np.asarray(s["baseline_at"], dtype=np.int64).copy()
         h.cohort = np.asarray(s["cohort"], dtype=object).copy()
