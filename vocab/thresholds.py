@@ -54,6 +54,8 @@ class PeerRule(_Section):
     # only samples with this clock event reason held count (a registry name, "" = any): a chip's
     # place under the power cap is its efficiency; off the cap every GPU runs at its top clock
     held_reason: str = ""
+    # ... or only samples where this reason is known and not held ("" = any)
+    unheld_reason: str = ""
     why: str
     source: str
 
@@ -214,6 +216,21 @@ class PeerThresholds(_Section):
                     "straggler against its job is 4 of those (14 %: 8 % chip spread + 3 x 1.9 %) below "
                     "its job's median, beyond the cohort's own spread (its MAD); a milder fail-slow is "
                     "found against its own place (the history rule below)",
+                ),
+                PeerRule(
+                    metric="DCGM_FI_DEV_SM_CLOCK",
+                    cohort="job",
+                    z=-4.0,
+                    rel_floor=0.0076,
+                    window_s=WINDOW_S,
+                    busy_only=True,
+                    unheld_reason="sw_power_cap",
+                    why="off the power cap (memory-bound work) a working GPU runs at its top clock: one "
+                    "that stays below its job's others there is slower, with no cap to explain it",
+                    source="real-gpu/h200/nvml-1s.csv, phases membound, cooldown and eval gap: off the cap "
+                    "every sample reads the top clock (1980 MHz), no wander and no chip spread; so the "
+                    "spread never counts as less than one clock step (15 MHz, 0.76 %) and a straggler is "
+                    "4 of those (3 %) below its job's median over the 3-minute window",
                 ),
                 PeerRule(
                     metric="DCGM_FI_DEV_SM_CLOCK",

@@ -91,6 +91,8 @@ class PeerRules:
                 values[:, j] = np.nan if busy is None else np.where(busy, values[:, j], np.nan)
             if rule.held_reason:
                 values[:, j] = np.where(_holds(m, rule.held_reason), values[:, j], np.nan)
+            if rule.unheld_reason:
+                values[:, j] = np.where(_holds(m, rule.unheld_reason), np.nan, values[:, j])
             if rule.window_s <= 0:
                 continue
             size = self.window(rule)
@@ -301,8 +303,9 @@ def _detector(rule: PeerRule, early: bool) -> str:
 
 
 def _holds(m: MeasurementTick, reason: str) -> NDArray[np.bool_]:
-    """Rows whose GPU holds this clock event reason (every row where the frame has no reasons:
-    a site that does not export them is judged on all its samples)."""
+    """Rows whose GPU holds this clock event reason, or does not say (a site that does not export
+    the reasons): such a site is judged on all its samples by the rules that want the reason held,
+    and by none of those that want it not held."""
     field_ = m.frame.fields.get(REASONS_FIELD)
     if field_ is None:
         return np.ones(len(m.frame), dtype=np.bool_)

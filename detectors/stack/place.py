@@ -159,7 +159,7 @@ class PlaceHistory:
         for length in lengths:
             window = recent[:, :length]
             full = ~np.isnan(window).any(axis=1)
-            now = np.nanmean(regimes[:, :length], axis=1)
+            now = np.where(full, np.nan_to_num(regimes[:, :length]).sum(axis=1) / length, np.nan)
             before, before_regime = older[:, length:], older_regime[:, length:]
             same = np.abs(before_regime - now[:, None]) <= self.regime_tolerance
             base = np.where(same, before, np.nan)
@@ -167,8 +167,8 @@ class PlaceHistory:
             judged = full & (held >= self.baseline_min)
             if not judged.any():
                 continue
-            with np.errstate(all="ignore"):
-                centre = np.nanmedian(base, axis=1)
+            centre = np.full(len(base), np.nan)
+            centre[judged] = np.nanmedian(base[judged], axis=1)
             part = np.sort(window, axis=1)
             cut = length // 10
             level = part[:, cut : length - cut].mean(axis=1)

@@ -431,3 +431,19 @@ def test_a_restored_stack_keeps_each_gpus_place() -> None:
     again.load_state(resumed.state_dict())
     assert run(restored, ticks[130:]) == whole[130:] == run(again, ticks[130:])
     assert ("g2", "DCGM_FI_DEV_SM_CLOCK", "place:job") in {a for f in whole[130:] for a in f}
+
+
+def test_off_the_cap_a_gpu_below_the_top_clock_is_a_straggler() -> None:
+    """A memory-bound job runs off the cap at its top clock, every sample 1980 MHz (recording,
+    phase membound): a GPU that stays 5 % under it is slower, with no cap to explain it."""
+    off_cap = ",DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0i"
+
+    def scrape(k: int) -> dict[str, Frame]:
+        clocks = {i: 1980 for i in range(8)} | ({3: 1875} if k >= 10 else {})
+        return tick(30 * k, [gpu_line(f"g{i}", clock=clocks[i], power=590.0) + off_cap for i in range(8)])
+
+    found = run(DetectorStack(30), [scrape(k) for k in range(30)])
+    hits = [(k, f) for k, f in enumerate(found) if f]
+    assert hits and hits[0][1] == [("g3", "DCGM_FI_DEV_SM_CLOCK", "peer:job")]
+    assert hits[0][0] <= 10 + 6 + 2  # within its window and the persistence
+    assert {e for _, f in hits for e, _, _ in f} == {"g3"}
