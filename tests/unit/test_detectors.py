@@ -439,7 +439,7 @@ def test_off_the_cap_a_gpu_below_the_top_clock_is_a_straggler() -> None:
     off_cap = ",DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0i"
 
     def scrape(k: int) -> dict[str, Frame]:
-        clocks = {i: 1980 for i in range(8)} | ({3: 1875} if k >= 10 else {})
+        clocks = dict.fromkeys(range(8), 1980) | ({3: 1875} if k >= 10 else {})
         return tick(30 * k, [gpu_line(f"g{i}", clock=clocks[i], power=590.0) + off_cap for i in range(8)])
 
     found = run(DetectorStack(30), [scrape(k) for k in range(30)])
