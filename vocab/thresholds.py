@@ -366,6 +366,15 @@ class PeerThresholds(_Section):
         "change with every chip still at the cap moves all clocks by one factor and no place; one "
         "GPU of 20 (operational choice; of an 8-GPU job, any change)",
     )
+    history_regime_level: float = sourced(
+        0.05,
+        "... and while its job's median clock was within this share of its recent level",
+        "a chip whose place would take it past the top clock is held there (1980 MHz, "
+        "real-gpu/h200: off the cap every sample reads it), so its place shrinks when its job's "
+        "median rises and grows back when it falls; a straggler moves its job's median by at most "
+        "3 % before the bar against the job (14 %) finds it (the others' demand falls by 0.65 x "
+        "its slowdown, their clock rises by the cube root of that), so 5 % (operational choice)",
+    )
     history_hold_z: float = sourced(
         -3.0,
         "while a GPU's fall from its place stands this many standard errors, its older samples stay "

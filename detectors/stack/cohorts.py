@@ -246,10 +246,12 @@ class PeerRules:
                 limits.history_recent_scrapes,
                 limits.history_baseline_scrapes,
                 limits.history_baseline_min,
-                limits.history_regime,
             )
-        regime = np.full(len(place), np.nan)
-        regime[rows] = share  # the share of the cohort's working GPUs at the cap
+        # the regime: the share of the cohort's working GPUs at the cap, and its median (log)
+        regime = np.full((len(place), 2), np.nan)
+        regime[rows, 0] = share / limits.history_regime
+        with np.errstate(divide="ignore", invalid="ignore"):
+            regime[rows, 1] = np.log(median) / np.log1p(limits.history_regime_level)
         history.add(m.series, place, regime, cohort)
         test = history.test(m.series[rows])
         z = np.where(test.drop <= -rule.rel_floor, test.z, np.where(np.isnan(test.z), np.nan, 0.0))
@@ -290,7 +292,6 @@ class PeerRules:
                     limits.history_recent_scrapes,
                     limits.history_baseline_scrapes,
                     limits.history_baseline_min,
-                    limits.history_regime,
                 )
 
 

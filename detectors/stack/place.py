@@ -22,8 +22,10 @@ Two things keep the test honest on real jobs:
 - when a job's pace changes (a slow member makes the others wait: their demand falls) the chips
   with the least dynamic power can leave the cap, which changes whose median the places are taken
   against, so the recent place is compared only with earlier samples taken while about the same
-  share of the job's working GPUs held the cap: the same regime. (A pace that changes with all of
-  them still at the cap moves every clock by the same factor and no place.)
+  share of the job's working GPUs held the cap and its median clock was about where it is: the
+  same regime. (A pace that changes with all of them still at the cap moves every clock by the same
+  factor and no place, but a chip whose place would take it past the top clock is held there, so
+  a large move of the median is a new regime too.)
 """
 
 from __future__ import annotations
@@ -65,12 +67,10 @@ class PlaceHistory:
     recent_size: int
     baseline_size: int
     baseline_min: int
-    # earlier samples count while the regime (the caller's measure: the share of the cohort's
-    # working GPUs that hold the cap) was within this of its recent value
-    regime_tolerance: float = 0.05
     recent: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     baseline: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
-    # the regime when each sample was taken
+    # the regime each sample was taken in: the caller's measures, each scaled by its tolerance (an
+    # earlier sample counts where every one is within 1 of the recent samples' mean)
     recent_regime: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     baseline_regime: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     recent_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -84,8 +84,9 @@ class PlaceHistory:
 
     def __post_init__(self) -> None:
         if self.recent.shape[1:] != (self.recent_size,):
-            self.recent = self.recent_regime = np.zeros((0, self.recent_size))
-            self.baseline = self.baseline_regime = np.zeros((0, self.baseline_size))
+            self.recent, self.recent_regime = np.zeros((0, self.recent_size)), np.zeros((0, self.recent_size, 0))
+            self.baseline = np.zeros((0, self.baseline_size))
+            self.baseline_regime = np.zeros((0, self.baseline_size, 0))
 
     def _grow(self, rows: int) -> None:
         self.recent = grow(self.recent, rows, np.nan)
@@ -100,8 +101,11 @@ class PlaceHistory:
         self.diff_sum, self.diff_n = grow(self.diff_sum, rows, 0.0), grow(self.diff_n, rows, 0.0)
 
     def add(self, series: NDArray[np.intp], place: FloatArray, regime: FloatArray, cohort: NDArray[np.object_]) -> None:
+        if regime.shape[1:] != self.recent_regime.shape[2:]:  # the first scrape sets the measures
+            self.recent_regime = np.full((len(self.recent_regime), self.recent_size, regime.shape[1]), np.nan)
+            self.baseline_regime = np.full((len(self.baseline_regime), self.baseline_size, regime.shape[1]), np.nan)
         """This scrape's place of each row's entity (NaN: no sample that counts this scrape, or
-        in no cohort) and the regime it was taken in."""
+        in no cohort) and the regime it was taken in (rows x measures, each scaled by its tolerance)."""
         if not len(series):
             return
         self._grow(int(series.max()) + 1)
@@ -111,7 +115,7 @@ class PlaceHistory:
         self.recent_at[moved], self.baseline_at[moved] = 0, 0
         self.slower[moved], self.last[moved], self.diff_sum[moved], self.diff_n[moved] = False, np.nan, 0.0, 0.0
         self.cohort[series] = cohort
-        seen = ~np.isnan(place) & ~np.isnan(regime)
+        seen = ~np.isnan(place) & ~np.isnan(regime).any(axis=1)
         rows = series[seen]
         follows = rows[~np.isnan(self.last[rows])]
         decay = 1.0 - 1.0 / SPREAD_SAMPLES
@@ -149,7 +153,9 @@ class PlaceHistory:
         newest = (self.recent_at[ents][:, None] - 1 - np.arange(size)[None, :]) % size
         filled = np.arange(size)[None, :] < self.recent_at[ents][:, None]  # a ring not yet full
         recent = np.where(filled, np.take_along_axis(self.recent[ents], newest, axis=1), np.nan)
-        regimes = np.where(filled, np.take_along_axis(self.recent_regime[ents], newest, axis=1), np.nan)
+        regimes = np.where(
+            filled[:, :, None], np.take_along_axis(self.recent_regime[ents], newest[:, :, None], axis=1), np.nan
+        )
         # everything before the window, newest first: the rest of the recent ring, then the baseline
         older = np.concatenate([recent, self.baseline[ents]], axis=1)
         older_regime = np.concatenate([regimes, self.baseline_regime[ents]], axis=1)
@@ -158,10 +164,10 @@ class PlaceHistory:
         best.z[:] = np.inf
         for length in lengths:
             window = recent[:, :length]
-            full = ~np.isnan(window).any(axis=1)
-            now = np.where(full, np.nan_to_num(regimes[:, :length]).sum(axis=1) / length, np.nan)
+            full = np.asarray(~np.isnan(window).any(axis=1), dtype=np.bool_)
+            now = np.where(full[:, None], np.nan_to_num(regimes[:, :length]).sum(axis=1) / length, np.nan)
             before, before_regime = older[:, length:], older_regime[:, length:]
-            same = np.abs(before_regime - now[:, None]) <= self.regime_tolerance
+            same = (np.abs(before_regime - now[:, None, :]) <= 1.0).all(axis=2)
             base = np.where(same, before, np.nan)
             held = same.sum(axis=1)
             judged = full & (held >= self.baseline_min)
@@ -206,10 +212,8 @@ class PlaceHistory:
         }
 
     @classmethod
-    def from_state(
-        cls, s: State, recent_size: int, baseline_size: int, baseline_min: int, regime_tolerance: float
-    ) -> PlaceHistory:
-        h = cls(recent_size, baseline_size, baseline_min, regime_tolerance)
+    def from_state(cls, s: State, recent_size: int, baseline_size: int, baseline_min: int) -> PlaceHistory:
+        h = cls(recent_size, baseline_size, baseline_min)
         recent = np.asarray(s["recent"], dtype=np.float64)
         if recent.shape[1:] != (recent_size,) or np.asarray(s["baseline"]).shape[1:] != (baseline_size,):
             return h  # saved with other window sizes: start again
