@@ -202,7 +202,7 @@ class PeerThresholds(_Section):
                     metric="DCGM_FI_DEV_SM_CLOCK",
                     cohort="job",
                     z=-4.0,
-                    rel_floor=0.035,
+                    rel_floor=0.04,
                     window_s=WINDOW_S,
                     busy_only=True,
                     why="a GPU whose clock stays well below its job's others over minutes slows the whole "
@@ -211,11 +211,12 @@ class PeerThresholds(_Section):
                     "SM clock wanders 1605-1920 MHz from one second to the next (4 % sd), so one scrape "
                     "is judged never, a 3-minute median is; Sinha et al., "
                     "'Not All GPUs Are Created Equal' (SC'22): identical GPUs under one cap differ by a "
-                    "few percent (8 %, p5-p95), and a 3-minute median of 6 scrapes still wanders 1.9 % "
-                    "(1.25 x 3.8 % / sqrt 6), so the spread never counts as less than 3.5 % and a "
-                    "straggler against its job is 4 of those (14 %: 8 % chip spread + 3 x 1.9 %) below "
-                    "its job's median, beyond the cohort's own spread (its MAD); a milder fail-slow is "
-                    "found against its own place (the history rule below)",
+                    "few percent (8 %, p5-p95; with the power factor the slowest healthy chips sit ~10 % "
+                    "under their job), and a median of 8 scrapes still wanders 1.7 % (1.25 x 3.8 % / "
+                    "sqrt 8), so the spread never counts as less than 4 % and a straggler against its "
+                    "job is 4 of those (16 %: the slowest healthy chip + 3.5 x 1.7 %) below its job's "
+                    "median, beyond the cohort's own spread (its MAD); a milder fail-slow is found "
+                    "against its own place (the history rule below)",
                 ),
                 PeerRule(
                     metric="DCGM_FI_DEV_SM_CLOCK",
@@ -334,11 +335,13 @@ class PeerThresholds(_Section):
         "kernel included (operational choice: 1 %)",
     )
     window_min_scrapes: int = sourced(
-        5,
-        "a windowed rule's window never holds fewer scrapes than this (at 60 s, 5 minutes)",
+        8,
+        "a windowed rule's window never holds fewer scrapes than this (at 60 s, 8 minutes)",
         "real-gpu/h200/nvml-1s.csv, phase train: about one second in 25 is a step or checkpoint "
-        "boundary (185-279 W at 87-100 % utilisation); a median of 5 needs 3 of them in a row "
-        "(operational choice)",
+        "boundary (185-279 W at 87-100 % utilisation), and a node's GPUs catch it together; at harsh "
+        "realism two such scrapes in a row on one node come dozens of times a day on 128 nodes, and "
+        "with a job's pace changing at the same time a median of 5 turned; a median of 8 needs 4 "
+        "(operational choice; the median still turns within 5 minutes at 60-s scrapes)",
     )
     history_recent_scrapes: int = sourced(
         30,
@@ -372,7 +375,7 @@ class PeerThresholds(_Section):
         "a chip whose place would take it past the top clock is held there (1980 MHz, "
         "real-gpu/h200: off the cap every sample reads it), so its place shrinks when its job's "
         "median rises and grows back when it falls; a straggler moves its job's median by at most "
-        "3 % before the bar against the job (14 %) finds it (the others' demand falls by 0.65 x "
+        "4 % before the bar against the job (16 %) finds it (the others' demand falls by 0.65 x "
         "its slowdown, their clock rises by the cube root of that), so 5 % (operational choice)",
     )
     history_hold_z: float = sourced(

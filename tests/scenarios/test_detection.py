@@ -16,7 +16,7 @@ from vocab.thresholds import WINDOW_S, PeerThresholds
 
 # a straggler is a GPU that stays slow, judged on the median of a window of scrapes (one scrape of a
 # power-capped clock says nothing): it is seen within that window and the peer rules' persistence
-STRAGGLER_TICKS = math.ceil(WINDOW_S / 30) + PeerThresholds().persist_ticks
+STRAGGLER_TICKS = max(math.ceil(WINDOW_S / 30), PeerThresholds().window_min_scrapes) + PeerThresholds().persist_ticks
 
 pytestmark = pytest.mark.slow
 
