@@ -11,7 +11,9 @@ leaves a row the next start settles (act.executors.settle) instead of running it
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -39,7 +41,27 @@ CREATE TABLE IF NOT EXISTS actions (
     node TEXT
 );
 CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
+CREATE TABLE IF NOT EXISTS remediation (
+    node TEXT NOT NULL,
+    incident_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    root TEXT NOT NULL,
+    source TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    state TEXT NOT NULL,
+    rung INTEGER NOT NULL,
+    next_at REAL NOT NULL,
+    opened_at REAL NOT NULL,
+    drained_at REAL,
+    closed_at REAL,
+    history TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (node, incident_id)
+);
 """
+REMEDIATION_COLUMNS = (
+    "node, incident_id, kind, root, source, policy, state, rung, next_at, opened_at, drained_at, closed_at, history"
+)
 
 HELD = ("dry_run", "blocked", "excluded", "awaiting_approval")
 COLUMNS = (
@@ -70,6 +92,44 @@ class Row:
     # executor acts on, so that nothing cuts an id apart to find its node; None when the
     # topology places the target in no node (a leaf, a link), and for rows written before it
     node: str | None = None
+
+
+@dataclass(frozen=True)
+class RemediationRecord:
+    """One node's way through act.remediation's state machine for one incident."""
+
+    node: str
+    incident_id: str
+    kind: str
+    root: str
+    source: str  # incident | prediction
+    policy: str  # the policy that drained it
+    state: str
+    rung: int  # the ladder's next rung (-1: not started)
+    next_at: float  # event time the next step is due (inf: closed)
+    opened_at: float
+    drained_at: float | None
+    closed_at: float | None
+    history: tuple[dict[str, Any], ...]
+
+
+def _record(found: tuple[Any, ...]) -> RemediationRecord:
+    node, incident, kind, root, source, policy, state, rung, next_at, opened_at, drained_at, closed_at, history = found
+    return RemediationRecord(
+        node,
+        incident,
+        kind,
+        root,
+        source,
+        policy,
+        state,
+        int(rung),
+        float(next_at),
+        float(opened_at),
+        drained_at,
+        closed_at,
+        tuple(json.loads(history)),
+    )
 
 
 class AuditLog:
@@ -164,6 +224,65 @@ class AuditLog:
         )
         self._tell(pid)
 
+    # ------------------------------------------------------------------ remediation (act.remediation)
+
+    def remediation_add(self, rec: RemediationRecord) -> bool:
+        """A node's record, unless it has one for the incident already; False then."""
+        return self._put(rec, "INSERT OR IGNORE") == 1
+
+    def remediation_put(self, rec: RemediationRecord) -> None:
+        """A record's new state, committed before the step it leads to is taken."""
+        self._put(rec, "INSERT OR REPLACE")
+
+    def _put(self, rec: RemediationRecord, verb: str) -> int:
+        return self._change(
+            f"{verb} INTO remediation ({REMEDIATION_COLUMNS}, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                rec.node,
+                rec.incident_id,
+                rec.kind,
+                rec.root,
+                rec.source,
+                rec.policy,
+                rec.state,
+                rec.rung,
+                rec.next_at if math.isfinite(rec.next_at) else 1e300,
+                rec.opened_at,
+                rec.drained_at,
+                rec.closed_at,
+                json.dumps(list(rec.history), sort_keys=True),
+                time.time(),
+            ),
+        )
+
+    def remediation_get(self, node: str, incident: str) -> RemediationRecord | None:
+        found = self._query(
+            f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE node = ? AND incident_id = ?", (node, incident)
+        )
+        return _record(found[0]) if found else None
+
+    def remediation_open(self) -> list[RemediationRecord]:
+        return [
+            _record(r)
+            for r in self._query(
+                f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE state IN"
+                " ('suspect', 'drained', 'remediating', 'validating') ORDER BY opened_at, node"
+            )
+        ]
+
+    def remediation_all(self) -> list[RemediationRecord]:
+        return [
+            _record(r) for r in self._query(f"SELECT {REMEDIATION_COLUMNS} FROM remediation ORDER BY opened_at, node")
+        ]
+
+    def remediation_count(self, node: str, since: float) -> int:
+        """The node's remediations (drained and worked on) opened since event time `since`."""
+        ((n,),) = self._query(
+            "SELECT COUNT(*) FROM remediation WHERE node = ? AND opened_at >= ? AND state != 'suspect'", (node, since)
+        )
+        return int(n)
+
     def rows(self, state: str | None = None) -> list[Row]:
         where, args = (" WHERE state = ?", (state,)) if state is not None else ("", ())
         return [
@@ -174,7 +293,7 @@ class AuditLog:
         """Actions done (or under way) on `target` since event time `since`, putting it back in
         service aside: what the limit counts."""
         ((n,),) = self._query(
-            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ? AND action != 'resume'"
+            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ? AND action NOT IN ('resume', 'check')"
             " AND state IN ('executing', 'done', 'failed')",
             (target, since),
         )
@@ -204,4 +323,4 @@ class AuditLog:
         return drained - resumed_after
 
 
-__all__ = ["HELD", "AuditLog", "Row", "plan_id"]
+__all__ = ["HELD", "AuditLog", "RemediationRecord", "Row", "plan_id"]

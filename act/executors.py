@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,7 @@ from typing import Protocol
 from act.audit import AuditLog, Row, plan_id
 from act.planner import IN_A_NODE, NODE_ACTIONS, Plan
 from act.policy import command_fields
-from vocab.ids import InvalidIdError, check_entity, check_node, node_refusal, shown
+from vocab.ids import InvalidIdError, check_entity, check_job, check_node, node_refusal, shown
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ def refusal(row: Row) -> str | None:
     try:
         if row.action in IN_A_NODE or row.node is not None:
             acted_on(row)  # first: a node's own rule says more than an entity's
+        if row.action == "requeue":
+            check_job(row.target)  # a job id, not an entity
+            return None
         check_entity(row.target)
     except InvalidIdError as exc:
         return f"refused: {exc}"
@@ -156,7 +160,45 @@ class SlurmCli:
                 out[fields["NodeName"]] = fields.get("Reason", "")
         return out
 
-    def run(self, row: Row) -> Acted:
+    def job(self, job: str) -> dict[str, str]:
+        """The one record Slurm holds for a job (`scontrol show job -o JOB`)."""
+        try:
+            check_job(job)
+        except InvalidIdError as exc:
+            raise RefusedError(str(exc)) from None
+        records = [parse_node(line) for line in self._run("show", "job", "-o", job).splitlines() if line.strip()]
+        if len(records) != 1:
+            raise ActionError(f"scontrol show job -o {job} answered {len(records)} records")
+        return records[0]
+
+    def job_state(self, job: str) -> str | None:
+        """A job's state (RUNNING, PENDING, ...), None where Slurm no longer knows it."""
+        try:
+            return self.job(job).get("JobState")
+        except ActionError:
+            return None
+
+    def requeue(self, row: Row) -> str:
+        """`scontrol requeue JOB` for a job still running on a drained node (right after its
+        checkpoint: it loses only its restart); Slurm refuses a job submitted with --no-requeue
+        (or under JobRequeue=0 without --requeue), and the plan fails with its words. Read back:
+        the job is no longer RUNNING."""
+        job = row.target
+        if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job):  # a Slurm job id (an array's task: 123_4)
+            raise RefusedError(f"requeue {shown(job)}: not a Slurm job id")
+        before = self.job(job).get("JobState", "")
+        self._run("requeue", job)
+        after = self.job(job).get("JobState", "")
+        if after == "RUNNING":
+            raise ActionError(f"requeue {job}: read back, Slurm still shows it RUNNING")
+        return f"job {job} requeued ({before} -> {after}, read back)"
+
+    def run(self, row: Row) -> Acted | str:
+        if row.action == "requeue":
+            return self.requeue(row)
+        return self._node_action(row)
+
+    def _node_action(self, row: Row) -> Acted:
         node = acted_on(row)
         if row.action not in ("drain", "resume"):
             raise ActionError(f"Slurm does not {row.action}")
@@ -189,6 +231,8 @@ class SlurmCli:
         return None
 
     def confirmed(self, row: Row) -> bool | None:
+        if row.action == "requeue":
+            return None if (state := self.job_state(row.target)) is None else state != "RUNNING"
         return self._took(row, self.node(acted_on(row)))
 
 
@@ -372,6 +416,8 @@ class Actor:
             else:
                 self.audit.move(row.plan_id, "held", row.detail)
         for row in self.audit.rows("executing"):
+            if row.action == "check":
+                continue  # a health check changes nothing: act.remediation runs it again
             executor = self.executors.get(row.action)
             try:
                 took = executor.confirmed(row) if executor is not None else None

@@ -24,6 +24,7 @@ from act.checkpoints import CheckpointClock
 from act.executors import Actor, Executor
 from act.planner import Planner
 from act.policy import ActConfig
+from act.remediation import RemediationMachine
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,13 @@ class ActLoop:
         self.planner = Planner(config, audit, node_of, scope_size, scope_of, jobs_on)
         self.actor = Actor(audit, executors, lambda message: page(message, ""))
         self.clock = CheckpointClock()
+        # the node's way back after a drain: remediated, checked, returned or a person paged
+        self.remediation: RemediationMachine | None = None
+        if config.remediation is not None:
+            self.remediation = RemediationMachine(
+                config, audit, self.actor, lambda message: page(message, ""), jobs_on=jobs_on
+            )
+            self.planner.returns_itself = self.remediation.owns
         self.waiting: dict[str, Waiting] = {}
         # approvals asked for through the API (another thread): taken at the next tick, in order
         self.approvals: deque[tuple[str, str]] = deque()
@@ -85,6 +93,9 @@ class ActLoop:
             state = json.loads(raw) if isinstance(raw, bytes | str) else raw
             plans = self.planner.consider(state, t)
             self.actor.take(plans, t)
+            if self.remediation is not None:
+                for plan in plans:
+                    self.remediation.suspect(plan.row, state, t)
             for plan in plans:
                 if plan.row.decision == "at_checkpoint":
                     jobs = self._jobs_of(plan.row)
@@ -106,6 +117,8 @@ class ActLoop:
             log.info("%s %s for %s: %s", w.row.action, w.row.target, w.row.incident_id, why)
             self.audit.move(pid, "planned", why, decision="execute")
             self.actor.run(w.row, t)
+        if self.remediation is not None:
+            self.remediation.step(t)
 
     def _max_wait(self, row: Row) -> float:
         policy = next((p for p in self.config.policies if p.name == row.policy), None)

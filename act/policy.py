@@ -174,6 +174,40 @@ class Executors(_Strict):
         return commands
 
 
+class Remediation(_Strict):
+    """What happens to a node after the service drained it (act/remediation.py): its kind's
+    ladder (a GPU reset, then a reboot, through the executors' `reset_gpu` and `reboot` commands),
+    each followed by the site's health checks (every argv must exit 0; `{node}` filled in), then
+    the node is resumed or a person paged. A node drained on a prediction is checked at once and
+    returned if healthy. Without `execute: true` (or under the file's `dry_run`) nothing is done:
+    the node comes back when its incident resolves, as without this block."""
+
+    execute: bool = False
+    checks: tuple[tuple[str, ...], ...] = Field(min_length=1)  # e.g. [ssh, "{node}", dcgmi, diag, -r, "2"]
+    ladders: dict[str, tuple[Literal["reset_gpu", "reboot"], ...]] = Field(default_factory=dict)
+    # operational choices, stated: dcgmi diag -r 2 takes a few minutes on an 8-GPU node (NVIDIA's
+    # DCGM guide: level 2 "medium", minutes) and an NCCL all-reduce test under one; a node's
+    # reboot (POST, BMC, driver, fabric manager) takes 5 to 10 minutes on an HGX system
+    check_timeout_s: float = Field(default=900.0, gt=0)
+    reboot_wait_s: float = Field(default=600.0, ge=0)
+
+    @field_validator("checks")
+    @classmethod
+    def _checks(cls, checks: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+        for argv in checks:
+            if not argv:
+                raise ValueError("a health check needs at least the program")
+            if command_fields(argv) - {"node"}:
+                raise ValueError("a health check may name {node} only")
+        return checks
+
+    @field_validator("ladders")
+    @classmethod
+    def _kinds(cls, ladders: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        _known(tuple(ladders), tuple(registry.KINDS), "fault kinds")
+        return ladders
+
+
 class ActConfig(_Strict):
     dry_run: bool = True
     breaker: Breaker = Field(default_factory=Breaker)
@@ -181,6 +215,7 @@ class ActConfig(_Strict):
     exclude: tuple[str, ...] = ()  # globs on node (or entity) names never acted on
     policies: tuple[Policy, ...] = ()
     executors: Executors = Field(default_factory=Executors)
+    remediation: Remediation | None = None
 
     def excluded(self, target: str) -> str | None:
         """Why `target` is never acted on, or None."""
@@ -229,6 +264,7 @@ __all__ = [
     "Match",
     "Policy",
     "PolicyError",
+    "Remediation",
     "command_fields",
     "load",
     "parse",

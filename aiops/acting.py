@@ -22,7 +22,7 @@ def executors_of(config: ActConfig) -> dict[str, Executor]:
     out: dict[str, Executor] = {}
     if config.executors.slurm:
         slurm = SlurmCli(config.executors.slurm_env, config.executors.scontrol)
-        out["drain"] = out["resume"] = slurm
+        out["drain"] = out["resume"] = out["requeue"] = slurm
     k8s = config.executors.kubernetes
     if k8s is not None:
         from act.kubernetes import KubernetesNodes
@@ -81,7 +81,11 @@ def act_loop(
         sink = action_sink
         audit.listener = lambda row: sink(action_line(row))
     chosen = executors if executors is not None else executors_of(config)
-    return ActLoop(config, audit, chosen, page, node_of, scope_size, scope_of, jobs_on)
+    loop = ActLoop(config, audit, chosen, page, node_of, scope_size, scope_of, jobs_on)
+    slurm = chosen.get("requeue")
+    if loop.remediation is not None and isinstance(slurm, SlurmCli):
+        loop.remediation.job_state = slurm.job_state  # when a requeued job runs again
+    return loop
 
 
 __all__ = ["act_loop", "executors_of"]

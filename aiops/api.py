@@ -69,10 +69,12 @@ from notify.config import Match
 from notify.service import Notifier
 from notify.silences import SilenceStore
 from rca.graph import TopologyGraph
+from show.blast import blast_radius
 from show.page import PAGE_CSP, grafana_links, render_incident, render_list
-from show.series import WINDOW_S, InfluxSeries, from_evidence, key_series
+from show.series import SERIES_ASKED, WINDOW_S, InfluxSeries, from_evidence, key_series
 from show.topology_svg import Picture, neighbourhood
 from vocab.ids import MAX_ID_LENGTH, Refusal, entity_refusal, shown
+from vocab.schedule import Schedule
 from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
@@ -169,6 +171,8 @@ class PageContext:
     graph: TopologyGraph | None = None
     series: InfluxSeries | None = None
     grafana_url: str | None = None
+    # what the scheduler said (the engine's schedule, shared): the blast radius at onset
+    schedule: Schedule | None = None
 
 
 class _Collector(Collector):
@@ -571,7 +575,9 @@ def build_app(
         rows = index.find(IncidentQuery(status, severity, kind, entity, since, until, limit))
         given = {"status": status, "severity": severity, "kind": kind, "entity": entity}
         filters = ", ".join(f"{k} {v}" for k, v in given.items() if v)
-        html = render_list(rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters)
+        html = render_list(
+            rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters, plans=_latest_plans(actions)
+        )
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse)
@@ -580,7 +586,8 @@ def build_app(
         found = index.get(_checked("incident", incident_id))
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
-        html = incident_html(found, index.history(incident_id), shown)
+        plans = [asdict(r) for r in actions.rows() if r.incident_id == incident_id] if actions is not None else []
+        html = incident_html(found, index.history(incident_id), shown, plans)
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/api/silences")
@@ -611,14 +618,29 @@ def build_app(
     return app
 
 
-def incident_html(record: dict[str, Any], history: list[dict[str, Any]], pages: PageContext) -> str:
+def _latest_plans(actions: ActionsApi | None) -> dict[str, dict[str, Any]]:
+    """Each incident's latest plan in the audit log (none when acting is off)."""
+    if actions is None:
+        return {}
+    return {r.incident_id: asdict(r) for r in actions.rows()}  # oldest first: the latest stays
+
+
+def incident_html(
+    record: dict[str, Any], history: list[dict[str, Any]], pages: PageContext, plans: list[dict[str, Any]] | None = None
+) -> str:
     """The page of one incident as the daemon knows it now."""
     root = str(record["root_cause"]["entity"])
     g = pages.graph
     picture = (
         neighbourhood(g, root, record.get("affected", [])) if g is not None else Picture([("root", [root])], root=root)
     )
-    keys = key_series(record)
+    keys = (
+        key_series(
+            record, SERIES_ASKED, lambda e: g.kind(e) if e in g else None, lambda e: g.parent(e) if e in g else None
+        )
+        if g is not None
+        else key_series(record)
+    )
     opened = float(record["opened"])
     series = {}
     source = "evidence (no InfluxDB configured)"
@@ -639,6 +661,8 @@ def incident_html(record: dict[str, Any], history: list[dict[str, Any]], pages: 
         series,
         history,
         job_gpus=record.get("job_gpus"),
+        blast=blast_radius(record, g, pages.schedule) if g is not None and pages.schedule is not None else None,
+        plans=plans or [],
         live=True,
         index_href="/incidents",
         grafana=grafana_links(pages.grafana_url, node, switch, rack),

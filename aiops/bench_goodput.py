@@ -26,24 +26,27 @@ The cost model (stated, not measured; the constants are arguments):
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import pickle
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table
 
-from act.audit import AuditLog, Row
+from act.audit import RemediationRecord, Row
 from act.executors import Executor
 from act.policy import ActConfig, parse
+from act.remediation import CheckResult
 from aiops.acting import act_loop
 from aiops.progress import Progress
 from vocab import registry
 
-MODES = ("none", "failures", "predictions")
+MODES = ("none", "failures", "predictions", "validation")
 # failures that kill their job and sit in a node (a drain is the remedy; a leaf is routed around)
 IN_A_NODE = {"gpu", "node", "psu", "nic", "optic", "nvswitch"}
 FAILURE_KINDS = sorted(k for k, v in registry.KINDS.items() if v.kills_job and v.root in IN_A_NODE)
@@ -58,7 +61,7 @@ def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
             "execute": True,
         }
     ]
-    if mode == "predictions":
+    if mode in ("predictions", "validation"):
         rules.append(
             {
                 "name": "drain-predicted",
@@ -68,13 +71,76 @@ def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
                 "execute": True,
             }
         )
-    return parse(
-        {"dry_run": False, "breaker": {"max_nodes": max_nodes, "max_fraction": max_fraction}, "policies": rules}
-    )
+    config: dict[str, Any] = {
+        "dry_run": False,
+        "breaker": {"max_nodes": max_nodes, "max_fraction": max_fraction},
+        "policies": rules,
+    }
+    if mode == "validation":  # the checks are the generator's truth (TruthCheck), set in run_modes
+        config["remediation"] = {"execute": True, "checks": [["truth"]], "reboot_wait_s": REBOOT_S}
+    return parse(config)
+
+
+# What each step of the remediation ladder takes, for the clocks (stated operational figures,
+# not measured here): a reboot of an HGX node 10 min (POST, BMC, driver, fabric manager; the
+# machine waits `reboot_wait_s` for it), a GPU reset 1 min (nvidia-smi -r once the GPU is idle),
+# a health check 5 min (dcgmi diag -r 2, "medium", minutes on 8 GPUs, then an NCCL all-reduce)
+REBOOT_S, RESET_S, CHECK_S = 600.0, 60.0, 300.0
+# What puts each kind right, as the generator's truth stands for it (a health check fails from
+# the fault's precursor, or its onset, until it is put right): read from NVIDIA's Xid catalog's
+# immediate action for the Xid each kind shows (vocab/xid_catalog.tsv): Xid 48/64 (HBM) and 74
+# (NVLink), 119 (GSP) RESET_GPU; Xid 79 (off the bus) RESTART_BM; Xid 45 (fabric manager) a
+# restart of the fabric manager, which a reboot does. A reboot also does what a reset does.
+# Anything else (a PSU, an optic, a cable, a thermal interface) is hardware: a person.
+RESET_FIXES = frozenset({"gpu_hbm_ecc", "gpu_row_remap_pending", "gpu_nvlink", "gpu_nvlink_down", "gpu_fault"})
+REBOOT_FIXES = RESET_FIXES | {"gpu_fell_off_bus", "gpu_lost", "nvswitch_fabric_manager"}
+
+
+class TruthCheck:
+    """A health check that passes or fails as the generator's truth says: a node fails from the
+    start (precursor or onset) of a fault in it until a step that fixes the fault's kind was done
+    on it after that start, or, for a kind no step fixes, for good."""
+
+    def __init__(self, faults: list[dict[str, Any]], node_of: Callable[[str], str | None]) -> None:
+        self.faults: dict[str, list[dict[str, Any]]] = {}
+        for f in faults:
+            node = node_of(f["root"])
+            if node is not None:
+                self.faults.setdefault(node, []).append(f)
+        self.done: dict[str, list[tuple[float, str]]] = {}  # node -> (when, step)
+        self.now = 0.0
+
+    @staticmethod
+    def start(f: dict[str, Any]) -> float:
+        pre = f.get("precursor_start")
+        return float(pre) if pre is not None else float(f["onset"])
+
+    def step(self, node: str, action: str) -> None:
+        self.done.setdefault(node, []).append((self.now, action))
+
+    def __call__(self, node: str) -> CheckResult:
+        for f in self.faults.get(node, []):
+            if self.start(f) > self.now:
+                continue
+            fixed = any(
+                at >= self.start(f) and f["kind"] in (RESET_FIXES if step == "reset_gpu" else REBOOT_FIXES)
+                for at, step in self.done.get(node, [])
+                if step in ("reset_gpu", "reboot")
+            )
+            if not fixed:
+                return CheckResult(False, f"{f['kind']} on {f['root']}")
+        return CheckResult(True, "healthy")
 
 
 class _Recorder:
+    """Does nothing but tell the truth's health check which steps were done on which node."""
+
+    def __init__(self, check: TruthCheck | None = None) -> None:
+        self.check = check
+
     def run(self, row: Row) -> str:
+        if self.check is not None and row.node is not None:
+            self.check.step(row.node, row.action)
         return "recorded"
 
     def confirmed(self, row: Row) -> bool | None:
@@ -194,13 +260,56 @@ def cost_of(
     return cost
 
 
-def _history(
-    seed: int, args: argparse.Namespace, work: Path, on_tick: Callable[[], None]
-) -> tuple[dict[str, ModeCost], int]:
+@dataclass
+class Tape:
+    """What the pipeline told the acting loops over one generated history, in order (each tick's
+    job utilisation, then its incident states), with what the cost model reads from the
+    generator: the acting loops' inputs do not depend on what they do (the replay's telemetry
+    does not react to a drain), so every mode is run on the same tape, one after the other."""
+
+    seed: int
+    calls: list[tuple[str, float, Any]]
+    truth: list[dict[str, Any]]
+    jobs: list[JobTimes]
+    job_ids: list[str]
+    t_end: float
+    per_node: int
+    topology: dict[str, Any]
+    write_s: float
+
+
+class _Recording:
+    """Stands where an acting loop would (Pipeline.act_on) and writes down what it is told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float, Any]] = []
+
+    def restore(self, t: float) -> None:
+        pass
+
+    def tick(self, t: float, utilisation: dict[str, float]) -> None:
+        self.calls.append(("tick", t, dict(utilisation)))
+
+    def offer(self, states: list[bytes] | list[dict[str, Any]], t: float) -> None:
+        if states:
+            self.calls.append(("offer", t, [json.loads(s) if isinstance(s, bytes | str) else s for s in states]))
+
+
+def record(seed: int, args: argparse.Namespace, on_tick: Callable[[], None]) -> Tape:
     """One generated history through the pipeline, frames in memory (the line protocol adds
-    nothing here and a week of it would not fit on disk), with both acting loops; its cost per
-    mode. The scheduler's news comes as it would live: jobs start as planned, and end when they
-    end (a fault that kills a job ends it early)."""
+    nothing here and a week of it would not fit on disk). The scheduler's news comes as it would
+    live: jobs start as planned, and end when they end (a fault that kills a job ends it early).
+    Kept under `--cache` (a pickle of this module's own records) so that a change to the acting
+    side reruns in seconds."""
+    cache = (
+        Path(args.cache) / f"tape-{seed}-{args.gpus}-{args.hours:g}-{args.interval:g}-{args.faults or 'rate'}.pickle"
+        if args.cache
+        else None
+    )
+    if cache is not None and cache.exists():
+        with cache.open("rb") as f:
+            tape: Tape = pickle.load(f)  # written by this function, in the user's cache
+        return tape
     from aiops.default_model import load_or_train_default
     from aiops.runner import Pipeline
     from detectors.predict.online import OnlinePredictor
@@ -209,18 +318,14 @@ def _history(
     from telemetry_gen.generator import GenConfig, Generation
     from telemetry_gen.workload import CHECKPOINT_S
 
-    gen = Generation(GenConfig(gpus=args.gpus, hours=args.hours, interval=args.interval, seed=seed))
+    gen = Generation(GenConfig(gpus=args.gpus, hours=args.hours, interval=args.interval, seed=seed, faults=args.faults))
     graph = TopologyGraph.from_json(gen.topology.to_json())
     node_ids = list(gen.topology.ids["node"])
     told: set[str] = set()
     events = [e for e in gen.events() if e["type"] != "job_end"]
     pipeline = Pipeline(graph, args.interval, events, OnlinePredictor(load_or_train_default()))
-    audits = {m: work / f"{m}-{seed}.sqlite" for m in MODES[1:]}
-    for mode in MODES[1:]:
-        recorder = _Recorder()
-        executors: dict[str, Executor] = {"drain": recorder, "resume": recorder}
-        config = policies(mode, args.max_nodes, args.max_fraction)
-        pipeline.act_on(act_loop(config, graph, audits[mode], pipeline.page, executors, pipeline.jobs_on))
+    recording = _Recording()
+    pipeline.act_on(cast(Any, recording))
     detect = pipeline.detect
     assert isinstance(detect, DetectLoop)  # the pipeline detects here
     for tick in gen.ticks():
@@ -235,27 +340,186 @@ def _history(
         on_tick()
     pipeline.take()
     per_node = gen.topology.gpus // max(len(node_ids), 1)
-    jobs = _jobs(gen.workload, node_ids, per_node)
-    t_end = gen.workload.t_end
-    truth: list[dict[str, Any]] = [dict(f) for f in gen.truth()]
+    tape = Tape(
+        seed,
+        recording.calls,
+        [dict(f) for f in gen.truth()],
+        _jobs(gen.workload, node_ids, per_node),
+        [str(j.id) for j in gen.workload.jobs],
+        gen.workload.t_end,
+        per_node,
+        json.loads(json.dumps(gen.topology.to_json())),
+        CHECKPOINT_S,
+    )
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with cache.with_suffix(".tmp").open("wb") as out:
+            pickle.dump(tape, out)
+        cache.with_suffix(".tmp").replace(cache)
+    return tape
+
+
+def run_modes(tape: Tape, args: argparse.Namespace, work: Path) -> dict[str, tuple[list[Row], list[RemediationRecord]]]:
+    """Every acting mode over one tape, each with its own audit log; what each planned and did."""
+    from rca.graph import TopologyGraph
+
+    graph = TopologyGraph.from_json(tape.topology)
 
     def node_of(entity: str) -> str | None:
         return graph.node_of(entity) if entity in graph else None
 
-    costs = {}
-    for mode in MODES:
-        rows = AuditLog(audits[mode]).rows() if mode in audits else []
-        horizon = args.horizon_h * 3600
-        costs[mode] = cost_of(
-            mode, truth, rows, jobs, node_of, args.restart_s, args.human_s, horizon, CHECKPOINT_S, per_node, t_end
+    def jobs_on(node: str, t: float) -> dict[str, int]:
+        return {
+            i: j.gpus for i, j in zip(tape.job_ids, tape.jobs, strict=True) if node in j.nodes and j.start <= t < j.end
+        }
+
+    out: dict[str, tuple[list[Row], list[RemediationRecord]]] = {"none": ([], [])}
+    for mode in MODES[1:]:
+        check = TruthCheck(tape.truth, node_of)
+        recorder = _Recorder(check)
+        executors: dict[str, Executor] = dict.fromkeys(("drain", "resume", "reset_gpu", "reboot", "ticket"), recorder)
+        config = policies(mode, args.max_nodes, args.max_fraction)
+        path = work / f"{mode}-{tape.seed}.sqlite"
+        path.unlink(missing_ok=True)
+        loop = act_loop(config, graph, path, lambda message, subject: None, executors, jobs_on)
+        if loop.remediation is not None:
+            loop.remediation.checks = [check]
+        for what, t, payload in tape.calls:
+            check.now = t
+            if what == "tick":
+                loop.tick(t, payload)
+            else:
+                loop.offer(payload, t)
+        out[mode] = (loop.audit.rows(), loop.audit.remediation_all())
+        loop.audit.close()
+    return out
+
+
+@dataclass
+class Outcome:
+    """One fault in a node, as one mode handled it."""
+
+    kind: str
+    kills_job: bool
+    ahead: bool  # out of service (or put right) before its onset: the job never met it
+    job_back_s: float | None  # onset -> the job running again (with spares), when it was interrupted
+    node_back_s: float | None  # onset -> the node back in service, checked
+    person_s: float | None  # onset -> a person paged (escalated, or never seen by the service)
+    healed: bool  # put right and returned with no person
+    big_job_loss_s: float  # what it cost the large job, in the job's wall-clock seconds
+
+
+def _big_ckpt(t: float, t0: float, period: float) -> float:
+    return t0 + math.floor((t - t0) / period) * period
+
+
+def outcomes(
+    mode: str,
+    truth: list[dict[str, Any]],
+    rows: list[Row],
+    records: list[RemediationRecord],
+    node_of: Callable[[str], str | None],
+    t0: float,
+    args: argparse.Namespace,
+) -> list[Outcome]:
+    """Each fault in a node: whether the job met it, when the job ran again and the node came back
+    (or a person was called), and what it cost a large synchronous job on the cluster, which
+    restarts on spare nodes as soon as the faulty one is out (a 10k-GPU job keeps spares; without
+    them it waits for the node's return). The large job checkpoints every `--big-ckpt-s` from
+    the history's start and restarts in `--restart-s`."""
+    drains: dict[str, list[float]] = {}
+    resumes: dict[str, list[float]] = {}
+    for r in rows:
+        at = r.acted_at if r.acted_at is not None else r.event_time
+        if r.state == "done" and r.action == "drain":
+            drains.setdefault(r.target, []).append(at)
+        elif r.state == "done" and r.action == "resume":
+            resumes.setdefault(r.target, []).append(at)
+    out = []
+    for f in truth:
+        node = node_of(f["root"])
+        if node is None:
+            continue
+        kind, onset, start = f["kind"], float(f["onset"]), TruthCheck.start(f)
+        kills = registry.KINDS[kind].kills_job
+        out_before = any(
+            d <= onset and not any(d < r <= onset for r in resumes.get(node, [])) for d in drains.get(node, [])
         )
-    return costs, len(truth)
+        mine = [
+            rec
+            for rec in records
+            if rec.node == node and rec.drained_at is not None and start - 6 * 3600 <= rec.drained_at <= float(f["end"])
+        ]
+        rec = mine[0] if mine else None
+        extra = 0.0
+        if rec is not None:  # the steps' own time, which the replay's ticks do not pass
+            steps = [h.get("step") for h in rec.history]
+            extra = steps.count("check") * CHECK_S + steps.count("reset_gpu") * RESET_S
+        returned = rec is not None and rec.state == "returned" and rec.closed_at is not None
+        healed = returned and rec is not None and rec.closed_at is not None and rec.closed_at >= start
+        averted = healed and rec is not None and rec.closed_at is not None and rec.closed_at + extra <= onset
+        ahead = out_before or averted
+        after = [d for d in drains.get(node, []) if d > onset] if mode != "none" else []
+        out_at = after[0] if after else onset + args.human_s
+        node_back = (rec.closed_at + extra - onset) if healed and rec is not None and rec.closed_at else None
+        person = None
+        if not healed:
+            escalated = rec is not None and rec.state == "escalated" and rec.closed_at is not None
+            person = (
+                (rec.closed_at + extra - onset)
+                if escalated and rec is not None and rec.closed_at
+                else (out_at - onset if after else args.human_s)
+            )
+        if not kills or ahead:
+            job_back, loss = None, 0.0  # a drain ahead cost the job its restart: counted with the drains
+        else:
+            job_back = out_at - onset + args.restart_s
+            loss = onset - _big_ckpt(onset, t0, args.big_ckpt_s) + job_back
+        out.append(
+            Outcome(
+                kind,
+                kills,
+                ahead,
+                job_back,
+                max(node_back, 0.0) if node_back is not None else None,
+                max(person, 0.0) if person is not None else None,
+                healed,
+                loss,
+            )
+        )
+    return out
+
+
+LLAMA3_RATE = 419 / (54 * 16_384) * 1000  # interruptions per 1,000 GPU-days (Dubey et al. 2024, Table 5)
+
+
+def big_job_ettr(faults: list[Outcome], wrong_drains: int, gpu_days: float, args: argparse.Namespace) -> float:
+    """The ETTR of a `--big-gpus` job at the Llama 3 rate: its interruptions per day are the rate
+    times its GPUs; each costs the mean loss of the job-killing faults measured, weighted by the
+    kinds' Llama 3 shares (registry priors), so that a history's one-of-each mix counts as the
+    field's; each drain on a prediction costs a restart at a checkpoint, the wrong ones at the
+    rate measured per GPU-day here. Checkpoint writes are left out (the same in every mode)."""
+    killing = [f for f in faults if f.kills_job]
+    by_kind: dict[str, list[float]] = {}
+    for f in killing:
+        by_kind.setdefault(f.kind, []).append(f.big_job_loss_s + (args.restart_s if f.ahead else 0.0))
+    if not by_kind:
+        return float("nan")
+    weights = {k: registry.PRIOR[k] for k in by_kind}
+    mean_loss = sum(weights[k] * sum(v) / len(v) for k, v in by_kind.items()) / sum(weights.values())
+    per_day = LLAMA3_RATE / 1000 * args.big_gpus
+    wrong_per_day = wrong_drains / gpu_days * args.big_gpus if gpu_days else 0.0
+    lost = per_day * mean_loss + wrong_per_day * args.restart_s
+    return float(1.0 - lost / 86_400.0)
 
 
 def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     totals = {m: ModeCost() for m in MODES}
+    per_mode: dict[str, list[Outcome]] = {m: [] for m in MODES}
+    wrong: dict[str, int] = dict.fromkeys(MODES, 0)
     gpu_days = 0.0
     faults = 0
+    report: dict[str, Any] = {"seeds": list(args.seeds), "gpus": args.gpus, "hours": args.hours, "modes": {}}
     with (
         tempfile.TemporaryDirectory(prefix="aiops-goodput-") as work,
         Progress(
@@ -263,9 +527,32 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         ) as progress,
     ):
         for seed in args.seeds:
-            costs, n = _history(seed, args, Path(work), progress.advance)
-            faults += n
-            for mode, c in costs.items():
+            tape = record(seed, args, progress.advance)
+            from rca.graph import TopologyGraph
+
+            graph = TopologyGraph.from_json(tape.topology)
+
+            def node_of(entity: str, graph: TopologyGraph = graph) -> str | None:
+                return graph.node_of(entity) if entity in graph else None
+
+            acted = run_modes(tape, args, Path(work))
+            t0 = min((t for _, t, _ in tape.calls), default=0.0)
+            faults += len(tape.truth)
+            for mode in MODES:
+                rows, records = acted[mode]
+                c = cost_of(
+                    mode if mode != "validation" else "predictions",
+                    tape.truth,
+                    rows,
+                    tape.jobs,
+                    node_of,
+                    args.restart_s,
+                    args.human_s,
+                    args.horizon_h * 3600,
+                    tape.write_s,
+                    tape.per_node,
+                    tape.t_end,
+                )
                 t = totals[mode]
                 t.gpu_s += c.gpu_s
                 t.interruptions += c.interruptions
@@ -274,42 +561,82 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 t.wrong += c.wrong
                 t.wrong_gpu_s += c.wrong_gpu_s
                 t.blocked += c.blocked
+                wrong[mode] += c.wrong
+                per_mode[mode] += outcomes(mode, tape.truth, rows, records, node_of, t0, args)
+                report.setdefault("per_seed", {}).setdefault(str(seed), {})[mode] = c.gpu_s / 3600
             gpu_days += args.gpus * args.hours / 24
     per = 1000.0 / gpu_days
     table = Table(
         title=f"aiops bench goodput: {len(args.seeds)} histories of {args.gpus:,} GPUs × {args.hours:g} h "
-        f"at {args.interval:g} s, {faults} faults at the Llama 3 rate ({gpu_days:,.0f} GPU-days)",
+        f"at {args.interval:g} s (seeds {', '.join(map(str, args.seeds))}), {faults} faults "
+        f"({args.faults or 'the Llama 3 rate'}), {gpu_days:,.0f} GPU-days",
         caption=(
-            f"GPU-hours lost per 1,000 GPU-days: each interrupted job's GPUs × (time since its last checkpoint + "
-            f"{args.restart_s:g} s restart); none: a person drains a failed node {args.human_s:g} s after; "
-            f"breaker {args.max_nodes} nodes / {args.max_fraction:.0%} per hour"
+            f"fleet: GPU-hours lost per 1,000 GPU-days, each interrupted job's GPUs × (time since its last checkpoint"
+            f" + {args.restart_s:g} s restart); none: a person drains a failed node {args.human_s:g} s after. "
+            f"ETTR: one {args.big_gpus:,}-GPU job, checkpoint every {args.big_ckpt_s / 60:g} min, restart "
+            f"{args.restart_s / 60:g} min, spares, at the Llama 3 rate ({LLAMA3_RATE:.2f} per 1,000 GPU-days). "
+            f"Self-heal: faults in a node put right and returned with no person (all; of kinds a reset or reboot "
+            "fixes). MTTR: median onset -> the job running again; -> the node back, checked, with no person; "
+            "faults that went to a person (a drained node waits for one without remediation), and the median time"
+            " until then"
         ),
     )
     for col in (
         "mode",
-        "GPU-h lost /1k GPU-days",
+        "fleet GPU-h lost /1k GPU-days",
         "saved",
-        "jobs interrupted /1k GPU-days",
-        "nodes drained",
         "wrong drains",
         "wrong GPU-h",
-        "blocked by breaker",
+        f"ETTR {args.big_gpus // 1000}k job",
+        "self-healed",
+        "of fixable",
+        "MTTR job",
+        "MTTR node back",
+        "to a person",
     ):
         table.add_column(col, justify="right")
     base = totals["none"].gpu_s
-    report: dict[str, Any] = {"gpu_days": gpu_days, "faults": faults, "modes": {}}
+
+    def median(values: list[float]) -> float | None:
+        v = sorted(values)
+        return v[len(v) // 2] if v else None
+
+    def minutes(v: float | None) -> str:
+        return f"{v / 60:.1f} min" if v is not None else "-"
+
     for mode in MODES:
-        t = totals[mode]
+        t, outs = totals[mode], per_mode[mode]
         saved = 1 - t.gpu_s / base if base else 0.0
+        ettr = big_job_ettr(outs, wrong[mode], gpu_days, args)
+        fixable = [o for o in outs if o.kind in REBOOT_FIXES]
+        healed = sum(o.healed for o in outs)
+        healed_fixable = sum(o.healed for o in fixable)
+        job = median([o.job_back_s for o in outs if o.job_back_s is not None])
+        node = median([o.node_back_s for o in outs if o.node_back_s is not None])
+        person = median([o.person_s for o in outs if o.person_s is not None])
+        kinds: dict[str, Any] = {}
+        for o in outs:
+            k = kinds.setdefault(
+                o.kind, {"faults": 0, "healed": 0, "ahead": 0, "job_back_s": [], "node_or_person_s": []}
+            )
+            k["faults"] += 1
+            k["healed"] += int(o.healed)
+            k["ahead"] += int(o.ahead)
+            if o.job_back_s is not None:
+                k["job_back_s"].append(round(o.job_back_s))
+            k["node_or_person_s"].append(round(o.node_back_s if o.node_back_s is not None else (o.person_s or 0.0)))
         table.add_row(
             mode,
             f"{t.gpu_s / 3600 * per:,.1f}",
             f"{saved:.0%}" if mode != "none" else "",
-            f"{t.interruptions * per:,.1f}",
-            f"{len(t.nodes_out)}",
             f"{t.wrong}",
             f"{t.wrong_gpu_s / 3600 * per:,.1f}",
-            f"{t.blocked}",
+            f"{ettr:.2%}",
+            f"{healed}/{len(outs)}",
+            f"{healed_fixable}/{len(fixable)}",
+            minutes(job),
+            minutes(node),
+            f"{sum(o.person_s is not None for o in outs)}, {minutes(person)}",
         )
         report["modes"][mode] = {
             "gpu_hours_per_1k_gpu_days": t.gpu_s / 3600 * per,
@@ -318,9 +645,20 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "nodes_drained": len(t.nodes_out),
             "wrong_drains": t.wrong,
             "blocked": t.blocked,
+            "ettr_big_job": ettr,
+            "self_healed": healed,
+            "faults_in_nodes": len(outs),
+            "self_healed_fixable": healed_fixable,
+            "fixable": len(fixable),
+            "mttr_job_s": job,
+            "mttr_node_back_s": node,
+            "to_a_person": sum(o.person_s is not None for o in outs),
+            "to_a_person_s": person,
+            "per_kind": kinds,
         }
     console.print(table)
+    report["gpu_days"], report["faults"] = gpu_days, faults
     return report
 
 
-__all__ = ["bench_goodput", "cost_of", "policies"]
+__all__ = ["Outcome", "TruthCheck", "bench_goodput", "big_job_ettr", "cost_of", "outcomes", "policies", "record"]

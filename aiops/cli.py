@@ -171,9 +171,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.remote_write:
+        return cmd_remote_write(args, settings)
     from ingest.service import run_ingest_service
 
-    settings = _settings(args)
     if args.downsample is not None:
         if args.downsample < 0:
             raise CliError(f"--downsample takes seconds >= 0 (0 = every value), got {args.downsample:g}")
@@ -190,6 +192,26 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{stats.aggregate_points} points; late for their window {stats.late_for_window}, "
             f"stored before a restart {stats.repeated_after_restart}, still open {stats.open_rows}"
         )
+    return 0
+
+
+def cmd_remote_write(args: argparse.Namespace, settings: Settings) -> int:
+    from ingest.remote_write import MAX_BODY_BYTES
+    from ingest.remote_write_service import run_remote_write
+
+    counts = run_remote_write(
+        settings.kafka,
+        args.remote_write,
+        stop_on_signals(),
+        idle_stop_s=args.stop_when_idle,
+        max_body_bytes=args.remote_write_max_bytes or MAX_BODY_BYTES,
+    )
+    print(
+        f"remote write: {counts['requests']} requests, {counts['series']} series, {counts['samples']} samples "
+        f"as {counts['lines']} lines; dead-lettered {counts['deadlettered']} ({counts['series_unmapped']} series "
+        f"unmapped), {counts['stale_markers']} stale markers, refused {counts['refused']}, "
+        f"Kafka unavailable {counts['unavailable']}"
+    )
     return 0
 
 
@@ -255,7 +277,10 @@ def cmd_gen(args: argparse.Namespace) -> int:
     )
     try:
         gen = Generation(config)
-    except (TopologyError, FaultSpecError, ValueError) as exc:
+    except FaultSpecError as exc:
+        hint = " (a larger --gpus or --hours, or fewer --faults)" if "no free place" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
+    except (TopologyError, ValueError) as exc:
         raise CliError(str(exc)) from None
     progress = Progress(gen.sim.steps, "aiops gen", "ticks")
 
@@ -479,6 +504,13 @@ def cmd_score_csv(args: argparse.Namespace) -> int:
     return 0
 
 
+def demo_report_dir() -> Path:
+    """Where `aiops demo` writes its run and report pages unless told (replaced by each demo)."""
+    import os
+
+    return Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops")) / "demo-report"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.sample or args.input:  # the ingest path alone, on a line-protocol file
         from aiops.demo import run_demo
@@ -513,8 +545,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         notifier = Notifier(config, Path(tempfile.mkdtemp(prefix="aiops-demo-")) / "notify-outbox.sqlite")
         notifier.start()
+    report = None if args.no_report else Path(args.report) if args.report else demo_report_dir()
+    if report is not None and report.is_dir() and not args.report:  # ours: the last demo's
+        import shutil
+
+        shutil.rmtree(report)
     try:
         return run_cluster_demo(
+            report=report,
             gpus=args.gpus,
             hours=args.hours,
             seed=args.seed,
@@ -555,7 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recording", help="the NVML recording (default: ../shared/datasets/real-gpu/h200/nvml-1s.csv)")
     p.add_argument("--phases", default="train,burn,membound,cooldown", help="recorded phases, comma-separated")
     p.add_argument("--intervals", default="10,30,60", help="scrape intervals in seconds, comma-separated")
-    p.add_argument("--ticks", type=int, default=60, help="scrapes per replay")
+    p.add_argument(
+        "--ticks", type=int, default=240, help="scrapes per replay (past 50 busy ones, each GPU is judged on its place)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--desync", action="store_true", help="every GPU anywhere in the trace (no synchronous step)")
     p.set_defaults(handler=cmd_check_recording)
@@ -579,7 +619,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--started-file", metavar="FILE", help="write the wall clock of the first release here")
     p.set_defaults(handler=cmd_replay)
 
-    p = sub.add_parser("ingest", help="consume telemetry from Kafka and write it raw to InfluxDB")
+    p = sub.add_parser(
+        "ingest",
+        help="consume telemetry from Kafka and write it raw to InfluxDB; with --remote-write, take "
+        "Prometheus remote write onto the telemetry topic instead",
+    )
     p.add_argument("--kafka", metavar="HOST:PORT")
     p.add_argument("--topic")
     p.add_argument("--group", help="consumer group (default aiops-ingest)")
@@ -592,6 +636,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="store raw telemetry per window of this many seconds (mean/max/min of gauges, last of counters; "
         "default AIOPS_INGEST__DOWNSAMPLE_S, 0 = every value); Kafka keeps full resolution",
+    )
+    p.add_argument(
+        "--remote-write",
+        metavar="HOST:PORT",
+        help="instead: listen for Prometheus remote write 1.0 (POST /api/v1/write) and publish the dcgm-exporter "
+        "and node-exporter InfiniBand series to the telemetry topic as the catalog's lines (docs/collectors.md)",
+    )
+    p.add_argument(
+        "--remote-write-max-bytes",
+        type=int,
+        metavar="BYTES",
+        help="largest compressed body taken (default 16 MiB; the decompressed limit is 4 times this, at least 64 MiB)",
     )
     p.set_defaults(handler=cmd_ingest)
 
@@ -624,6 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--speed", type=float, help="pace: simulated seconds per second (default: as fast as possible)")
     p.add_argument("--out", metavar="DIR", help="write topology.json, telemetry.lp, events.jsonl, truth.jsonl")
+    p.add_argument("--force", action="store_true", help="with --out: write into a folder that is not empty")
     p.add_argument("--kafka", metavar="HOST:PORT", help="publish telemetry to Kafka instead")
     p.add_argument("--topic", help="Kafka topic (default aiops.telemetry)")
     p.add_argument("--truth-dir", metavar="DIR", help="with --kafka: where topology, events and truth go")
@@ -705,6 +762,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", action="store_true", help="only the ingest path, on the sample shipped with the tests")
     p.add_argument("--input", help="with the ingest path: a line-protocol file instead of the sample")
     p.add_argument("--notify-config", metavar="FILE", help="also send the incidents to chat (see aiops run)")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="where the run and its report pages go (default: demo-report in the cache, ~/.cache/aiops)",
+    )
+    p.add_argument("--no-report", action="store_true", help="no report pages")
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks that print tables")
@@ -756,6 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--horizon-h", type=float, default=12.0, help="a drain with no fault this long after it is wrong")
     b.add_argument("--max-nodes", type=int, default=8, help="the breaker: nodes out of service per hour")
     b.add_argument("--max-fraction", type=float, default=0.02, help="the breaker: share of the cluster per hour")
+    b.add_argument("--faults", help="a generator fault spec (e.g. all=1) instead of the Llama 3 rate")
+    b.add_argument("--big-gpus", type=int, default=10_000, help="the large job whose ETTR is reported")
+    b.add_argument("--big-ckpt-s", type=float, default=1800.0, help="the large job's checkpoint period")
+    b.add_argument("--cache", default=None, help="keep each history's replay here (a rerun of the acting side is fast)")
     b.add_argument("--out", help="also write the figures as JSON here")
     b = bench.add_parser(
         "soak", help="the daemons under a 10,000-GPU stream for 30 min, with kills and a broker restart (services)"
@@ -843,6 +910,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # expected with megabyte batches and says nothing the operator can act on.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     handler: Handler = args.handler
+    from aiops.cli_checks import ArgumentError, check
+
+    try:  # before the command imports its stage: a bad argument is refused in well under a second
+        check(args)
+    except ArgumentError as exc:
+        print(f"aiops: {exc}", file=sys.stderr)
+        return 2
     try:
         return handler(args)
     except CliError as exc:

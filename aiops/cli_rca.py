@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="where incidents.jsonl, anomalies.jsonl, predictions.jsonl go")
     add_daemon_options(p, "aiops.telemetry (or, --from-detection, the detectors' findings) -> incidents")
     p.add_argument("--topology", metavar="FILE", help="with --kafka: the cluster's topology.json")
+    p.add_argument(
+        "--wait-for-topology",
+        action="store_true",
+        help="with --kafka: if the topology file is not there yet, say so once and wait for it instead of refusing",
+    )
     p.add_argument(
         "--from-detection",
         action="store_true",
@@ -67,6 +73,7 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
     """The notification stage, when a config is given: its outbox lives beside the run's output
     (offline) or in the state directory (the daemon, one file per consumer group)."""
     from aiops.cli import CliError
+    from aiops.cli_checks import receiver_url_problems
     from notify.config import NotifyConfigError, load
     from notify.service import Notifier
 
@@ -77,6 +84,9 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
         config = load(Path(path))
     except NotifyConfigError as exc:
         raise CliError(str(exc)) from None
+    problems = receiver_url_problems(config)  # AIOPS_NOTIFY_CONFIG is not seen by the early checks
+    if problems:
+        raise CliError(f"{path}: " + "; ".join(problems))
     if args.kafka:
         state = Path(args.state_dir) if args.state_dir else configured.state_dir
         outbox = state / f"notify-{args.group or configured.kafka.run_group}.sqlite"
@@ -148,12 +158,30 @@ def _lines_to(writer: IncidentWriter | None) -> Callable[[str], None] | None:
     return write
 
 
+TOPOLOGY_POLL_S = 5.0  # an operational choice: a file copied in by hand is seen within seconds
+
+
+def wait_for_file(path: Path, what: str, poll_s: float = TOPOLOGY_POLL_S) -> None:
+    """Block until `path` exists, having said once (on stderr, the container's log) what is
+    missing and how to make it."""
+    if path.exists():
+        return
+    print(f"aiops run: waiting for {path}, {what}", file=sys.stderr, flush=True)
+    while not path.exists():
+        time.sleep(poll_s)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli import CliError, _settings, folder_progress, load_predictor, stop_on_signals
     from aiops.runner import run_folder, run_kafka
     from detectors.runner import IntervalUnknownError, load_events, scrape_interval
     from rca.graph import GraphError
 
+    if args.kafka and args.topology and args.wait_for_topology:
+        wait_for_file(
+            Path(args.topology),
+            "the cluster's topology (aiops topology import ... --out topology.json, or aiops gen --truth-dir)",
+        )
     configured = _settings(args)
     thresholds = configured.detectors
     try:
@@ -254,6 +282,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if len(args.truth) != len(args.run):
         raise CliError("give one --run DIR per --truth FILE (in the same order) to score several runs together")
+    from show.report import TruthMismatchError, check_truth, load
+
+    for truth, run in zip(args.truth, args.run, strict=True):  # a truth file of another run is refused
+        try:
+            check_truth(load(Path(run), Path(truth), None))
+        except TruthMismatchError as exc:
+            raise CliError(str(exc)) from None
+        except FileNotFoundError:
+            pass  # no incidents.jsonl: the evaluation says what is missing
     try:
         if len(args.truth) == 1:
             result = evaluate_paths(Path(args.truth[0]), Path(args.run[0]))

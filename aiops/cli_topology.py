@@ -81,6 +81,27 @@ def cmd_topology_import(args: argparse.Namespace) -> int:
         f"{c['hcas']} HCAs, {c['cables']} cables, {c['rails']} rail(s)"
         + (" (rail-optimised)" if c["rail_optimised"] else "")
     )
-    for finding in report["findings"]:
-        print(f"  {finding['kind']}: {finding['message']}; fix: {finding['fix']}")
+    print("\n".join(first_screen(report)))
     return 0
+
+
+TOP = 10  # findings on the first screen (a terminal's 24 lines with the summary)
+
+
+def first_screen(report: dict[str, Any]) -> list[str]:
+    """The summary (problems, then notes, by kind) and the top findings, ranked by what they cost;
+    the rest are in the report file."""
+    summary, findings = report["summary"], report["findings"]
+    if not findings:
+        return ["no findings"]
+
+    def said(side: str) -> str:
+        kinds = summary[side]
+        return ", ".join(f"{n} {kind}" for kind, n in kinds.items()) if kinds else "none"
+
+    lines = [f"problems: {said('problems')}; notes: {said('notes')}"]
+    for n, f in enumerate(findings[:TOP], 1):
+        lines.append(f"  {n}. {f['kind']} {f['entity']}: {f['message'][:300]}; fix: {f['fix'][:200]}")
+    if len(findings) > TOP:
+        lines.append(f"  ... {len(findings) - TOP} more findings, with their evidence, in the report (--report FILE)")
+    return lines

@@ -107,7 +107,9 @@ def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRA
     with Progress(None, "training the default failure predictor", "ticks") as progress:
         for ticks, truth in _histories(seeds, config, progress):
             collect(ticks, truth, dataset)
-    predictor = train(dataset, sources=[_source(s, config) for s in seeds])
+    # the fit is a stretch of its own (a model per fault kind): shown, not silent after the bar above
+    with Progress(None, "fitting the default failure predictor", "models"):
+        predictor = train(dataset, sources=[_source(s, config) for s in seeds])
     _with_evaluation(predictor, config)
     save(predictor, path or default_model_path())
     return predictor

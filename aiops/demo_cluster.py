@@ -10,7 +10,9 @@ import queue
 import threading
 import time
 from contextlib import nullcontext
-from typing import Any, cast
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any, cast
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -45,10 +47,13 @@ def run_cluster_demo(
     speed: float | None = None,
     console: Console | None = None,
     notifier: Notifier | None = None,
+    report: Path | None = None,
 ) -> int:
     """`speed`: simulated seconds per wall-clock second (None: as fast as it goes). On a
     terminal the view of open incidents is redrawn as it goes; piped or to a file, it is printed
-    once at the end, and every table keeps its columns whole."""
+    once at the end, and every table keeps its columns whole. With `report`, the run is kept
+    there as `aiops run` and `aiops gen` would have written it (run/, cluster/) and drawn as the
+    report pages (index.html, an incident page each)."""
     console = console or output_console()
     gen = Generation(GenConfig(realism="clean", gpus=gpus, hours=hours, interval=interval, seed=seed, faults=faults))
     console.print(
@@ -62,14 +67,24 @@ def run_cluster_demo(
         notifier.router.locate = topology_locate(graph)
         pipeline.notifier = notifier
     inbox: queue.Queue[bytes] = queue.Queue(maxsize=4)
+    recording: IO[bytes] | None = None
+    if report is not None:  # the cluster as `aiops gen --out` writes it: the report draws its series
+        (report / "cluster").mkdir(parents=True, exist_ok=True)
+        gen.topology.write(report / "cluster" / "topology.json")
+        recording = (report / "cluster" / "telemetry.lp").open("wb")
 
     def exporter() -> None:  # the cluster's side: one encoded tick at a time onto the "topic"
         from ingest.lineprotocol import lines_to_bytes
 
         for tick in gen.ticks():
-            inbox.put(b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick)))
+            data = b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick))
+            if recording is not None:
+                recording.write(data)
+            inbox.put(data)
             if speed:
                 time.sleep(interval / speed)
+        if recording is not None:
+            recording.close()
         inbox.put(_DONE)
 
     states: list[dict[str, Any]] = []
@@ -100,7 +115,63 @@ def run_cluster_demo(
     console.print(f"{values:,} values in {elapsed:.1f} s ({values / elapsed:,.0f} values/s)")
     earliest = gen.workload.t0 + predictor.warmup_s if predictor is not None else None
     _report(console, gen, states, predictions, interval, earliest)
+    if report is not None:
+        _pages(console, report, gen, pipeline, states, predictions, elapsed)
+    console.print(next_steps(report))
     return 0
+
+
+def _pages(
+    console: Console,
+    out: Path,
+    gen: Generation,
+    pipeline: Pipeline,
+    states: list[dict[str, Any]],
+    predictions: list[Prediction],
+    seconds: float,
+) -> None:
+    """The run as `aiops run --out` and `aiops gen --out` leave it, then its report pages."""
+    from aiops.progress import Progress
+    from aiops.runner import RunStats
+    from show.report import write_report
+    from telemetry_gen.generator import write_jsonl, write_meta
+
+    cluster, run = out / "cluster", out / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    write_meta(cluster / "meta.json", gen)
+    write_jsonl(cluster / "events.jsonl", gen.events())
+    write_jsonl(cluster / "truth.jsonl", gen.truth())
+    with (run / "incidents.jsonl").open("w") as f:
+        f.writelines(json.dumps(state, sort_keys=True) + "\n" for state in states)
+    with (run / "predictions.jsonl").open("wb") as fb:
+        fb.writelines(p.to_json() + b"\n" for p in predictions)
+    stats = pipeline.finish_stats(RunStats(), seconds)
+    stats.anomalies, stats.predictions, stats.incidents = pipeline.detect.stats.anomalies, len(predictions), len(states)
+    engine = asdict(pipeline.engine_stats)
+    (run / "run.json").write_text(
+        json.dumps({**asdict(stats), "engine": engine, "coverage": pipeline.coverage()}, indent=1) + "\n"
+    )
+    incidents = len(latest_states(states))
+    with Progress(incidents, "the report pages", "incident pages") as bar:
+        done = write_report(run, out, cluster / "truth.jsonl", cluster, progress=lambda n: bar.update(completed=n))
+    console.print(f"report: {out / 'index.html'} ({done['pages']} incident pages, {len(done['pngs'])} pictures)")
+
+
+def next_steps(report: Path | None) -> Text:
+    """What to run after the demo: the same pipeline on a cluster of one's own size, from files,
+    then as the daemons a site runs."""
+    steps = []
+    if report is not None:
+        steps.append((f"open {report / 'index.html'}", "the report: a page per incident"))
+    steps += [
+        ("aiops gen --out cluster --gpus 1024 --hours 6", "a generated cluster, as files"),
+        ("aiops run --input cluster --out run", "the whole pipeline over it"),
+        ("aiops report run --truth cluster/truth.jsonl --out pages", "its report pages"),
+        ("scripts/services up", "Kafka and InfluxDB for the daemons: docs/operating.md"),
+    ]
+    width = max(len(command) for command, _ in steps)
+    lines = ["", "Next:", *(f"  {command:<{width}}  # {why}" for command, why in steps)]
+    return Text("\n".join(lines))
 
 
 def gpu_days(gen: Generation) -> float:
@@ -177,4 +248,4 @@ def _as_dict(p: Prediction) -> dict[str, Any]:
     return dict(json.loads(p.to_json()))
 
 
-__all__ = ["DEMO_FAULTS", "run_cluster_demo"]
+__all__ = ["DEMO_FAULTS", "next_steps", "run_cluster_demo"]

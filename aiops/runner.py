@@ -609,6 +609,8 @@ def run_kafka(
         pipeline.notifier = notifier
         pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
         current[:] = [pipeline]  # before acting restores: what it settles may page
+        if pages is not None:  # the pages' blast radius: the jobs the engine's schedule says
+            pages.schedule = pipeline.schedule
         pipeline.early_pages = early_pages  # pages said before a tick outlive a pipeline replaced
         if acting is not None:
             pipeline.act_on(acting)
@@ -644,6 +646,8 @@ def run_kafka(
         if checkpoint is None:
             pipeline = fresh()  # a failed restore may have left part of the state
             return {}
+        if pages is not None:  # the restored schedule replaced the fresh one
+            pages.schedule = pipeline.schedule
         once.replaying_from(checkpoint.outputs)
         if index is not None:  # the restored engine may hold incidents an operator resolved since
             to_close.extend(index.operator_resolved())

@@ -47,6 +47,7 @@ class Cable:
     b: tuple[int, int]
     width: str  # "4x"
     speed: str  # "QDR", "NDR", "???" when the file cannot tell
+    lines: tuple[int, ...] = ()  # the file's lines that describe it (each end's, in the topology format)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,14 @@ class Fabric:
     cables: list[Cable] = field(default_factory=list)
     source: str = ""
     notes: list[Note] = field(default_factory=list)
+    # a port's label where the file gives one: Quantum-2 (NDR) switches number their ports
+    # ASIC/Cage/Port[/Split] and ibdiagnet's ibnetdiscover-format file prints it: `[1](1/1/1)`
+    labels: dict[tuple[int, int], str] = field(default_factory=dict)
+    text: dict[int, str] = field(default_factory=dict)  # line number -> the line, for cables' evidence
+
+    def evidence(self, cable: Cable) -> tuple[str, ...]:
+        """The dump's lines that describe a cable, as `file:line: text`."""
+        return tuple(f"{self.source}:{n}: {self.text.get(n, '')[:200]}" for n in cable.lines)
 
     def neighbours(self, guid: int) -> list[tuple[int, Cable]]:
         out = []
@@ -86,8 +95,16 @@ class Fabric:
 
 
 _NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]*)"\s*(?:#\s*"(.*?)"(?:\s+(.*))?)?\s*$')
-# [port](port guid)? "peer"[peer port](peer port guid)?   # comment ending in the link: 4xQDR
-_PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([^"]*)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s*(?:#\s*(.*))?$')
+# [port][ext N]?(port guid | label)? "peer"[peer port][ext N]?(peer port guid | label)?  # comment ending
+# in the link: 4xQDR. `[ext N]` is `ibnetdiscover -g`'s external port (rdma-core
+# infiniband-diags/ibnetdiscover.c, out_ext_port); a label `(1/1/1)` is ibdiagnet's Quantum-2 port
+# label, ASIC/Cage/Port with a fourth number for a split port (2 x 200G in one 400G port).
+_PORT = re.compile(
+    r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9A-Za-z/]+)\))?\s*"([^"]*)"\[(\d+)\](?:\[ext \d+\])?'
+    r"(?:\s*\(([0-9A-Za-z/]+)\))?\s*(?:#\s*(.*))?$"
+)
+_LABEL = re.compile(r"^\d{1,3}(?:/\d{1,3}){2,3}$")  # ASIC/Cage/Port[/Split]
+_GUID_TEXT = re.compile(r"^[0-9a-fA-F]{1,16}$")
 _LINK = re.compile(r"(\d+x)\s*([A-Za-z0-9?]+)\s*$")
 _HEADER = re.compile(r"^(vendid|devid|sysimgguid|switchguid|caguid|rtguid)\s*=\s*(0x[0-9a-fA-F]+)")
 _PORTS_LINE = re.compile(
@@ -151,6 +168,7 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
     by_name: dict[str, int] = {}
     pending: list[tuple[int, int, int, str, int, str]] = []  # (line, guid, port, peer name, peer port, comment)
     links: dict[tuple[int, int], tuple[str, str]] = {}
+    peer_labels: dict[tuple[int, str, int], str] = {}  # a label printed for the far end of a line
     current: FabricNode | None = None
     header_guid: int | None = None
     first_line: dict[int, int] = {}  # GUID -> the line that described it
@@ -198,12 +216,26 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             comment = m.group(6) or ""
             link = _LINK.search(comment)
             port, peer, peer_port = _port(m.group(1), path, number), m.group(3), _port(m.group(4), path, number)
+            for given, end in ((m.group(2), (current.guid, port)), (m.group(5), None)):
+                if given and _LABEL.match(given):
+                    if end is None:
+                        peer_labels[(number, peer, peer_port)] = given
+                    else:
+                        fabric.labels[end] = given
+                elif given and not _GUID_TEXT.match(given):
+                    raise FabricFormatError(
+                        f"{path}:{number}: ({given[:40]}) is neither a port GUID nor a port label "
+                        "(ASIC/Cage/Port[/Split])"
+                    )
+            fabric.text[number] = line
             pending.append((number, current.guid, port, peer, peer_port, comment))
             if link:
                 links[(current.guid, port)] = (link.group(1), link.group(2))
             continue
         raise FabricFormatError(f"{path}:{number}: not a line of ibnetdiscover's topology output: {line[:80]!r}")
     seen: set[frozenset[tuple[int, int]]] = set()
+    at: dict[frozenset[tuple[int, int]], list[int]] = {}
+    order: list[tuple[frozenset[tuple[int, int]], Cable]] = []
     for number, guid, port, peer, peer_port, _ in pending:
         peer_guid = by_name.get(peer, _guid_of_name(peer))
         if peer_guid is None:
@@ -212,12 +244,17 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             # a node past the discovery's hop limit: known only by name
             _room(fabric, path, number)
             fabric.nodes[peer_guid] = FabricNode(peer_guid, "switch" if peer.startswith("S-") else "ca", peer, "")
+        if (label := peer_labels.get((number, peer, peer_port))) is not None:
+            fabric.labels.setdefault((peer_guid, peer_port), label)
         ends = frozenset({(guid, port), (peer_guid, peer_port)})
         if ends in seen:
+            at[ends].append(number)
             continue
         seen.add(ends)
+        at[ends] = [number]
         width, speed = links.get((guid, port)) or links.get((peer_guid, peer_port)) or ("", "")
-        fabric.cables.append(Cable((guid, port), (peer_guid, peer_port), width, speed))
+        order.append((ends, Cable((guid, port), (peer_guid, peer_port), width, speed)))
+    fabric.cables = [Cable(c.a, c.b, c.width, c.speed, tuple(at[ends])) for ends, c in order]
     return fabric
 
 
@@ -275,7 +312,8 @@ def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
         ends = frozenset({(a, pa), (b, pb)})
         if ends not in seen:
             seen.add(ends)
-            fabric.cables.append(Cable((a, pa), (b, pb), m.group(5), m.group(6)))
+            fabric.text[number] = line
+            fabric.cables.append(Cable((a, pa), (b, pb), m.group(5), m.group(6), (number,)))
             ports[a], ports[b] = max(ports.get(a, 0), pa), max(ports.get(b, 0), pb)
     for guid, n in fabric.nodes.items():  # ports seen per node (one pass: a fabric has 100,000s of cables)
         n.ports = ports.get(guid, 0)

@@ -5,7 +5,7 @@ fault was (false alarms per 10,000 GPU-hours)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from detectors.anomaly import Anomaly
@@ -50,7 +50,10 @@ def evaluate(
     gpus: int,
     hours: float,
     within_ticks: int = 2,
+    allowance: Mapping[str, float] | None = None,
 ) -> DetectionReport:
+    """`allowance`: per fault kind, ticks it may take instead of `within_ticks` (a kind judged
+    on a window of scrapes cannot be seen in one)."""
     items = sorted(anomalies, key=lambda a: a.at)
     by_entity: dict[str, list[Anomaly]] = defaultdict(list)
     for a in items:
@@ -70,7 +73,8 @@ def evaluate(
                     explained.add(id(a))
                     if a.at >= onset and (first is None or a.at < first):
                         first = a.at
-        if first is not None and first <= onset + within_ticks * interval + 1e-6:
+        allowed = (allowance or {}).get(str(fault["kind"]), within_ticks)
+        if first is not None and first <= onset + allowed * interval + 1e-6:
             result.detected += 1
             result.delays_ticks.append((first - onset) / interval)
     episodes, false_episodes, false_alarms = _episodes(items, explained, interval)

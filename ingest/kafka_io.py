@@ -77,13 +77,23 @@ def until_reachable(connect: Callable[[], T], should_stop: Callable[[], bool]) -
             delay = min(delay * 2, 30.0)
 
 
+def security() -> dict[str, object]:
+    """The broker's TLS settings for a client (AIOPS_KAFKA__SECURITY_PROTOCOL and the ssl_* files,
+    vocab/settings.py), read from the environment as every other setting; none for PLAINTEXT."""
+    from vocab.settings import Settings
+
+    return Settings().kafka.client_security()
+
+
 def ensure_topics(
     bootstrap: str, topics: Sequence[str], partitions: int = 6, configs: Mapping[str, str] | None = None
 ) -> None:
     """Create topics that do not exist yet (idempotent), retained by log-append time unless
     `configs` says otherwise (topic configs over TOPIC_CONFIG)."""
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000, **security()
+        )
     except KafkaError as exc:
         raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     try:
@@ -103,7 +113,9 @@ def ensure_topics(
 
 def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
     """Delete topics that exist (a benchmark's scratch topics; the broker frees their disk)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000)
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000, **security()
+    )
     try:
         present = [t for t in topics if t in set(admin.list_topics())]
         if present:
@@ -199,6 +211,7 @@ class TelemetryProducer:
             self._producer = KafkaProducer(
                 bootstrap_servers=bootstrap,
                 client_id=client_id,
+                **security(),
                 acks="all",
                 linger_ms=20,
                 batch_size=1 << 20,
@@ -397,6 +410,7 @@ class TelemetryConsumer:
         try:
             consumer = KafkaConsumer(
                 bootstrap_servers=self._settings.bootstrap,
+                **self._settings.client_security(),
                 group_id=self._group,
                 client_id="aiops-ingest",
                 enable_auto_commit=False,
@@ -681,6 +695,7 @@ class TopicReader:
         try:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap,
+                **security(),
                 group_id=None,
                 client_id=client_id,
                 enable_auto_commit=False,

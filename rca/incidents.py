@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.anomaly import Anomaly, Prediction, wire_number
+from rca.blast import AT_ONSET, STARTED_WHILE_OPEN, affected_gpus, jobs_hit, onset
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, gpu_kind, nic_kind, symptom_of
@@ -29,7 +29,6 @@ from vocab.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
-GPU_INDEX = re.compile(r"-gpu(\d+)$")  # a GPU entity is "<node>-gpu<index>" (vocab.entities)
 QUIET_S = 900.0  # no evidence for this long: resolved
 # a NIC's link faults: which one is the NIC's evidence's call (its own, or its cable's far end)
 _NIC_LINK_KINDS = frozenset({"nic_link_flap", "ib_link_degraded", "ib_link_errors"})
@@ -377,17 +376,15 @@ class IncidentEngine:
 
     def _blast(self, incident: Incident, t: float) -> None:
         g = self.graph
-        # the GPUs hit name the jobs holding them; anything else of a node (its NIC, its PSU)
-        # hits every job on the node
-        held: set[tuple[str, int | None]] = set()
-        for e in incident.affected:
-            if e in g and (n := g.node_of(e)) is not None:
-                index = GPU_INDEX.search(e) if g.kind(e) == "gpu" else None
-                held.add((n, int(index.group(1)) if index else None))
-        held |= {(n, None) for n in self._nodes_under(incident.root.entity)}
-        # every job the incident has hit so far: a job it killed has ended, but it was hit
-        for job in self.schedule.jobs_holding(sorted(held, key=str), t):
-            incident.job_gpus.setdefault(job.job, job.gpus)
+        # the jobs holding the affected GPUs at onset and those that started on them while the
+        # incident was open (rca/blast.py, as the incident page counts them, apart): a job put on
+        # a broken node is hit too (it hangs or fails there); a job that ended before the onset
+        # was not; a GPU names its own job, a node's other part every job on the node
+        start = onset(incident.opened, (float(e["at"]) for e in incident.evidence if "at" in e), incident.warned)
+        held = affected_gpus(g, incident.root.entity, incident.affected, self._nodes_under(incident.root.entity))
+        blast = jobs_hit(self.schedule, held, start, t)
+        hit = blast.counted(AT_ONSET) + blast.counted(STARTED_WHILE_OPEN)
+        incident.job_gpus = {j.job: j.gpus_total for j in hit}
         incident.jobs = sorted(incident.job_gpus)
         gpus = sum(1 for e in incident.affected if e in g and g.kind(e) == "gpu")
         incident.gpus_hit = sum(incident.job_gpus.values()) or gpus

@@ -30,8 +30,11 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from show.spark import sparkline
-from show.topology_svg import Picture, to_svg
+from show.blast import Blast
+from show.series import SERIES_PER_INCIDENT
+from show.spark import legend_of, metric_info, sparkline
+from show.topology_svg import Picture, hidden_text, to_svg
+from vocab.catalog import MetricKind
 
 _ENV = Environment(
     loader=PackageLoader("show", "templates"), autoescape=select_autoescape(default=True, default_for_string=True)
@@ -105,6 +108,18 @@ def _why(candidate: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]], af
     return f"would explain the symptoms of {others} affected entities that depend on it"
 
 
+def changes(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history as its changes: a state written again every tick with nothing new is one row."""
+    out: list[dict[str, Any]] = []
+    for h in history:
+        what = (h.get("status"), h.get("severity"), h.get("root"), h.get("gpus_hit"))
+        if out and (out[-1]["status"], out[-1]["severity"], out[-1]["root"], out[-1]["gpus_hit"]) == what:
+            out[-1]["repeats"] += 1
+            continue
+        out.append({**h, "repeats": 0})
+    return out
+
+
 def render_incident(
     record: Mapping[str, Any],
     picture: Picture,
@@ -117,37 +132,57 @@ def render_incident(
     grafana: Sequence[tuple[str, str]] = (),
     series_source: str = "telemetry",
     rates: frozenset[tuple[str, str]] = frozenset(),
+    blast: Blast | None = None,
+    plans: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     affected = set(record.get("affected", []))
     candidates = [{**c, "why": _why(c, record.get("evidence", []), affected)} for c in record.get("candidates", [])]
     onset = float(record["opened"])
-    sparks = [
-        {
-            "entity": entity,
-            "metric": metric,
-            "svg": Markup(sparkline(points, onset, "")),
-            "source": series_source,
-            "rate": (entity, metric) in rates,
-        }
-        for (entity, metric), points in series.items()
-    ]
+    with_samples = [k for k, v in series.items() if v]
+    drawn = (with_samples or list(series))[:SERIES_PER_INCIDENT]
+    sparks = []
+    for entity, metric in drawn:
+        points = series[(entity, metric)]
+        info = metric_info(metric)
+        rate = (entity, metric) in rates or (
+            info is not None and info.kind is MetricKind.COUNTER and not series_source.startswith("evidence")
+        )
+        sparks.append(
+            {
+                "entity": entity,
+                "metric": metric,
+                "svg": Markup(sparkline(points, onset, "", metric=metric, rate=rate)),
+                "source": series_source,
+                "rate": rate,
+                "meaning": info.description if info is not None else "",
+                "unit": (info.unit + ("/s" if rate else "")) if info is not None else "",
+                "legend": legend_of(points, metric),
+            }
+        )
     jobs = [{"job": j, "gpus": (job_gpus or {}).get(j)} for j in record.get("jobs", [])]
-    shown_history = list(history) or [
+    shown_history = changes(history) or [
         {
             "updated": record["updated"],
             "status": record["status"],
             "severity": record["severity"],
             "root": record["root_cause"]["entity"],
             "gpus_hit": record.get("gpus_hit", 0),
+            "repeats": 0,
         }
     ]
+    counts = picture.counts(record.get("affected", []))
+    hidden = [hidden_text(picture, label) for label, _ in picture.rows if picture.hidden.get(label)]
     return _ENV.get_template("incident.html").render(
         r=record,
         picture=Markup(to_svg(picture)),
-        sick_count=len(picture.sick),
+        counts=counts,
+        hidden=hidden,
+        listed=len(record.get("affected", [])),
         candidates=candidates,
         sparks=sparks,
         jobs=jobs,
+        blast=blast,
+        plans=list(plans),
         history=shown_history,
         live=live,
         api_base=api_base,
@@ -158,9 +193,35 @@ def render_incident(
     )
 
 
-def render_list(rows: Sequence[Mapping[str, Any]], href: Any, title: str = "Incidents", filters: str = "") -> str:
+SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2}
+
+
+def list_order(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Open first, then warnings, then resolved; within each, by severity, then newest first."""
+    state = {"open": 0, "warning": 1}
+    return sorted(
+        rows,
+        key=lambda r: (
+            state.get(str(r.get("status")), 2),
+            SEVERITY_ORDER.get(str(r.get("severity")), 3),
+            -float(r.get("opened") or 0.0),
+        ),
+    )
+
+
+def render_list(
+    rows: Sequence[Mapping[str, Any]],
+    href: Any,
+    title: str = "Incidents",
+    filters: str = "",
+    plans: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """The incidents, open first (`list_order`), each with its kind, root, confidence, jobs hit
+    and the action with its state: the latest plan for it where acting is on (`plans`: incident
+    id -> audit row), else the engine's recommended action."""
     return _ENV.get_template("list.html").render(
-        rows=rows,
+        rows=list_order(rows),
+        plans=plans or {},
         href=href,
         title=title,
         filters=filters,
@@ -185,4 +246,4 @@ def grafana_links(base: str | None, node: str | None, switch: str | None, rack: 
     return links
 
 
-__all__ = ["PAGE_CSP", "csp_hash", "grafana_links", "render_incident", "render_list"]
+__all__ = ["PAGE_CSP", "changes", "csp_hash", "grafana_links", "list_order", "render_incident", "render_list"]

@@ -23,9 +23,11 @@ from markupsafe import Markup
 
 from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
 from rca.graph import TopologyGraph
+from show.blast import blast_radius
 from show.page import STYLE, _when, render_incident, render_list
-from show.series import WINDOW_S, from_telemetry, key_series
+from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series
 from show.topology_svg import Picture, neighbourhood
+from vocab.schedule import Schedule, event_problem
 
 TIMELINE_W, ROW = 1100, 18
 
@@ -62,22 +64,104 @@ def load(run: Path, truth: Path | None, input_dir: Path | None) -> RunFiles:
     return files
 
 
+def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The scheduler's events file: the usable events and how many lines were not (the pages run
+    no detection stage, so they read the file with the vocabulary's own check, as
+    detectors/runner.py `read_events` does for the run)."""
+    events: list[dict[str, Any]] = []
+    bad = 0
+    if not path.is_file():
+        return events, bad
+    for raw in path.read_bytes().splitlines():
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            bad += 1
+            continue
+        if event_problem(event) is None:
+            events.append(event)
+        else:
+            bad += 1
+    return events, bad
+
+
+# ------------------------------------------------------------------ the truth matches the run
+
+
+class TruthMismatchError(ValueError):
+    """The truth file is not of the run's input: scoring against it would print nonsense."""
+
+
+def check_truth(files: RunFiles) -> None:
+    """Refuse a truth file that is not of this run, with the reason: a fault whose root or
+    affected entity is not in the run's topology, an onset outside the run's ticks (one interval
+    of slack), or a fault naming a job the run's scheduler events never mention."""
+    faults = files.faults
+    if not faults:
+        return
+    where = f"{files.truth} does not match the run {files.run}"
+    lo, hi = files.stats.get("first_tick"), files.stats.get("last_tick")
+    if lo is not None and hi is not None:
+        slack = float(files.stats.get("interval_s") or 60.0)
+        outside = [f for f in faults if not float(lo) - slack <= float(f["onset"]) <= float(hi) + slack]
+        if outside:
+            f = outside[0]
+            raise TruthMismatchError(
+                f"{where}: {len(outside)} of {len(faults)} faults begin outside the run's ticks "
+                f"({_when(float(lo))} to {_when(float(hi))}), e.g. {f['fault_id']} at {_when(float(f['onset']))}"
+            )
+    if files.input is None or not (files.input / "topology.json").is_file():
+        return
+    graph = TopologyGraph.load(files.input / "topology.json")
+    for f in faults:
+        missing = [e for e in [f["root"], *f.get("affected", [])] if e not in graph]
+        if missing:
+            raise TruthMismatchError(
+                f"{where}: fault {f['fault_id']} names {missing[0]}, which the run's topology "
+                f"({files.input / 'topology.json'}) does not hold"
+            )
+    events_path = files.input / "events.jsonl"
+    if not events_path.is_file():
+        return
+    events, _ = read_events(events_path)
+    schedule = Schedule.from_events(events)
+    # a fault's jobs are those it touched, on its root's node or not (a job stalled with a node it
+    # took down, telemetry_gen/simulate.py `_fail_jobs_on`): the run's scheduler must know them
+    wrong = [f for f in faults if any(str(j) not in schedule.jobs for j in f.get("jobs", []))]
+    if wrong:
+        f = wrong[0]
+        unknown = [str(j) for j in f["jobs"] if str(j) not in schedule.jobs]
+        raise TruthMismatchError(
+            f"{where}: {len(wrong)} faults name jobs the run's scheduler events never mention, "
+            f"e.g. {f['fault_id']}: {', '.join(unknown[:5])}"
+        )
+
+
 # ------------------------------------------------------------------ the timeline
 
 
 def _span(files: RunFiles, latest: list[dict[str, Any]]) -> tuple[float, float]:
-    times = [float(files.stats[k]) for k in ("first_tick", "last_tick") if files.stats.get(k) is not None]
-    times += [float(f["onset"]) for f in files.faults] + [float(i["opened"]) for i in latest]
-    times += [float(f["end"]) for f in files.faults if f.get("end")]
+    """The run's own span (its first and last tick) where run.json says it; else what the faults
+    and incidents cover. Nothing is drawn past the data: an open incident ends at the last tick."""
+    ticks = [float(files.stats[k]) for k in ("first_tick", "last_tick") if files.stats.get(k) is not None]
+    if len(ticks) == 2 and ticks[1] > ticks[0]:
+        return ticks[0], ticks[1]
+    times = [float(f["onset"]) for f in files.faults] + [float(i["opened"]) for i in latest]
+    times += [float(i["updated"]) for i in latest]
     if not times:
         return 0.0, 1.0
     lo, hi = min(times), max(times)
     return lo, hi if hi > lo else lo + 1.0
 
 
-def timeline_svg(files: RunFiles, latest: list[dict[str, Any]], false_ids: set[str]) -> str:
+def timeline_svg(
+    files: RunFiles, latest: list[dict[str, Any]], false_ids: set[str], pages: dict[str, str] | None = None
+) -> str:
     """Three bands over the run's event time: the injected faults (one mark each, onset to end),
-    the warnings and the incidents (opened to resolved; false ones drawn apart)."""
+    the warnings and the incidents (opened to resolved, or to the run's end while open; false
+    ones drawn apart), each incident's bar a link to its page."""
     lo, hi = _span(files, latest)
     left = 150
     width = TIMELINE_W - left - 10
@@ -100,7 +184,7 @@ def timeline_svg(files: RunFiles, latest: list[dict[str, Any]], false_ids: set[s
                 ident = str(item.get("fault_id", ""))
             else:
                 start = float(item["opened"])
-                end = float(item.get("resolved") or (hi if item["status"] == "open" else item["updated"]))
+                end = float(item.get("resolved") or (hi if item["status"] != "resolved" else item["updated"]))
                 cls = (
                     "warning"
                     if band == "warnings"
@@ -109,20 +193,24 @@ def timeline_svg(files: RunFiles, latest: list[dict[str, Any]], false_ids: set[s
                 label = f"{item['root_cause']['kind']} at {item['root_cause']['entity']}"
                 ident = str(item["incident_id"])
             w = max(x(end) - x(start), 3.0)
-            marks.append(
+            bar = (
                 f'<rect class="{cls}" data-id="{escape(ident)}" data-kind="{escape(label.split(" at ")[0])}" '
                 f'x="{x(start):.1f}" y="{row_y}" width="{w:.1f}" height="{ROW // 2}"><title>{escape(label)} '
                 f"{escape(_when(start))}</title></rect>"
             )
+            href = (pages or {}).get(ident) if band != "faults" else None
+            marks.append(f'<a href="{escape(href)}">{bar}</a>' if href else bar)
         y += 6 * (ROW // 2 + 2) + 18
     height = y + 20
     ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
+    anchors = ["start", "middle", "middle", "middle", "end"]  # the last label inside the picture
     axis = "".join(
-        f'<text x="{x(t):.0f}" y="{height - 4}" class="tick">{escape(_when(t)[11:16])}</text>' for t in ticks
+        f'<text x="{x(t):.0f}" y="{height - 4}" class="tick" text-anchor="{a}">{escape(_when(t)[11:16])}</text>'
+        for t, a in zip(ticks, anchors, strict=True)
     )
     style = (
         ".fault{fill:#9334e6}.warning{fill:#f9ab00}.incident{fill:#1a73e8}.incident.false{fill:#d93025}"
-        ".band{font:12px sans-serif;fill:#3c4043}.tick{font:11px sans-serif;fill:#5f6368;text-anchor:middle}"
+        ".band{font:12px sans-serif;fill:#3c4043}.tick{font:11px sans-serif;fill:#5f6368}"
     )
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{TIMELINE_W}" height="{height}" '
@@ -133,9 +221,17 @@ def timeline_svg(files: RunFiles, latest: list[dict[str, Any]], false_ids: set[s
 # ------------------------------------------------------------------ the tables
 
 
-def lead_times(files: RunFiles) -> list[dict[str, Any]]:
+# A warning is a prediction only when there is time to act on it: draining a node waits for the
+# job's next checkpoint (an operational choice, from docs/actions.md's drain-at-checkpoint; a
+# checkpoint interval of tens of minutes is common for large training jobs), so a lead under ten
+# minutes is counted as not predicted, and shown as such.
+MIN_LEAD_S = 600.0
+
+
+def lead_times(files: RunFiles, min_lead_s: float = MIN_LEAD_S) -> list[dict[str, Any]]:
     """For each fault the predictor could have seen coming: its first prediction of the same
-    kind on the root (or something the root contains) before onset, and the lead."""
+    kind on the root (or something the root contains) before onset, the lead, and whether the
+    lead is long enough to count (`min_lead_s`)."""
     out = []
     for f in files.faults:
         before = [
@@ -147,7 +243,10 @@ def lead_times(files: RunFiles) -> list[dict[str, Any]]:
         ]
         if before:
             first = min(before, key=lambda p: float(p["at"]))
-            out.append({"fault": f, "prediction": first, "lead_h": (float(f["onset"]) - float(first["at"])) / 3600})
+            lead = float(f["onset"]) - float(first["at"])
+            out.append(
+                {"fault": f, "prediction": first, "lead_h": lead / 3600, "lead_s": lead, "counted": lead >= min_lead_s}
+            )
     return out
 
 
@@ -225,6 +324,12 @@ def _incident_pages(
     out: Path, files: RunFiles, latest: list[dict[str, Any]], progress: Callable[[int], None] | None
 ) -> dict[str, str]:
     graph = TopologyGraph.load(files.input / "topology.json") if files.input is not None else None
+    schedule = None
+    if files.input is not None and (files.input / "events.jsonl").is_file():
+        events, _ = read_events(files.input / "events.jsonl")
+        schedule = Schedule.from_events(events)
+    kind_of = (lambda e: graph.kind(e) if e in graph else None) if graph is not None else None
+    parent_of = (lambda e: graph.parent(e) if e in graph else None) if graph is not None else None
     history: dict[str, list[dict[str, Any]]] = {}
     for state in files.incidents:
         history.setdefault(state["incident_id"], []).append(
@@ -239,7 +344,7 @@ def _incident_pages(
     wanted: dict[tuple[str, str], tuple[float, float]] = {}
     keys_of: dict[str, list[tuple[str, str]]] = {}
     for r in latest:
-        keys_of[r["incident_id"]] = key_series(r)
+        keys_of[r["incident_id"]] = key_series(r, SERIES_ASKED, kind_of, parent_of)
         for key in keys_of[r["incident_id"]]:
             a, b = float(r["opened"]) - WINDOW_S, float(r["opened"]) + WINDOW_S
             old = wanted.get(key)
@@ -266,6 +371,7 @@ def _incident_pages(
             mine,
             history.get(r["incident_id"], []),
             job_gpus=r.get("job_gpus"),
+            blast=blast_radius(r, graph, schedule) if graph is not None and schedule is not None else None,
             index_href="../index.html",
             series_source="telemetry.lp" if series else "no telemetry at hand",
         )
@@ -293,6 +399,8 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     latest = [dict(i) for i in latest_states(files.incidents)]
     latest.sort(key=lambda r: float(r["opened"]))
+    if truth is not None:
+        check_truth(files)
     evaluation = evaluate_paths(truth, run) if truth is not None else None
     false_ids = {fp["incident_id"] for fp in evaluation.false_positives} if evaluation else set()
     pages = _incident_pages(out, files, latest, progress)
@@ -323,7 +431,8 @@ def write_report(
     html = _ENV.get_template("report.html").render(
         title=f"Run report: {run.name}",
         style=Markup(STYLE),
-        timeline=Markup(timeline_svg(files, latest, false_ids)),
+        timeline=Markup(timeline_svg(files, latest, false_ids, pages)),
+        min_lead_min=MIN_LEAD_S / 60,
         pngs=pngs,
         evaluation=evaluation.to_json() if evaluation is not None else None,
         kinds=kinds,
@@ -339,4 +448,14 @@ def write_report(
     return {"incidents": len(latest), "faults": len(files.faults), "pages": len(pages), "pngs": pngs}
 
 
-__all__ = ["RunFiles", "lead_times", "load", "timeline_svg", "write_pngs", "write_report"]
+__all__ = [
+    "MIN_LEAD_S",
+    "RunFiles",
+    "TruthMismatchError",
+    "check_truth",
+    "lead_times",
+    "load",
+    "timeline_svg",
+    "write_pngs",
+    "write_report",
+]

@@ -9,19 +9,21 @@ import json
 import logging
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ingest.lineprotocol import decode
+from vocab import registry
 from vocab.catalog import MEASUREMENTS, MetricKind
 
 log = logging.getLogger(__name__)
 
 WINDOW_S = 1800.0  # drawn from half an hour before onset to half an hour after
-SERIES_PER_INCIDENT = 4
+SERIES_PER_INCIDENT = 4  # drawn
+SERIES_ASKED = 8  # read, of which the first SERIES_PER_INCIDENT with samples are drawn
 CHUNK = 32 << 20
 # the measurement an entity of each topology kind reports in
 MEASUREMENT_OF_KIND = {
@@ -41,14 +43,61 @@ Key = tuple[str, str]  # (entity, metric)
 Points = list[tuple[float, float]]
 
 
-def key_series(record: Mapping[str, Any], limit: int = SERIES_PER_INCIDENT) -> list[Key]:
-    """The (entity, metric) pairs worth drawing: the root's evidence first, then the rest in the
+# what a network fault costs, drawn beside its own signals: a NIC's transmitted bytes (an
+# operational choice: the throughput the jobs lose; the catalog's port_xmit_data)
+THROUGHPUT = ("nic", "port_xmit_data")
+_NETWORK = frozenset({"leaf", "spine", "port", "nic", "optic", "link"})
+
+
+def _holder_of(
+    root: str,
+    measurement: str,
+    kind_of: Callable[[str], str | None],
+    parent_of: Callable[[str], str | None],
+    others: Iterable[str],
+) -> str | None:
+    """The entity that reports `measurement` for an incident at `root`: the root, what holds it
+    (an optic's NIC), or the first affected entity of that kind (a leaf's NIC)."""
+    e: str | None = root
+    while e is not None:
+        if MEASUREMENT_OF_KIND.get(kind_of(e) or "") == measurement:
+            return e
+        e = parent_of(e)
+    return next((o for o in others if MEASUREMENT_OF_KIND.get(kind_of(o) or "") == measurement), None)
+
+
+def key_series(
+    record: Mapping[str, Any],
+    limit: int = SERIES_PER_INCIDENT,
+    kind_of: Callable[[str], str | None] | None = None,
+    parent_of: Callable[[str], str | None] | None = None,
+) -> list[Key]:
+    """The (entity, metric) pairs worth drawing. With the topology at hand (`kind_of`), first
+    what shows the root's kind, as vocab/faults.toml's `needs` names it (an optic's receive
+    power, a leaf's ports up and its hosts' link state), its states and levels before its
+    counters, and a network fault's throughput; then the root's evidence, then the rest in the
     order the engine kept it."""
     root = str(record["root_cause"]["entity"])
     pairs = list(
         dict.fromkeys((str(e["entity"]), str(e["metric"])) for e in record.get("evidence", []) if "metric" in e)
     )
-    chosen = [p for p in pairs if p[0] == root]
+    chosen: list[Key] = []
+    if kind_of is not None:
+        parent = parent_of or (lambda _e: None)
+        others = [str(a) for a in record.get("affected", [])] + [e for e, _ in pairs]
+        kind = registry.KINDS.get(str(record["root_cause"].get("kind")))
+        # "measurement.field" (a "measurement#tag" need names a tag, nothing to draw)
+        needs: list[tuple[str, str]] = [
+            (m, f) for n in (kind.needs if kind is not None else ()) if "#" not in n for m, _, f in [n.partition(".")]
+        ]
+        if (kind_of(root) or "") in _NETWORK:
+            needs.append(THROUGHPUT)
+        first = sorted(needs, key=lambda n: _is_counter(n[0], n[1]) and n != THROUGHPUT)
+        for measurement, metric in first:
+            holder = _holder_of(root, measurement, kind_of, parent, others)
+            if holder is not None and (holder, metric) not in chosen:
+                chosen.append((holder, metric))
+    chosen += [p for p in pairs if p[0] == root and p not in chosen]
     # then one of each metric, then one of each entity: a storm's forty ports tell one story
     for part in (1, 0):
         seen = {p[part] for p in chosen}
@@ -167,4 +216,13 @@ class InfluxSeries:
         return points
 
 
-__all__ = ["WINDOW_S", "InfluxSeries", "as_rate", "from_evidence", "from_telemetry", "key_series"]
+__all__ = [
+    "SERIES_ASKED",
+    "SERIES_PER_INCIDENT",
+    "WINDOW_S",
+    "InfluxSeries",
+    "as_rate",
+    "from_evidence",
+    "from_telemetry",
+    "key_series",
+]

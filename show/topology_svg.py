@@ -5,12 +5,15 @@ sick entities filled, the root outlined.
 
 The picture is rows of boxes (one row per layer: switches above, hosts below), each box an entity
 with its id in `data-entity` and its state in `class` ("entity", plus "sick", "root"), edges as
-lines between rows. Rows longer than `MAX_PER_ROW` show the sick ones first and say how many are
-left out, so a leaf of 64 hosts stays readable.
+lines between rows. A row longer than `MAX_PER_ROW` keeps, in this order, the root, the entities
+on the way from the root to the sick ones, the sick ones, and the entities cabled to what is
+already kept (a kept NIC's host); the rest are summarised truthfully in the row's label ("+16 more,
+14 of them sick"). So the root is always drawn, and the caption counts what is drawn.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
@@ -32,9 +35,34 @@ class Picture:
     root: str = ""
     sick: set[str] = field(default_factory=set)
     hidden: dict[str, int] = field(default_factory=dict)  # row label -> entities left out
+    hidden_sick: dict[str, int] = field(default_factory=dict)  # row label -> sick ones among them
+    # each affected entity -> the box that stands for it (itself or what holds it), before trimming
+    placed: dict[str, str] = field(default_factory=dict)
 
     def shown(self) -> set[str]:
         return {e for _, ids in self.rows for e in ids}
+
+    def counts(self, affected: Iterable[str]) -> dict[str, int]:
+        """What the caption says: of the affected entities, how many are drawn (as themselves or
+        in a box that holds them), how many stand in the rows' left-out parts, how many lie
+        outside this view; and how many sick boxes are drawn."""
+        shown = self.shown()
+        drawn = hidden = outside = 0
+        for entity in dict.fromkeys(affected):
+            box = self.placed.get(entity)
+            if box is None:
+                outside += 1
+            elif box in shown:
+                drawn += 1
+            else:
+                hidden += 1
+        return {
+            "drawn": drawn,
+            "hidden": hidden,
+            "outside": outside,
+            "sick_boxes": len(self.sick & shown),
+            "boxes": len(shown),
+        }
 
 
 def _unique(items: Iterable[str | None]) -> list[str]:
@@ -138,6 +166,15 @@ def neighbourhood(g: TopologyGraph, root: str, affected: Iterable[str] = ()) -> 
     else:
         rows, edges = [(kind, [root])], set()
     rows = [(label, ids) for label, ids in rows if ids]
+    shown = {e for _, ids in rows for e in ids}
+    if root not in shown:  # an optic, a port: drawn in a row of its own beside what holds it
+        holder = g.parent(root)
+        while holder is not None and holder not in shown:
+            holder = g.parent(holder)
+        at = next((n for n, (_, ids) in enumerate(rows) if holder in ids), len(rows))
+        rows.insert(at, (kind, [root]))
+        if holder is not None:
+            edges.add((holder, root))
     picture = Picture(rows, edges, root)
     _mark(g, picture, [root, *affected])
     _trim(picture)
@@ -154,23 +191,75 @@ def _mark(g: TopologyGraph, picture: Picture, affected: Iterable[str]) -> None:
             e = g.parent(e) if e in g else None
         if e is not None:
             picture.sick.add(e)
+            picture.placed.setdefault(entity, e)
 
 
 def _trim(picture: Picture) -> None:
-    """Long rows keep the root and the sick first, then the rest in order, up to MAX_PER_ROW."""
-    rows = []
-    for label, ids in picture.rows:
-        kept = ids
-        if len(ids) > MAX_PER_ROW:
-            first = [i for i in ids if i == picture.root or i in picture.sick]
-            rest = [i for i in ids if i not in first]
-            order = {e: n for n, e in enumerate(ids)}
-            kept = sorted((first + rest)[:MAX_PER_ROW], key=order.__getitem__)
-            picture.hidden[label] = len(ids) - len(kept)
-        rows.append((label, kept))
-    picture.rows = rows
+    """Rows longer than MAX_PER_ROW keep the root, the entities on the way from it to the sick
+    ones, the sick, the entities cabled to what a row nearer the root kept, then the rest in
+    order; what is left out is counted (and its sick) for the row's label."""
+    near: dict[str, set[str]] = {}
+    for a, b in picture.edges:
+        near.setdefault(a, set()).add(b)
+        near.setdefault(b, set()).add(a)
+    # breadth-first from the root: each entity's distance and the entity it was reached from
+    dist: dict[str, int] = {picture.root: 0}
+    came: dict[str, str] = {}
+    queue = deque([picture.root])
+    while queue:
+        e = queue.popleft()
+        for f in sorted(near.get(e, ())):
+            if f not in dist:
+                dist[f], came[f] = dist[e] + 1, e
+                queue.append(f)
+    on_path: set[str] = set()
+    for s in picture.sick:
+        step = came.get(s)
+        while step is not None and step != picture.root:
+            on_path.add(step)
+            step = came.get(step)
+    far = len(dist) + 1
+    kept_all: set[str] = set()
+    order = sorted(
+        range(len(picture.rows)), key=lambda r: min((dist.get(e, far) for e in picture.rows[r][1]), default=far)
+    )
+    kept_rows: dict[int, list[str]] = {}
+    for r in order:
+        label, ids = picture.rows[r]
+        if len(ids) <= MAX_PER_ROW:
+            kept_rows[r] = ids
+            kept_all.update(ids)
+            continue
+        index = {e: n for n, e in enumerate(ids)}
+
+        def rank(e: str, index: dict[str, int] = index) -> tuple[bool, bool, bool, bool, int, int]:
+            return (
+                e != picture.root,
+                e not in on_path,
+                e not in picture.sick,
+                not (near.get(e, set()) & kept_all),
+                dist.get(e, far),
+                index[e],
+            )
+
+        kept = sorted(sorted(ids, key=rank)[:MAX_PER_ROW], key=index.__getitem__)
+        left = [e for e in ids if e not in set(kept)]
+        picture.hidden[label] = len(left)
+        picture.hidden_sick[label] = sum(e in picture.sick for e in left)
+        kept_rows[r] = kept
+        kept_all.update(kept)
+    picture.rows = [(label, kept_rows[r]) for r, (label, _) in enumerate(picture.rows)]
     shown = picture.shown()
     picture.edges = {(a, b) for a, b in picture.edges if a in shown and b in shown}
+
+
+def hidden_text(picture: Picture, label: str) -> str:
+    """A row's left-out part in words: "+16 more nic, 14 of them sick"."""
+    n = picture.hidden.get(label, 0)
+    if not n:
+        return ""
+    sick = picture.hidden_sick.get(label, 0)
+    return f"+{n} more {label}" + (f", {sick} of them sick" if sick else ", none sick")
 
 
 def _label(entity: str, row: list[str]) -> str:
@@ -191,11 +280,13 @@ def to_svg(picture: Picture, title: str = "") -> str:
         y = MARGIN + r * ROW_H
         span = len(ids) * (BOX_W + GAP_X) - GAP_X
         x0 = 120 + (width - 120 - span) / 2
-        boxes.append(
-            f'<text class="row-label" x="{MARGIN}" y="{y + BOX_H / 2 + 4:.0f}">{escape(label)}'
-            + (f" (+{picture.hidden[label]} more)" if picture.hidden.get(label) else "")
-            + "</text>"
-        )
+        boxes.append(f'<text class="row-label" x="{MARGIN}" y="{y + BOX_H / 2 + 4:.0f}">{escape(label)}</text>')
+        if more := hidden_text(picture, label):
+            boxes.append(
+                f'<text class="more" data-row="{escape(label)}" data-hidden="{picture.hidden[label]}" '
+                f'data-hidden-sick="{picture.hidden_sick.get(label, 0)}" x="{MARGIN}" '
+                f'y="{y + BOX_H + 14:.0f}">{escape(more)}</text>'
+            )
         for i, entity in enumerate(ids):
             x = x0 + i * (BOX_W + GAP_X)
             where[entity] = (x + BOX_W / 2, y)
@@ -223,7 +314,7 @@ def to_svg(picture: Picture, title: str = "") -> str:
         ".entity.sick rect{fill:#f28b82;stroke:#a50e0e}"
         ".entity.root rect{stroke:#202124;stroke-width:3.5}"
         ".entity text{font:11px sans-serif;text-anchor:middle;fill:#202124}"
-        ".row-label{font:12px sans-serif;fill:#5f6368}"
+        ".row-label{font:12px sans-serif;fill:#5f6368}.more{font:11px sans-serif;fill:#a50e0e}"
         ".edge{stroke:#9aa0a6;stroke-width:1}.edge.sick{stroke:#d93025;stroke-width:1.5}"
     )
     return (
@@ -237,4 +328,4 @@ def to_svg(picture: Picture, title: str = "") -> str:
     )
 
 
-__all__ = ["Picture", "neighbourhood", "to_svg"]
+__all__ = ["MAX_PER_ROW", "Picture", "hidden_text", "neighbourhood", "to_svg"]

@@ -281,6 +281,15 @@ class Browser:
         """Run `script` as a function body in the page (`return ...` for a value)."""
         return self.driver.execute_script(script, *args)
 
+    def resize(self, width: int, height: int, *, mobile: bool = False) -> None:
+        """Change the viewport (and so the screenshots) to `width` x `height` CSS pixels; `mobile`
+        emulates a phone's layout viewport (the page's own width, overlay scrollbars)."""
+        self.driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+        )
+        self.window = (width, height)
+
     def screenshot(self, path: str | Path) -> Path:
         """Write the viewport as a PNG of exactly `window` pixels; a relative path is taken in
         artifacts_dir(). Returns where it went."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,26 @@ class KafkaSettings(BaseModel):
     # How long one poll waits and how much it may return; a poll becomes one decoded batch.
     poll_timeout_ms: int = Field(default=500, ge=1)
     max_poll_records: int = Field(default=50_000, ge=1)
+    # TLS to the broker (docs/operating.md, "Kafka over TLS"): SSL, or PLAINTEXT on a private
+    # network. With SSL the broker's certificate is checked against ssl_cafile (the system's CAs
+    # when unset) and its name against the bootstrap host; ssl_certfile/ssl_keyfile (PEM) are this
+    # client's own, for a broker that asks for one (ssl.client.auth=required).
+    security_protocol: Literal["PLAINTEXT", "SSL"] = "PLAINTEXT"
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
+
+    def client_security(self) -> dict[str, object]:
+        """kafka-python's keyword arguments for these settings (none for PLAINTEXT)."""
+        if self.security_protocol == "PLAINTEXT":
+            return {}
+        out: dict[str, object] = {"security_protocol": "SSL", "ssl_check_hostname": self.ssl_check_hostname}
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = str(value)
+        return out
 
 
 class InfluxSettings(BaseModel):

@@ -47,6 +47,15 @@ class PeerRule(_Section):
     # only while the GPU works (DCGM_FI_DEV_GPU_UTIL at least PeerThresholds.busy_util_pct): an
     # idle second (a checkpoint, an eval gap) says nothing of how fast the GPU works
     busy_only: bool = False
+    # judged against its own place in the cohort (detectors/stack/place.py): the entity's value
+    # relative to its cohort's median at each scrape, its recent place against its earlier one;
+    # z is then the drop in standard errors of its own wander, rel_floor the least drop that counts
+    history: bool = False
+    # only samples with this clock event reason held count (a registry name, "" = any): a chip's
+    # place under the power cap is its efficiency; off the cap every GPU runs at its top clock
+    held_reason: str = ""
+    # ... or only samples where this reason is known and not held ("" = any)
+    unheld_reason: str = ""
     why: str
     source: str
 
@@ -193,7 +202,7 @@ class PeerThresholds(_Section):
                     metric="DCGM_FI_DEV_SM_CLOCK",
                     cohort="job",
                     z=-4.0,
-                    rel_floor=0.025,
+                    rel_floor=0.04,
                     window_s=WINDOW_S,
                     busy_only=True,
                     why="a GPU whose clock stays well below its job's others over minutes slows the whole "
@@ -202,8 +211,44 @@ class PeerThresholds(_Section):
                     "SM clock wanders 1605-1920 MHz from one second to the next (4 % sd), so one scrape "
                     "is judged never, a 3-minute median is; Sinha et al., "
                     "'Not All GPUs Are Created Equal' (SC'22): identical GPUs under one cap differ by a "
-                    "few percent, so the spread never counts as less than 2.5 % and a straggler is 4 of "
-                    "those (10 %) below its job's median, beyond the cohort's own spread (its MAD)",
+                    "few percent (8 %, p5-p95; with the power factor the slowest healthy chips sit ~10 % "
+                    "under their job), and a median of 8 scrapes still wanders 1.7 % (1.25 x 3.8 % / "
+                    "sqrt 8), so the spread never counts as less than 4 % and a straggler against its "
+                    "job is 4 of those (16 %: the slowest healthy chip + 3.5 x 1.7 %) below its job's "
+                    "median, beyond the cohort's own spread (its MAD); a milder fail-slow is found "
+                    "against its own place (the history rule below)",
+                ),
+                PeerRule(
+                    metric="DCGM_FI_DEV_SM_CLOCK",
+                    cohort="job",
+                    z=-4.0,
+                    rel_floor=0.0076,
+                    window_s=WINDOW_S,
+                    busy_only=True,
+                    unheld_reason="sw_power_cap",
+                    why="off the power cap (memory-bound work) a working GPU runs at its top clock: one "
+                    "that stays below its job's others there is slower, with no cap to explain it",
+                    source="real-gpu/h200/nvml-1s.csv, phases membound, cooldown and eval gap: off the cap "
+                    "every sample reads the top clock (1980 MHz), no wander and no chip spread; so the "
+                    "spread never counts as less than one clock step (15 MHz, 0.76 %) and a straggler is "
+                    "4 of those (3 %) below its job's median over the 3-minute window",
+                ),
+                PeerRule(
+                    metric="DCGM_FI_DEV_SM_CLOCK",
+                    cohort="job",
+                    z=-5.0,
+                    rel_floor=0.03,
+                    busy_only=True,
+                    history=True,
+                    held_reason="sw_power_cap",
+                    why="a GPU whose clock falls from its own place in its job's spread is slower than it "
+                    "was (fail-slow), though still inside the spread of healthy chips",
+                    source="detectors/stack/place.py: under the SW power cap (reason 0x4, "
+                    "real-gpu/h200/nvml-1s.csv phase train) a chip's place is its efficiency and stays, "
+                    "its wander (3.8 % sd) has no memory; z -5: one false judgement in ~3.5 million "
+                    "independent ones (normal tail), 0.03 per 1,000 GPU-days with a fresh judgement "
+                    "every 30 samples at 30-s scrapes; the least drop 3 % (operational choice: less "
+                    "is within the chip-to-chip spread's own uncertainty, Sinha et al., SC'22)",
                 ),
                 PeerRule(
                     metric="DCGM_FI_DEV_POWER_USAGE",
@@ -280,12 +325,70 @@ class PeerThresholds(_Section):
         "NVML utilization.gpu: percent of the sample period a kernel ran; real-gpu/h200/nvml-1s.csv "
         "reads 87-100 % while training, 0 % in its checkpoints and eval gap (operational choice: half)",
     )
+    busy_tensor_active: float = sourced(
+        0.01,
+        "where DCGM_FI_PROF_PIPE_TENSOR_ACTIVE is exported, a GPU counts as working for the busy_only "
+        "rules only with at least this tensor-pipe activity: one spinning in a collective that waits "
+        "for a stalled peer shows 100 % utilisation, no tensor work and a fraction of its power",
+        "DCGM field guide: PIPE_TENSOR_ACTIVE is the ratio of cycles the tensor pipes are active "
+        "(0 while a kernel only waits); NVML utilization.gpu counts any kernel running, a NCCL wait "
+        "kernel included (operational choice: 1 %)",
+    )
     window_min_scrapes: int = sourced(
-        5,
-        "a windowed rule's window never holds fewer scrapes than this (at 60 s, 5 minutes)",
+        8,
+        "a windowed rule's window never holds fewer scrapes than this (at 60 s, 8 minutes)",
         "real-gpu/h200/nvml-1s.csv, phase train: about one second in 25 is a step or checkpoint "
-        "boundary (185-279 W at 87-100 % utilisation); a median of 5 needs 3 of them in a row "
-        "(operational choice)",
+        "boundary (185-279 W at 87-100 % utilisation), and a node's GPUs catch it together; at harsh "
+        "realism two such scrapes in a row on one node come dozens of times a day on 128 nodes, and "
+        "with a job's pace changing at the same time a median of 5 turned; a median of 8 needs 4 "
+        "(operational choice; the median still turns within 5 minutes at 60-s scrapes)",
+    )
+    history_recent_scrapes: int = sourced(
+        30,
+        "a GPU's recent place in its job (history rules) is the trimmed mean of this many of its samples",
+        "the test's power is in its samples: the place's wander under the cap is 3.8 % sd a sample "
+        "(real-gpu/h200/nvml-1s.csv, phase train, independent at lags of 10 s and more), so 30 recent "
+        "and 60 earlier samples give a standard error of ~1 % and a 5 % slowdown (the mildest fail-slow "
+        "that matters: Sinha et al., SC'22 measure 8 % between healthy GPUs) stands 5 of them out; at "
+        "60-s scrapes that is 30 minutes, inside the shortest straggler episodes FALCON reports "
+        "(Wu et al., ATC'24: fail-slows last tens of minutes to hours)",
+    )
+    history_baseline_scrapes: int = sourced(
+        60,
+        "a GPU's earlier place in its job is the median of up to this many samples before the recent ones",
+        "twice the recent samples: the baseline's error then adds a third to the recent one's "
+        "(operational choice; see history_recent_scrapes)",
+    )
+    history_regime: float = sourced(
+        0.05,
+        "a GPU's recent place is compared only with earlier places taken while about the same share "
+        "(within this) of its job's working GPUs held the power cap",
+        "when a job's pace changes (a slow member makes the others wait, their demand falls) the chips "
+        "with the least dynamic power leave the cap first (telemetry_gen/powercap.py: demand ~ "
+        "static + dynamic x load), which changes whose median the places are taken against; a pace "
+        "change with every chip still at the cap moves all clocks by one factor and no place; one "
+        "GPU of 20 (operational choice; of an 8-GPU job, any change)",
+    )
+    history_regime_level: float = sourced(
+        0.05,
+        "... and while its job's median clock was within this share of its recent level",
+        "a chip whose place would take it past the top clock is held there (1980 MHz, "
+        "real-gpu/h200: off the cap every sample reads it), so its place shrinks when its job's "
+        "median rises and grows back when it falls; a straggler moves its job's median by at most "
+        "4 % before the bar against the job (16 %) finds it (the others' demand falls by 0.65 x "
+        "its slowdown, their clock rises by the cube root of that), so 5 % (operational choice)",
+    )
+    history_hold_z: float = sourced(
+        -3.0,
+        "while a GPU's fall from its place stands this many standard errors, its older samples stay "
+        "out of its baseline",
+        "a fall still being established (or a fault that lasts) is not learned as the GPU's new place; "
+        "a healthy GPU there briefly only keeps its baseline a little longer (operational choice)",
+    )
+    history_baseline_min: int = sourced(
+        20,
+        "no history judgement before the baseline holds this many samples (a GPU new to its job)",
+        "with fewer, its own wander (the baseline's MAD) is not known well enough to set the bar (operational choice)",
     )
 
 

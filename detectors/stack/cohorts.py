@@ -19,9 +19,11 @@ from numpy.typing import NDArray
 from detectors.anomaly import Anomaly
 from detectors.base import FloatArray, State, grow
 from detectors.peers import Persistence
+from detectors.stack.place import PlaceHistory
 from detectors.stack.summary import CohortSummary, robust_scale
 from detectors.stack.view import MeasurementTick, finite
 from ingest.frames import Frame
+from vocab import registry
 from vocab.thresholds import PeerRule, PeerThresholds
 
 NO_COHORT = "\x00"  # line protocol cannot carry it: no tag value is mistaken for it
@@ -29,6 +31,8 @@ MIN_COHORT = 4  # fewer members than this make no cohort to stand out from (as r
 
 
 BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
+TENSOR_FIELD = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 
 
 @dataclass
@@ -49,26 +53,46 @@ class PeerRules:
         # per measurement, between summarise and judge: the rules' values and cohort keys
         self._tick: dict[str, tuple[FloatArray, list[NDArray[np.object_]]]] = {}
         self._windows: dict[tuple[str, int], _Window] = {}
+        self._places: dict[tuple[str, int], PlaceHistory] = {}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_tick", {})  # a checkpoint from before the split
         self.__dict__.setdefault("_windows", {})  # ... and from before windows
+        self.__dict__.setdefault("_places", {})  # ... and from before places
 
     def window(self, rule: PeerRule) -> int:
         """Scrapes in a rule's window: its seconds at this interval, never fewer than the least."""
         return max(self.limits.window_min_scrapes, int(np.ceil(rule.window_s / self.interval)))
+
+    def _working(self, m: MeasurementTick) -> NDArray[np.bool_] | None:
+        """Rows whose GPU does work this scrape (None: the frame cannot say). Utilisation says a
+        kernel ran; a GPU spinning in a collective that waits for a stalled peer runs one too,
+        at 100 % and a fraction of its power, so where DCGM exports the tensor pipe's activity a
+        GPU with none is not working either."""
+        util = m.frame.fields.get(BUSY_FIELD)
+        if util is None:
+            return None
+        busy: NDArray[np.bool_] = util.as_float() >= self.limits.busy_util_pct
+        tensor = m.frame.fields.get(TENSOR_FIELD)
+        if tensor is not None:
+            active = tensor.as_float()
+            busy &= np.isnan(active) | (active >= self.limits.busy_tensor_active)
+        return busy
 
     def _windowed(self, m: MeasurementTick, values: FloatArray, keys: list[NDArray[np.object_]]) -> None:
         """The windowed rules' columns of `values` replaced by each entity's median over its
         window of busy samples (NaN until the window is full, and while it is not busy: no
         member of its cohort then). A median: a lone step-boundary second is not its level."""
         rules = self.limits.rules[m.name]
-        util = m.frame.fields.get(BUSY_FIELD)
-        busy = util.as_float() >= self.limits.busy_util_pct if util is not None else None
+        busy = self._working(m)
         for j, rule in enumerate(rules):
             if rule.busy_only:
                 values[:, j] = np.nan if busy is None else np.where(busy, values[:, j], np.nan)
+            if rule.held_reason:
+                values[:, j] = np.where(_holds(m, rule.held_reason), values[:, j], np.nan)
+            if rule.unheld_reason:
+                values[:, j] = np.where(_holds(m, rule.unheld_reason), np.nan, values[:, j])
             if rule.window_s <= 0:
                 continue
             size = self.window(rule)
@@ -93,6 +117,24 @@ class PeerRules:
                 level[full] = np.median(held[full], axis=1)
             values[:, j] = np.where(full & ~np.isnan(v), level, np.nan)
 
+    def _summarise_off_cap(
+        self,
+        m: MeasurementTick,
+        rules: tuple[PeerRule, ...] | list[PeerRule],
+        keys: list[NDArray[np.object_]],
+        summary: CohortSummary,
+    ) -> None:
+        """For the history rules, how many working GPUs of each cohort do not hold the rule's
+        reason this scrape (their regime: the share that does is judge's to work out)."""
+        busy = self._working(m)
+        for j, rule in enumerate(rules):
+            if not (rule.history and rule.held_reason) or busy is None or rule.metric not in m.frame.fields:
+                continue
+            off = busy & ~_holds(m, rule.held_reason) & (keys[j] != NO_COHORT)
+            names, counts = np.unique(keys[j][off], return_counts=True)
+            for name, count in zip(names.tolist(), counts.tolist(), strict=True):
+                summary.add_values(_off_key(m.name, j, str(name)), np.zeros(count))
+
     def summarise(self, m: MeasurementTick, summary: CohortSummary) -> None:
         """This share of the tick's cohorts: each rule's values per cohort key (held for judge)."""
         rules = self.limits.rules.get(m.name, ())
@@ -110,6 +152,7 @@ class PeerRules:
                 continue
             values[:, j] = np.log10(np.maximum(v, 1.0)) if rule.log else v
         self._windowed(m, values, keys)
+        self._summarise_off_cap(m, rules, keys, summary)
         for j in range(len(rules)):
             col, cohort = values[:, j], keys[j]
             ok = (cohort != NO_COHORT) & ~np.isnan(col)
@@ -135,6 +178,7 @@ class PeerRules:
         beyond = np.zeros(values.shape, dtype=np.bool_)
         zs = np.full(values.shape, np.nan)
         medians = np.full(values.shape, np.nan)
+        shown = values.copy()  # what an anomaly says the value was (a history rule: its recent level)
         for j, rule in enumerate(rules):
             col, cohort = values[:, j], keys[j]
             rows = np.flatnonzero((cohort != NO_COHORT) & ~np.isnan(col))
@@ -147,13 +191,22 @@ class PeerRules:
             with np.errstate(divide="ignore", invalid="ignore"):
                 z = (col[rows] - median) / scale[inverse]
             z[stats.count[inverse] < MIN_COHORT] = np.nan
+            if rule.history:
+                place = np.full(len(col), np.nan)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    place[rows] = np.where(np.isnan(z), np.nan, col[rows] / median - 1.0)
+                off = cohorts.stats([_off_key(m.name, j, str(n)) for n in names.tolist()]).count[inverse]
+                share = stats.count[inverse] / (stats.count[inverse] + off)
+                z, shown[rows, j], median = self._against_place(m, j, rule, place, share, cohort, rows, median)
             zs[rows, j], medians[rows, j] = z, median
             beyond[:, j] = (zs[:, j] <= rule.z) if rule.z < 0 else (zs[:, j] >= rule.z)
+            if rule.history:  # a fall still being established is not learned as the GPU's new place
+                self._places[(m.name, j)].judged(m.series, zs[:, j] <= self.limits.history_hold_z)
         fired = persistence.update(m.series, beyond, zs)
         out: list[Anomaly] = []
         for r, j in zip(*np.nonzero(fired), strict=True):
             rule = rules[j]
-            value, expected = values[r, j], medians[r, j]
+            value, expected = shown[r, j], medians[r, j]
             if rule.log:
                 value, expected = 10**value, 10**expected
             early = bool(abs(value - expected) < rule.warn_within)
@@ -162,7 +215,7 @@ class PeerRules:
                     m.t,
                     str(m.ids[r]),
                     rule.metric,
-                    f"warn:{rule.cohort}" if early else f"peer:{rule.cohort}",
+                    _detector(rule, early),
                     float(abs(zs[r, j])),
                     finite(value),
                     finite(expected),
@@ -171,6 +224,39 @@ class PeerRules:
             )
         return out
 
+    def _against_place(
+        self,
+        m: MeasurementTick,
+        j: int,
+        rule: PeerRule,
+        place: FloatArray,
+        share: FloatArray,
+        cohort: NDArray[np.object_],
+        rows: NDArray[np.intp],
+        median: FloatArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """A history rule's judgement of `rows`: the drop of each one's place below its own
+        earlier place in standard errors (NaN: not judged; a drop under the rule's least drop is
+        not one), the value its recent place means at this scrape's median, and the value its
+        earlier place means."""
+        limits = self.limits
+        history = self._places.get((m.name, j))
+        if history is None:
+            history = self._places[(m.name, j)] = PlaceHistory(
+                limits.history_recent_scrapes,
+                limits.history_baseline_scrapes,
+                limits.history_baseline_min,
+            )
+        # the regime: the share of the cohort's working GPUs at the cap, and its median (log)
+        regime = np.full((len(place), 2), np.nan)
+        regime[rows, 0] = share / limits.history_regime
+        with np.errstate(divide="ignore", invalid="ignore"):
+            regime[rows, 1] = np.log(median) / np.log1p(limits.history_regime_level)
+        history.add(m.series, place, regime, cohort)
+        test = history.test(m.series[rows])
+        z = np.where(test.drop <= -rule.rel_floor, test.z, np.where(np.isnan(test.z), np.nan, 0.0))
+        return z, median * (1.0 + test.recent), median * (1.0 + test.baseline)
+
     def state_dict(self, name: str) -> State:
         p = self._persistence.get(name)
         out: State = {f"persistence.{k}": v for k, v in p.state_dict().items()} if p is not None else {}
@@ -178,6 +264,9 @@ class PeerRules:
             if measurement == name:
                 out.update({f"window{j}.samples": w.samples.copy(), f"window{j}.at": w.at.copy()})
                 out[f"window{j}.cohort"] = w.cohort.copy()
+        for (measurement, j), h in self._places.items():
+            if measurement == name:
+                out.update({f"place{j}.{k}": v for k, v in h.state_dict().items()})
         return out
 
     def load_state(self, name: str, s: State) -> None:
@@ -194,10 +283,44 @@ class PeerRules:
                     np.asarray(s[f"window{j}.at"], dtype=np.int64).copy(),
                     np.asarray(s[f"window{j}.cohort"], dtype=object).copy(),
                 )
+            if key.startswith("place") and key.endswith(".recent"):
+                j = int(key[len("place") : -len(".recent")])
+                sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith(f"place{j}.")}
+                limits = self.limits
+                self._places[(name, j)] = PlaceHistory.from_state(
+                    sub,
+                    limits.history_recent_scrapes,
+                    limits.history_baseline_scrapes,
+                    limits.history_baseline_min,
+                )
+
+
+def _detector(rule: PeerRule, early: bool) -> str:
+    """peer:<cohort> (against the cohort), place:<cohort> (against its own place in it), or
+    warn:<cohort> when it is off by less than the rule's warn_within."""
+    if early:
+        return f"warn:{rule.cohort}"
+    return f"place:{rule.cohort}" if rule.history else f"peer:{rule.cohort}"
+
+
+def _holds(m: MeasurementTick, reason: str) -> NDArray[np.bool_]:
+    """Rows whose GPU holds this clock event reason, or does not say (a site that does not export
+    the reasons): such a site is judged on all its samples by the rules that want the reason held,
+    and by none of those that want it not held."""
+    field_ = m.frame.fields.get(REASONS_FIELD)
+    if field_ is None:
+        return np.ones(len(m.frame), dtype=np.bool_)
+    bits = field_.as_float()
+    held = (np.nan_to_num(bits, nan=0.0).astype(np.int64) & registry.clock_reason(reason)) != 0
+    return np.asarray(held | np.isnan(bits), dtype=np.bool_)
 
 
 def _key(measurement: str, rule: int, cohort: str) -> str:
     return f"peer/{measurement}/{rule}/{cohort}"
+
+
+def _off_key(measurement: str, rule: int, cohort: str) -> str:
+    return f"off/{measurement}/{rule}/{cohort}"
 
 
 def cohort_keys(frame: Frame, kind: str) -> NDArray[np.object_]:

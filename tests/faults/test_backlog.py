@@ -210,7 +210,7 @@ def test_a_checkpoint_of_the_old_format_is_refused_and_the_daemon_starts_from_th
         store = CheckpointStore(Path(r.env["AIOPS_STATE_DIR"]), f"run-{k.ingest_group}-run")
         checkpoint = store.load()
         assert checkpoint is not None and checkpoint.incarnation is not None
-        store.path.write_bytes(_format_1(checkpoint))
+        store.path.write_bytes(_format_1(checkpoint, store.path.read_bytes()))
         again = track(r.aiops(*r.daemon, "--stop-when-idle", "10"))
         _, err = again.communicate(timeout=900)
     assert again.returncode == 0, err[-3000:]
@@ -220,11 +220,12 @@ def test_a_checkpoint_of_the_old_format_is_refused_and_the_daemon_starts_from_th
     r.assert_topics_equal_offline()
 
 
-def _format_1(checkpoint: Checkpoint) -> bytes:
+def _format_1(checkpoint: Checkpoint, signed: bytes) -> bytes:
     """The checkpoint as the previous version wrote it: a header and a keyless checksum over a
-    plain pickle."""
+    plain pickle of the state, the same pickle format 2 signs (`signed`: the daemon's own file;
+    its body is taken as it is, since a restored state cannot be pickled again before the daemon
+    attaches its topology)."""
     import hashlib
-    import pickle
 
     assert checkpoint.incarnation is not None
     header = {
@@ -234,6 +235,6 @@ def _format_1(checkpoint: Checkpoint) -> bytes:
         "cluster_id": checkpoint.incarnation.cluster_id,
         "topic_ids": checkpoint.incarnation.topic_ids,
     }
-    body = pickle.dumps(checkpoint.state, protocol=pickle.HIGHEST_PROTOCOL)
+    _magic, _header, _signature, body = signed.split(b"\n", 3)
     digest = hashlib.blake2b(body, digest_size=16).hexdigest().encode()
     return b"aiops-checkpoint 1\n" + json.dumps(header).encode() + b"\n" + digest + b"\n" + body

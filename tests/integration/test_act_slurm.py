@@ -187,3 +187,87 @@ def test_the_breaker_counts_the_nodes_slurm_reports_drained(site: SlurmSite) -> 
     loop.offer([warning(8, third)], 10.0)
     assert "DRAIN" not in plain.node(third)["State"]  # two out already: the breaker holds
     assert loop.audit.rows()[-1].decision == "blocked"
+
+
+# ---------------------------------------------------------------- the whole loop (act/remediation.py)
+
+
+def remediating_loop(site: SlurmSite, path: Any, check: list[str], job: str) -> tuple[ActLoop, list[str]]:
+    """Drain on a failure, requeue, reset (a stand-in site command), check (a stand-in check
+    command), resume, all through the real slurmctld; the audit log at `path` (a restart reopens it)."""
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    config = parse(
+        {
+            "dry_run": False,
+            "breaker": {"max_nodes": 4, "max_fraction": 1.0},
+            "policies": [
+                {"name": "drain-failed", "match": {"source": "incident"}, "action": {"type": "drain"}, "execute": True}
+            ],
+            "remediation": {"execute": True, "checks": [check], "reboot_wait_s": 0},
+            "executors": {"commands": {"reset_gpu": ["true"], "reboot": ["true"]}},
+        }
+    )
+    from aiops.acting import executors_of
+
+    executors = {**executors_of(config), "drain": slurm, "resume": slurm, "requeue": slurm}
+    pages: list[str] = []
+    loop = ActLoop(
+        config,
+        AuditLog(path),
+        executors,
+        lambda message, subject: pages.append(message),
+        node_of=lambda entity: entity.split("-")[0],
+        scope_size=lambda scope: len(site.node_names()),
+        jobs_on=lambda node, t: {job: 8},
+    )
+    assert loop.remediation is not None
+    loop.remediation.job_state = slurm.job_state
+    return loop, pages
+
+
+def failed(n: int, node: str) -> dict[str, Any]:
+    return {**warning(n, node), "status": "open", "root_cause": {"entity": f"{node}-gpu3", "kind": "gpu_hbm_ecc"}}
+
+
+def test_the_whole_loop_drain_requeue_check_resume_with_a_kill_between_each_step(
+    site: SlurmSite, tmp_path: Any
+) -> None:
+    node = site.node_names()[1]
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    job = site.sbatch("-w", node, "--gres=gpu:8", "--requeue")
+    path = tmp_path / "actions.sqlite"
+    try:
+        site.wait_for([job], {"RUNNING"})
+        loop, _ = remediating_loop(site, path, ["true"], job)
+        loop.offer([failed(11, node)], 0.0)
+        assert "DRAIN" in slurm.node(node)["State"]
+        for t in (10.0, 20.0, 30.0):  # a kill and a start before each tick: the audit log says where it was
+            loop.audit.close()
+            loop, _ = remediating_loop(site, path, ["true"], job)
+            loop.restore(t)
+            loop.tick(t, {})
+        assert slurm.job_state(job) != "RUNNING" or slurm.job(job).get("Restarts", "0") != "0"  # requeued
+        assert "DRAIN" not in slurm.node(node)["State"]  # checked and returned
+        (rec,) = loop.audit.remediation_all()
+        assert rec.state == "returned"
+        done = [(r.action, r.target) for r in loop.audit.rows() if r.state == "done"]
+        assert sorted(done) == sorted(
+            [("drain", node), ("requeue", job), ("reset_gpu", f"{node}-gpu3"), ("check", f"{node}@1"), ("resume", node)]
+        )  # each once
+    finally:
+        site.cancel(job)
+
+
+def test_the_whole_loop_a_failing_check_escalates_and_the_node_stays_out(site: SlurmSite, tmp_path: Any) -> None:
+    node = site.node_names()[2]
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    loop, pages = remediating_loop(site, tmp_path / "a.sqlite", ["sh", "-c", "echo diag failed; exit 1"], "none")
+    loop.remediation.jobs_on = lambda node, t: {}  # type: ignore[union-attr]
+    loop.offer([failed(12, node)], 0.0)
+    loop.tick(10.0, {})
+    (rec,) = loop.audit.remediation_all()
+    assert rec.state == "escalated"
+    assert "DRAIN" in slurm.node(node)["State"]  # not put back unchecked
+    assert len(pages) == 1 and "check failed" in pages[0]
+    loop.offer([{**failed(12, node), "status": "resolved"}], 100.0)
+    assert "DRAIN" in slurm.node(node)["State"]  # nor when the incident resolves

@@ -74,7 +74,9 @@ def test_produce_then_ingest_lands_every_valid_line_in_influxdb(
 def test_bad_arguments_get_one_clear_line_not_a_traceback(tmp_path: Path) -> None:
     missing = _aiops("produce", str(tmp_path / "nope.lp"), "--kafka", "127.0.0.1:9092")
     assert missing.returncode == 2
-    assert missing.stderr.strip() == f"aiops: no such file: {tmp_path / 'nope.lp'}"
+    assert missing.stderr.strip() == (
+        f"aiops: file {tmp_path / 'nope.lp'}: no such file (line protocol: aiops gen --out DIR writes DIR/telemetry.lp)"
+    )
     unknown = _aiops("frobnicate")
     assert unknown.returncode == 2
     assert "invalid choice" in unknown.stderr

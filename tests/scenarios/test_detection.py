@@ -1,8 +1,9 @@
 """End to end on generated clusters: every fault kind is caught on its root or affected entities
-within two ticks of onset, and job churn, checkpoints and maintenance raise nothing."""
+within two ticks of onset (a straggler within its window), and job churn, checkpoints and maintenance raise nothing."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,11 @@ from detectors.evaluate import evaluate, format_report
 from detectors.runner import detect_folder, read_anomalies
 from telemetry_gen.emit import write_folder
 from telemetry_gen.generator import GenConfig, Generation
+from vocab.thresholds import WINDOW_S, PeerThresholds
+
+# a straggler is a GPU that stays slow, judged on the median of a window of scrapes (one scrape of a
+# power-capped clock says nothing): it is seen within that window and the peer rules' persistence
+STRAGGLER_TICKS = max(math.ceil(WINDOW_S / 30), PeerThresholds().window_min_scrapes) + PeerThresholds().persist_ticks
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +28,8 @@ def test_every_fault_kind_is_detected_within_two_ticks_with_no_false_alarm(tmp_p
     )
     write_folder(gen, tmp_path / "run")
     stats = detect_folder(tmp_path / "run", tmp_path / "out", 30)
-    report = evaluate(read_anomalies(tmp_path / "out" / "anomalies.jsonl"), gen.truth(), 30, 1024, 3)
+    anomalies = read_anomalies(tmp_path / "out" / "anomalies.jsonl")
+    report = evaluate(anomalies, gen.truth(), 30, 1024, 3, allowance={"gpu_straggler": STRAGGLER_TICKS})
     assert report.recall == 1.0, format_report(report)
     assert report.false_alarm_episodes == 0, [(a.entity, a.metric, a.detector) for a in report.false_alarms]
     assert stats.deadletters == 0

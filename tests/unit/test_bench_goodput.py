@@ -4,8 +4,12 @@ fault behind it is wrong and counted."""
 
 from __future__ import annotations
 
-from act.audit import Row
-from aiops.bench_goodput import JobTimes, cost_of
+import argparse
+
+import pytest
+
+from act.audit import RemediationRecord, Row
+from aiops.bench_goodput import CHECK_S, RESET_S, JobTimes, Outcome, TruthCheck, big_job_ettr, cost_of, outcomes
 
 JOB = JobTimes(frozenset({"n1"}), 16, start=0.0, end=10_000.0, period=1800.0, phase=0.0)
 FAULT = {"kind": "gpu_fell_off_bus", "root": "n1-gpu3", "onset": 5000.0, "end": 9000.0, "jobs": ["job-1"]}
@@ -46,3 +50,72 @@ def test_a_drain_with_no_fault_behind_it_is_wrong_and_its_node_idle_until_resume
     assert gpu_s == 16 * (10 + RESTART) + 8 * 1000.0  # its 8 GPUs out of service for 1,000 s
     never_back, _, _ = cost("predictions", [drain(3670.0), drain(200.0, node="n2")])
     assert never_back == 16 * (10 + RESTART) + 8 * (20_000.0 - 200.0)  # out until the history ends
+
+
+# ---------------------------------------------------------------- remediation, ETTR, self-heal, MTTR
+
+ARGS = argparse.Namespace(restart_s=RESTART, human_s=HUMAN, big_ckpt_s=1800.0, big_gpus=10_000)
+
+
+def node(entity: str) -> str:
+    return entity.split("-", maxsplit=1)[0]
+
+
+def test_the_truths_health_check_fails_from_the_precursor_until_the_step_that_fixes_the_kind() -> None:
+    hbm = {"kind": "gpu_hbm_ecc", "root": "n1-gpu3", "onset": 5000.0, "end": 9000.0, "precursor_start": 2000.0}
+    off_bus = {"kind": "gpu_fell_off_bus", "root": "n2-gpu0", "onset": 5000.0, "end": 9000.0, "precursor_start": None}
+    psu = {"kind": "psu_failure", "root": "n3-psu0", "onset": 5000.0, "end": 9000.0, "precursor_start": None}
+    check = TruthCheck([hbm, off_bus, psu], node)
+    check.now = 1000.0
+    assert check("n1").passed  # before the precursor: nothing a check can see
+    check.now = 2500.0
+    assert not check("n1").passed
+    check.step("n1", "reset_gpu")
+    assert check("n1").passed  # a reset applies the row remaps
+    check.now = 5100.0
+    check.step("n2", "reset_gpu")
+    assert not check("n2").passed  # a reset cannot reach a GPU off the bus
+    check.step("n2", "reboot")
+    assert check("n2").passed
+    check.step("n3", "reboot")
+    assert not check("n3").passed  # a PSU is hardware
+    assert check("n4").passed  # no fault at all: a wrong prediction's node
+
+
+def record(state: str, drained: float, closed: float, steps: tuple[str, ...] = ()) -> RemediationRecord:
+    history = tuple({"state": "x", "step": s} for s in steps)
+    return RemediationRecord(
+        "n1", "inc", "gpu_hbm_ecc", "n1-gpu3", "incident", "p", state, 0, 0.0, drained, drained, closed, history
+    )
+
+
+def test_outcomes_say_whether_the_job_met_the_fault_and_when_the_job_and_the_node_came_back() -> None:
+    fault = {**FAULT, "kind": "gpu_hbm_ecc", "precursor_start": None}
+    # none: a person drains it HUMAN after; the job runs again a restart later; a person is paged
+    (o,) = outcomes("none", [fault], [], [], node, 0.0, ARGS)
+    assert (o.job_back_s, o.person_s, o.healed) == (HUMAN + RESTART, HUMAN, False)
+    assert o.big_job_loss_s == (5000 - 3600) + HUMAN + RESTART  # since the 30-min checkpoint, then out, restart
+    # drained 60 s after onset, reset and checked, returned: healed with no person
+    rows = [drain(5060.0), resume(5100.0, "n1")]
+    (o,) = outcomes(
+        "validation", [fault], rows, [record("returned", 5060.0, 5100.0, ("reset_gpu", "check"))], node, 0.0, ARGS
+    )
+    assert o.healed and o.job_back_s == 60 + RESTART
+    assert o.node_back_s == 100 + RESET_S + CHECK_S  # the steps' own time added to the ticks'
+    # escalated: a person, paged when the ladder ran out
+    (o,) = outcomes(
+        "validation", [fault], [drain(5060.0)], [record("escalated", 5060.0, 5700.0, ("check",))], node, 0.0, ARGS
+    )
+    assert not o.healed and o.person_s == 700 + CHECK_S and o.node_back_s is None
+    # drained at a checkpoint ahead of the onset: the job never met it
+    (o,) = outcomes("predictions", [fault], [drain(3670.0)], [], node, 0.0, ARGS)
+    assert o.ahead and o.job_back_s is None and o.big_job_loss_s == 0.0
+
+
+def test_the_large_jobs_ettr_at_the_llama3_rate() -> None:
+    met = Outcome("gpu_hbm_ecc", True, False, 900.0, None, 900.0, False, 1800.0)
+    ahead = Outcome("gpu_hbm_ecc", True, True, None, None, None, True, 0.0)
+    per_day = 419 / (54 * 16_384) * 10_000  # 4.7 interruptions a day for 10,000 GPUs
+    assert big_job_ettr([met], 0, 1.0, ARGS) == pytest.approx(1 - per_day * 1800.0 / 86_400)
+    # all ahead: a restart each; a wrong drain per 10,000 GPU-days costs a restart a day more
+    assert big_job_ettr([ahead], 1, 10_000.0, ARGS) == pytest.approx(1 - (per_day + 1) * RESTART / 86_400)

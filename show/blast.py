@@ -1,0 +1,53 @@
+"""The blast radius an incident page states, from the record and the scheduler's events: the jobs
+holding the affected GPUs when the incident began, and apart from them the jobs that started on
+those GPUs while it was open, each counted as its GPUs on the affected parts and its GPUs in all.
+A job that had ended before the onset was not hit, and is not counted (it is named, so a reader
+who remembers it sees why it is missing).
+
+The reading itself is the engine's (rca/blast.py, which rca/incidents.py `_blast` uses for the
+record's `jobs` and `gpus_hit`): the page and the engine count the same jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rca.blast import (
+    ENDED_BEFORE_S,
+    GPU_INDEX,
+    Blast,
+    JobHit,
+    affected_gpus,
+    jobs_hit,
+    nodes_under,
+    onset,
+)
+from rca.graph import TopologyGraph
+from vocab.schedule import Schedule
+
+
+def onset_of(record: Mapping[str, Any]) -> float:
+    """The earliest the engine saw it: opened, its first evidence, or the warning it took over."""
+    times = [float(e["at"]) for e in record.get("evidence", []) if isinstance(e.get("at"), int | float)]
+    warned = record.get("warned")
+    return onset(float(record["opened"]), times, float(warned) if isinstance(warned, int | float) else None)
+
+
+def blast_radius(record: Mapping[str, Any], g: TopologyGraph, schedule: Schedule) -> Blast:
+    start = onset_of(record)
+    until = float(record.get("resolved") or record.get("updated") or start)
+    held = affected_gpus(g, str(record["root_cause"]["entity"]), record.get("affected", []))
+    return jobs_hit(schedule, held, start, until)
+
+
+__all__ = [
+    "ENDED_BEFORE_S",
+    "GPU_INDEX",
+    "Blast",
+    "JobHit",
+    "affected_gpus",
+    "blast_radius",
+    "nodes_under",
+    "onset_of",
+]

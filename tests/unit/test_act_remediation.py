@@ -1,0 +1,336 @@
+"""The per-node remediation state machine (act/remediation.py) through the acting loop: a failed
+part goes up its kind's ladder with a health check after each rung and comes back only when the
+checks pass; a node drained on a prediction is checked at once and returned if healthy; a kind
+only hardware fixes goes to a person with a ticket; a kill between any two steps resumes where
+the audit log says and does nothing twice; a dry run does nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from act.audit import AuditLog, Row
+from act.executors import ActionError
+from act.loop import ActLoop
+from act.policy import PolicyError, parse
+from act.remediation import CheckResult, CommandCheck, RemediationMachine
+
+DRAIN = {"name": "drain-failed", "match": {"source": "incident"}, "action": {"type": "drain"}, "execute": True}
+PREDICTED = {
+    "name": "drain-predicted",
+    "match": {"source": "prediction", "min_probability": 0.7},
+    "action": {"type": "drain"},
+    "execute": True,
+}
+REMEDIATE = {"execute": True, "checks": [["true"]], "reboot_wait_s": 600}
+
+
+class Recorder:
+    """Every executor's calls, in order; `fail` names actions that raise."""
+
+    def __init__(self, calls: list[tuple[str, str]], fail: frozenset[str] = frozenset()) -> None:
+        self.calls, self.fail = calls, fail
+
+    def run(self, row: Row) -> str:
+        self.calls.append((row.action, row.target))
+        if row.action in self.fail:
+            raise ActionError(f"{row.action} failed")
+        return "ok"
+
+    def confirmed(self, row: Row) -> bool | None:
+        return True if row.action in ("drain", "resume") else None  # a site command cannot say
+
+
+class Health:
+    """A node's health as the checks see it: sick until the named action was done on it."""
+
+    def __init__(self, calls: list[tuple[str, str]], fixed_by: str | None) -> None:
+        self.calls, self.fixed_by, self.checked = calls, fixed_by, 0
+
+    def __call__(self, node: str) -> CheckResult:
+        self.checked += 1
+        healthy = self.fixed_by == "nothing" or any(a == self.fixed_by for a, _ in self.calls)
+        return CheckResult(healthy, f"dcgmi diag -r 2 on {node}: {'pass' if healthy else 'fail'}")
+
+
+def state(kind: str, status: str = "open", incident: str = "INC-1") -> dict[str, Any]:
+    return {
+        "incident_id": incident,
+        "status": status,
+        "severity": "critical",
+        "root_cause": {"entity": "n00001-gpu3", "kind": kind, "confidence": 0.9},
+        "job_gpus": {},
+    }
+
+
+def loop(
+    path: Path | None,
+    calls: list[tuple[str, str]],
+    fixed_by: str | None,
+    remediation: dict[str, Any] | None = None,
+    fail: frozenset[str] = frozenset(),
+    dry_run: bool = False,
+) -> tuple[ActLoop, list[str], Health]:
+    config = parse(
+        {
+            "dry_run": dry_run,
+            "breaker": {"max_nodes": 100, "max_fraction": 1.0},
+            "policies": [DRAIN, PREDICTED],
+            "remediation": REMEDIATE if remediation is None else remediation,
+        }
+    )
+    pages: list[str] = []
+    recorder = Recorder(calls, fail)
+    executors = dict.fromkeys(("drain", "resume", "reset_gpu", "reboot", "ticket"), recorder)
+    act = ActLoop(
+        config,
+        AuditLog(path),
+        executors,
+        lambda message, subject: pages.append(message),
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+    )
+    health = Health(calls, fixed_by)
+    assert act.remediation is not None
+    act.remediation.checks = [health]
+    return act, pages, health
+
+
+def machine(act: ActLoop) -> RemediationMachine:
+    assert act.remediation is not None
+    return act.remediation
+
+
+def states_of(act: ActLoop) -> list[str]:
+    return [h["state"] for h in machine(act).audit.remediation_all()[0].history]
+
+
+def test_a_failed_gpu_is_reset_checked_rebooted_checked_and_returned() -> None:
+    calls: list[tuple[str, str]] = []
+    act, pages, health = loop(None, calls, fixed_by="reboot")
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("reset_gpu", "n00001-gpu3"), ("reboot", "n00001")]
+    (rec,) = machine(act).audit.remediation_all()
+    assert rec.state == "validating" and rec.next_at == 700.0  # the node is given its reboot time
+    act.tick(400.0, {})
+    assert health.checked == 1  # the check after the reset only
+    act.tick(700.0, {})
+    assert calls[-1] == ("resume", "n00001")
+    (rec,) = machine(act).audit.remediation_all()
+    assert rec.state == "returned" and rec.closed_at == 700.0
+    assert states_of(act) == ["remediating", "validating", "remediating", "validating", "returned"]
+    checks = [r for r in machine(act).audit.rows() if r.action == "check"]
+    assert [c.state for c in checks] == ["failed", "done"] and "dcgmi diag" in checks[0].detail
+    # the incident resolving later resumes nothing more: the node is back already
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 900.0)
+    act.tick(900.0, {})
+    assert calls.count(("resume", "n00001")) == 1 and not pages
+
+
+def test_a_node_drained_on_a_prediction_is_checked_at_once_and_returned_if_healthy() -> None:
+    calls: list[tuple[str, str]] = []
+    act, _, _ = loop(None, calls, fixed_by="nothing")
+    act.offer([state("gpu_hbm_ecc", status="warning")], 100.0)
+    act.tick(160.0, {})
+    assert calls == [("drain", "n00001"), ("resume", "n00001")]  # no reset, no reboot: it was healthy
+    (rec,) = machine(act).audit.remediation_all()
+    assert rec.state == "returned" and rec.source == "prediction" and rec.closed_at == 160.0
+    (resume,) = [r for r in machine(act).audit.rows() if r.action == "resume"]
+    assert "watch" in resume.reason
+
+
+def test_a_predicted_node_that_fails_its_check_goes_up_the_ladder() -> None:
+    calls: list[tuple[str, str]] = []
+    act, _, _ = loop(None, calls, fixed_by="reset_gpu")
+    act.offer([state("gpu_hbm_ecc", status="warning")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("reset_gpu", "n00001-gpu3"), ("resume", "n00001")]
+
+
+def test_a_kind_only_hardware_fixes_goes_to_a_person_with_a_ticket() -> None:
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(None, calls, fixed_by=None)
+    act.offer([state("psu_failure")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("ticket", "n00001")]
+    (rec,) = machine(act).audit.remediation_all()
+    assert rec.state == "escalated"
+    assert len(pages) == 1 and "needs hardware" in pages[0]
+
+
+def test_a_spent_ladder_escalates_with_everything_tried() -> None:
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(None, calls, fixed_by=None)
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    act.tick(100.0, {})
+    act.tick(700.0, {})
+    assert [a for a, _ in calls] == ["drain", "reset_gpu", "reboot", "ticket"]
+    assert "resume" not in [a for a, _ in calls]
+    (page,) = pages
+    assert "reset_gpu done" in page and "reboot done" in page and "check failed" in page
+    # the incident resolving does not put an unhealthy node back either
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 900.0)
+    assert "resume" not in [a for a, _ in calls]
+
+
+def test_a_failed_step_moves_to_the_next_rung() -> None:
+    calls: list[tuple[str, str]] = []
+    act, _, _ = loop(None, calls, fixed_by="reboot", fail=frozenset({"reset_gpu"}))
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    act.tick(100.0, {})
+    act.tick(700.0, {})
+    assert [a for a, _ in calls] == ["drain", "reset_gpu", "reboot", "resume"]
+
+
+def test_a_node_that_keeps_failing_goes_to_a_person() -> None:
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(None, calls, fixed_by="reset_gpu")
+    for n, t in enumerate((100.0, 1000.0, 2000.0)):  # attempts.max is 2 in a day by default
+        act.offer([state("gpu_hbm_ecc", incident=f"INC-{n}")], t)
+        act.tick(t, {})
+    assert [a for a, _ in calls].count("reset_gpu") == 2 and [a for a, _ in calls].count("drain") == 2
+    assert [r.state for r in machine(act).audit.remediation_all()] == ["returned", "returned"]
+    assert any("a person takes it from here" in p for p in pages)
+
+
+def test_a_kill_between_any_two_steps_resumes_where_it_was_and_does_nothing_twice(tmp_path: Path) -> None:
+    """The loop is rebuilt from the audit log after each tick (a kill and a start): the same
+    steps, each once, as without the kills."""
+    calls: list[tuple[str, str]] = []
+    path = tmp_path / "actions.sqlite"
+    act, _, _ = loop(path, calls, fixed_by="reboot")
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    for t in (100.0, 400.0, 700.0, 800.0):
+        act.audit.close()
+        act, _, _ = loop(path, calls, fixed_by="reboot")
+        act.restore(t)
+        act.tick(t, {})
+    assert calls == [
+        ("drain", "n00001"),
+        ("reset_gpu", "n00001-gpu3"),
+        ("reboot", "n00001"),
+        ("resume", "n00001"),
+    ]
+    assert machine(act).audit.remediation_all()[0].state == "returned"
+
+
+def test_a_site_command_a_kill_interrupted_is_not_run_again(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    path = tmp_path / "actions.sqlite"
+    act, _, _ = loop(path, calls, fixed_by="reboot")
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    # the daemon dies with the reset under way: its row says executing, the record remediating
+    audit = machine(act).audit
+    audit.remediation_put(
+        audit.remediation_all()[0].__class__(
+            **{**audit.remediation_all()[0].__dict__, "state": "remediating", "rung": 0}
+        )
+    )
+    from act.audit import plan_id
+
+    reset = Row(
+        plan_id("INC-1", "drain-failed:remediation", "reset_gpu", "n00001-gpu3"),
+        "INC-1",
+        "drain-failed:remediation",
+        "reset_gpu",
+        "n00001-gpu3",
+        "r",
+        "execute",
+        "executing",
+        None,
+        "",
+        100.0,
+        100.0,
+        node="n00001",
+    )
+    audit.add(reset)
+    audit.close()
+    act, pages, _ = loop(path, calls, fixed_by="reboot")
+    act.restore(200.0)
+    act.tick(200.0, {})
+    act.tick(800.0, {})
+    assert ("reset_gpu", "n00001-gpu3") not in calls  # unknown whether it ran: never twice
+    assert [a for a, _ in calls] == ["drain", "reboot", "resume"]
+    assert any("interrupted" in p for p in pages)
+
+
+def test_a_check_a_kill_interrupted_is_run_again(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    path = tmp_path / "actions.sqlite"
+    act, _, health = loop(path, calls, fixed_by="nothing")
+    act.offer([state("gpu_hbm_ecc", status="warning")], 100.0)
+    audit = machine(act).audit
+    from act.audit import plan_id
+
+    pid = plan_id("INC-1", "drain-predicted:remediation", "check", "n00001@-1")
+    audit.remediation_put(
+        audit.remediation_all()[0].__class__(**{**audit.remediation_all()[0].__dict__, "state": "validating"})
+    )
+    audit.add(
+        Row(pid, "INC-1", "drain-predicted:remediation", "check", "n00001@-1", "r", "execute", "executing", None, "", 1)
+    )
+    audit.close()
+    act, _, health = loop(path, calls, fixed_by="nothing")
+    act.restore(200.0)
+    act.tick(200.0, {})
+    assert health.checked == 1 and calls[-1] == ("resume", "n00001")
+
+
+def test_a_dry_run_plans_the_drain_and_does_nothing_more() -> None:
+    calls: list[tuple[str, str]] = []
+    act, _, health = loop(None, calls, fixed_by="nothing", dry_run=True)
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [] and health.checked == 0
+    calls2: list[tuple[str, str]] = []
+    act, _, health = loop(None, calls2, fixed_by="nothing", remediation={**REMEDIATE, "execute": False})
+    act.offer([state("gpu_hbm_ecc")], 100.0)
+    act.tick(100.0, {})
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 500.0)
+    assert calls2 == [("drain", "n00001"), ("resume", "n00001")] and health.checked == 0  # as before
+
+
+def test_the_remediation_block_is_checked_on_load() -> None:
+    with pytest.raises(PolicyError, match="checks"):
+        parse({"remediation": {"execute": True}})
+    with pytest.raises(PolicyError, match="may name"):
+        parse({"remediation": {"checks": [["ssh", "{target}", "dcgmi"]]}})
+    with pytest.raises(PolicyError, match="unknown fault kinds"):
+        parse({"remediation": {"checks": [["true"]], "ladders": {"gpu_flaky": ["reboot"]}}})
+
+
+def test_a_command_check_passes_on_exit_zero_and_keeps_its_output() -> None:
+    passed = CommandCheck(["sh", "-c", "echo diag {node} ok", "x"], 10)("n00001")
+    assert passed.passed and "diag n00001 ok" in passed.output  # {node} filled in, no shell on it
+    failed = CommandCheck(["sh", "-c", "echo memory test failed >&2; exit 3"], 10)("n00001")
+    assert not failed.passed and "-> 3" in failed.output and "memory test failed" in failed.output
+
+
+def test_the_jobs_left_on_a_drained_node_are_requeued_and_their_return_recorded() -> None:
+    calls: list[tuple[str, str]] = []
+    config = parse({"dry_run": False, "policies": [DRAIN], "remediation": REMEDIATE})
+    act = ActLoop(
+        config,
+        AuditLog(None),
+        dict.fromkeys(("drain", "resume", "requeue", "reboot"), Recorder(calls)),
+        lambda message, subject: None,
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+        jobs_on=lambda node, t: {"4242": 8},
+    )
+    states = {"4242": "PENDING"}
+    machine(act).checks = [lambda node: CheckResult(True, "ok")]
+    machine(act).job_state = states.get
+    act.offer([state("gpu_fell_off_bus")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("requeue", "4242"), ("reboot", "n00001")]
+    act.tick(160.0, {})
+    states["4242"] = "RUNNING"  # the scheduler started it again elsewhere
+    act.tick(220.0, {})
+    act.tick(700.0, {})
+    (rec,) = machine(act).audit.remediation_all()
+    (back,) = [h for h in rec.history if h.get("step") == "job_running"]
+    assert back["at"] == 220.0 and back["target"] == "4242" and rec.state == "returned"
