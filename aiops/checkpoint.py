@@ -196,6 +196,8 @@ STATE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("detectors.runner", "DetectLoop"),
         ("detectors.runner", "DetectStats"),
         ("detectors.stack.cohorts", "PeerRules"),
+        ("detectors.stack.cohorts", "_Window"),
+        ("detectors.stack.place", "PlaceHistory"),
         ("detectors.stack.history", "DriftWatch"),
         ("detectors.stack.history", "SagWatch"),
         ("detectors.stack.history", "_SagState"),

@@ -37,10 +37,12 @@ REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 
 @dataclass
 class _Window:
-    """Per entity, one rule's last busy samples (a ring, NaN: none yet), where the ring writes
-    next, and the cohort they were gathered in (a GPU moving to another job starts again)."""
+    """Per entity, one rule's last busy samples (a ring, NaN: none yet) and when each was taken,
+    where the ring writes next, and the cohort they were gathered in (a GPU moving to another job
+    starts again)."""
 
     samples: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    taken: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cohort: NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=object))
 
@@ -97,10 +99,10 @@ class PeerRules:
                 continue
             size = self.window(rule)
             w = self._windows.setdefault((m.name, j), _Window())
-            if w.samples.shape[1:] != (size,):  # new, or the interval changed: start again
+            if w.samples.shape[1:] != (size,) or w.taken.shape != w.samples.shape:  # new, or resized
                 w.samples, w.at = np.zeros((0, size)), np.zeros(0, dtype=np.int64)
-                w.cohort = np.zeros(0, dtype=object)
-            w.samples = grow(w.samples, m.n_entities, np.nan)
+                w.taken, w.cohort = np.zeros((0, size)), np.zeros(0, dtype=object)
+            w.samples, w.taken = grow(w.samples, m.n_entities, np.nan), grow(w.taken, m.n_entities, -np.inf)
             w.at, w.cohort = grow(w.at, m.n_entities, 0), grow(w.cohort, m.n_entities, NO_COHORT)
             v, key = values[:, j], keys[j]
             moved = np.flatnonzero(w.cohort[m.series] != key)
@@ -109,12 +111,17 @@ class PeerRules:
             seen = np.flatnonzero(~np.isnan(v) & (key != NO_COHORT))
             rows = m.series[seen]
             w.samples[rows, w.at[rows] % size] = v[seen]
+            w.taken[rows, w.at[rows] % size] = m.t
             w.at[rows] += 1
-            held = w.samples[m.series]
-            full = ~np.isnan(held).any(axis=1)
+            # a level is the median of the samples of the window's span (missed scrapes leave
+            # older ones in the ring: those are another moment of the job, not this one), and
+            # needs most of the span's scrapes
+            recent = w.taken[m.series] > m.t - size * self.interval + self.interval / 2
+            held = np.where(recent, w.samples[m.series], np.nan)
+            full = (~np.isnan(held)).sum(axis=1) > size // 2
             level = np.full(len(v), np.nan)
             if full.any():
-                level[full] = np.median(held[full], axis=1)
+                level[full] = np.nanmedian(held[full], axis=1)
             values[:, j] = np.where(full & ~np.isnan(v), level, np.nan)
 
     def _summarise_off_cap(
@@ -263,6 +270,7 @@ class PeerRules:
         for (measurement, j), w in self._windows.items():
             if measurement == name:
                 out.update({f"window{j}.samples": w.samples.copy(), f"window{j}.at": w.at.copy()})
+                out[f"window{j}.taken"] = w.taken.copy()
                 out[f"window{j}.cohort"] = w.cohort.copy()
         for (measurement, j), h in self._places.items():
             if measurement == name:
@@ -280,6 +288,8 @@ class PeerRules:
                 j = int(key[len("window") : -len(".samples")])
                 self._windows[(name, j)] = _Window(
                     np.asarray(s[key], dtype=np.float64).copy(),
+                    # a state saved before sample times: its samples are of no known moment
+                    np.asarray(s.get(f"window{j}.taken", np.full(np.shape(s[key]), -np.inf)), dtype=np.float64).copy(),
                     np.asarray(s[f"window{j}.at"], dtype=np.int64).copy(),
                     np.asarray(s[f"window{j}.cohort"], dtype=object).copy(),
                 )

@@ -213,9 +213,9 @@ def test_a_job_of_healthy_chips_under_the_cap_raises_nothing_for_hours() -> None
 
 
 def test_a_gpu_falling_from_its_place_is_found_though_it_stays_inside_the_spread() -> None:
-    """A chip 3 % over its job's median turns 10 % slower: 7 % under, inside what the job's
+    """A chip 3 % over its job's median turns 12 % slower: 9 % under, inside what the job's
     spread allows (the bar against the job is 16 %), found against its own place, and it alone."""
-    found = run(DetectorStack(30), recorded_job(240, 12, slow={2: (120, 0.90)}))
+    found = run(DetectorStack(30), recorded_job(240, 12, slow={2: (120, 0.88)}))
     hits = [(k, f) for k, f in enumerate(found) if f]
     assert hits, "the fail-slow GPU was not found"
     first = hits[0][0]
