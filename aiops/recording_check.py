@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from aiops.runner import Pipeline
 from detectors.anomaly import Anomaly
 from rca.graph import TopologyGraph
+from vocab import registry
 
 RECORDING = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "real-gpu" / "h200" / "nvml-1s.csv"
 # the recording's phases a job can run throughout (README of the recording); `train` includes its
@@ -52,7 +53,7 @@ CHIP_SPREAD = 0.04
 # uniform (operational choice of the check: the recording is one GPU and says nothing of this)
 TEMP_SPREAD_C = 2.0
 MAX_SM_CLOCK_MHZ = 1980.0  # the recording's maximum (idle with a context, membound): the chip's ceiling
-SW_POWER_CAP = 0x4  # NVML clock event reason: the SW power cap holds the clock
+SW_POWER_CAP = registry.clock_reason("sw_power_cap")  # NVML's clock event reason: the cap holds the clock
 
 
 @dataclass(frozen=True)
