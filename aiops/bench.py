@@ -99,7 +99,8 @@ def _decode_and_merge(data: bytes) -> int:
 
 
 def _produce(bootstrap: str, topic: str, ticks: list[bytes]) -> int:
-    from ingest.kafka_io import TelemetryProducer, messages_from_lines
+    from ingest.kafka import TelemetryProducer
+    from ingest.messages import messages_from_lines
 
     producer = TelemetryProducer(bootstrap)
     sent = sum(producer.send(topic, messages_from_lines(t)) for t in ticks)
@@ -110,7 +111,8 @@ def _produce(bootstrap: str, topic: str, ticks: list[bytes]) -> int:
 
 def _consume_all(settings: KafkaSettings, total_values: int) -> tuple[int, float]:
     """Consume and decode until every value arrived; returns (values, seconds from first poll)."""
-    from ingest.kafka_io import TelemetryConsumer, join_messages
+    from ingest.kafka import TelemetryConsumer
+    from ingest.messages import join_messages
     from ingest.pipeline import IngestCore
 
     consumer = TelemetryConsumer(settings)
@@ -133,7 +135,7 @@ def bench_kafka(bootstrap: str, ticks: list[bytes]) -> list[Row]:
     exporter side and the ingest side are different processes, here on the machine's 2 cores)."""
     import multiprocessing
 
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     suffix = uuid.uuid4().hex[:8]
     first = KafkaSettings(bootstrap=bootstrap, telemetry_topic=f"bench.a.{suffix}", ingest_group=f"bench-a-{suffix}")
@@ -231,7 +233,7 @@ def bench_gen(args: argparse.Namespace, console: Console) -> None:
             f"{stats.bytes / 1e6:,.0f}",
         )
         if args.kafka and gpus <= args.kafka_max_gpus:
-            from ingest.kafka_io import ensure_topics
+            from ingest.kafka import ensure_topics
 
             topic = f"bench.gen.{uuid.uuid4().hex[:8]}"
             ensure_topics(args.kafka, [topic])

@@ -94,12 +94,9 @@ class _Process:
 
 
 def _read(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    from kafka import KafkaConsumer
+    from ingest.kafka import whole_topic
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8000)
-    records = [json.loads(m.value) for m in consumer]
-    consumer.close()
-    return records
+    return [json.loads(r.value) for r in whole_topic(bootstrap, topic)]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -112,7 +109,7 @@ def _multiset(records: list[dict[str, Any]]) -> Counter[str]:
 
 def backlog(args: argparse.Namespace, console: Console) -> BacklogReport:
     from aiops.cli import _settings
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     bootstrap = _settings(argparse.Namespace()).kafka.bootstrap
     run_id = f"backlog-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ingest.deadletter import Source
-from ingest.kafka_io import process_messages
+from ingest.messages import process_messages
 from ingest.pipeline import IngestCore
 
 TOPIC = "aiops.telemetry"

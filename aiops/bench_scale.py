@@ -114,7 +114,7 @@ def _topic_keys() -> list[str]:
 
 def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
     from aiops.cli import _settings
-    from ingest.kafka_io import delete_topics, ensure_topics
+    from ingest.kafka import delete_topics, ensure_topics
 
     bootstrap = _settings(argparse.Namespace()).kafka.bootstrap
     run_id = f"scale-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
@@ -328,37 +328,19 @@ def steady_seconds_per_tick(marks: list[tuple[float, bytes]]) -> float:
 def _timestamped(bootstrap: str, topic: str) -> list[tuple[float, bytes]]:
     """Every record of the topic with the broker's append time (s): the topics the daemons make
     are timestamped by the broker (LogAppendTime), so this is when each arrived."""
-    from kafka import KafkaConsumer
+    from ingest.kafka import whole_topic
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8000)
-    records = [(m.timestamp / 1000, m.value) for m in consumer]
-    consumer.close()
-    return records
+    return [(r.timestamp_ms / 1000, r.value) for r in whole_topic(bootstrap, topic)]
 
 
 def _first_append(bootstrap: str, topic: str) -> float:
     """When the first record of the topic reached the broker (s): the live generator's first scrape."""
-    from kafka import KafkaConsumer, TopicPartition
+    from ingest.kafka import first_records
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        firsts: list[float] = []
-        deadline = time.monotonic() + 30
-        waiting = set(parts)
-        while waiting and time.monotonic() < deadline:
-            for tp, records in consumer.poll(timeout_ms=500, max_records=len(parts) * 10).items():
-                if tp in waiting and records:
-                    firsts.append(records[0].timestamp / 1000)
-                    waiting.discard(tp)
-                    consumer.pause(tp)
-        if not firsts:
-            raise RuntimeError(f"nothing on {topic}: the live generator published nothing")
-        return min(firsts)
-    finally:
-        consumer.close()
+    firsts = first_records(bootstrap, topic)
+    if not firsts:
+        raise RuntimeError(f"nothing on {topic}: the live generator published nothing")
+    return min(r.timestamp_ms for r in firsts) / 1000
 
 
 def live_delays(

@@ -97,26 +97,9 @@ def cpu_seconds(pid: int | None = None) -> float | None:
 
 def group_lag(bootstrap: str, topic: str, groups: dict[str, str]) -> dict[str, int | None]:
     """Per daemon, messages on the topic its group has not committed."""
-    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from ingest.kafka import group_lag as lag
 
-    out: dict[str, int | None] = dict.fromkeys(groups)
-    try:
-        reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, request_timeout_ms=5000)
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    except Exception:  # the broker is away
-        return out
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(reader.partitions_for_topic(topic) or ())]
-        ends = reader.end_offsets(parts)
-        for name, group in groups.items():
-            committed = admin.list_group_offsets(group).get(group, {})  # kafka-python 3's name and shape
-            out[name] = sum(int(end) - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items())
-    except Exception:
-        pass
-    finally:
-        reader.close()
-        admin.close()
-    return out
+    return lag(bootstrap, topic, groups)
 
 
 def restart_broker(down_s: float) -> None:
@@ -164,17 +147,14 @@ def incident_differences(a: dict[str, list[dict[str, Any]]], b: dict[str, list[d
 
 
 def _read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    from kafka import KafkaConsumer
+    from ingest.kafka import whole_topic
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8000)
-    records = [json.loads(m.value) for m in consumer]
-    consumer.close()
-    return records
+    return [json.loads(r.value) for r in whole_topic(bootstrap, topic)]
 
 
 def soak(args: argparse.Namespace, console: Console) -> SoakReport:
     from aiops.cli import _settings
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     settings = _settings(argparse.Namespace())
     bootstrap = settings.kafka.bootstrap

@@ -85,26 +85,10 @@ class Incarnation:
 def read_incarnation(bootstrap: str, topics: Sequence[str]) -> Incarnation:
     """The cluster's id and each topic's id, as the broker says now (KafkaIOError if it is
     away: `until_reachable` waits)."""
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
+    from ingest.kafka import cluster_and_topic_ids
 
-    from ingest.kafka_io import KafkaIOError, security
-
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, client_id="aiops-admin", request_timeout_ms=30_000, **security()
-        )
-    except KafkaError as exc:
-        raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    try:
-        cluster = admin.describe_cluster()
-        described = admin.describe_topics(list(topics))
-    except KafkaError as exc:
-        raise KafkaIOError(f"cannot describe the topics at {bootstrap}: {exc}") from exc
-    finally:
-        admin.close()
-    ids = {str(t["name"]): str(t["topic_id"]) for t in described if t.get("topic_id") is not None}
-    return Incarnation(str(cluster.get("cluster_id")), ids)
+    cluster, ids = cluster_and_topic_ids(bootstrap, topics)
+    return Incarnation(cluster, ids)
 
 
 class CheckpointError(ValueError):
@@ -463,34 +447,12 @@ class PublishedSince:
 
     @classmethod
     def read(cls, bootstrap: str, since: Offsets, timeout_s: float = 60.0) -> PublishedSince:
-        from kafka import KafkaConsumer, TopicPartition
+        from ingest.kafka import records_since
 
-        from ingest.kafka_io import security
-
-        parts = [TopicPartition(t, p) for t, ps in since.items() for p in ps]
-        digests: Counter[bytes] = Counter()
-        if not parts:
-            return cls(digests)
-        reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **security())
-        try:
-            reader.assign(parts)
-            ends = reader.end_offsets(parts)
-            for tp in parts:
-                reader.seek(tp, since[tp.topic][tp.partition])
-            deadline = time.monotonic() + timeout_s
-            waiting = {tp for tp in parts if reader.position(tp) < ends[tp]}
-            while waiting and time.monotonic() < deadline:
-                for tp, records in reader.poll(timeout_ms=1000).items():
-                    for r in records:
-                        if r.offset < ends[tp]:
-                            digests[_digest(tp.topic, r.key, r.value)] += 1
-                    if reader.position(tp) >= ends[tp]:
-                        waiting.discard(tp)
-            if waiting:
-                log.warning("could not read back all outputs since the checkpoint; some may be published twice")
-        finally:
-            reader.close()
-        return cls(digests)
+        records, complete = records_since(bootstrap, since, timeout_s)
+        if not complete:
+            log.warning("could not read back all outputs since the checkpoint; some may be published twice")
+        return cls(Counter(_digest(r.topic, r.key, r.value) for r in records))
 
     def already(self, topic: str, key: bytes | None, value: bytes) -> bool:
         if not self._left:
@@ -508,56 +470,7 @@ class PublishedSince:
 def published_since(bootstrap: str, ends: Offsets) -> Callable[[str, bytes | None, bytes], bool]:
     """What was published after a checkpoint's output ends, as a producer's skip test; the
     broker away is KafkaIOError (retried by `until_reachable`), not a crash."""
-    from kafka.errors import KafkaError
-
-    from ingest.kafka_io import KafkaIOError
-
-    try:
-        return PublishedSince.read(bootstrap, ends).already
-    except KafkaError as exc:
-        raise KafkaIOError(f"cannot read what was published since the checkpoint: {exc}") from exc
-
-
-def topic_beginnings(bootstrap: str, topics: list[str]) -> Offsets:
-    """Each partition's first offset still held, per topic (KafkaIOError if the broker is away)."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError
-
-    from ingest.kafka_io import KafkaIOError, security
-
-    try:
-        reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **security())
-    except KafkaError as exc:
-        raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    try:
-        parts = [TopicPartition(t, p) for t in topics for p in sorted(reader.partitions_for_topic(t) or ())]
-        out: Offsets = {}
-        for tp, first in reader.beginning_offsets(parts).items():
-            out.setdefault(tp.topic, {})[tp.partition] = int(first)
-        return out
-    except KafkaError as exc:
-        raise KafkaIOError(f"cannot read where {topics} begin: {exc}") from exc
-    finally:
-        reader.close()
-
-
-def topic_ends(bootstrap: str, topics: list[str], reader: Any = None) -> Offsets:
-    """Each partition's end offset, per topic (where the next record will go)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from ingest.kafka_io import security
-
-    own = reader is None
-    reader = reader or KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **security())
-    try:
-        parts = [TopicPartition(t, p) for t in topics for p in sorted(reader.partitions_for_topic(t) or ())]
-        out: Offsets = {}
-        for tp, end in reader.end_offsets(parts).items():
-            out.setdefault(tp.topic, {})[tp.partition] = int(end)
-        return out
-    finally:
-        if own:
-            reader.close()
+    return PublishedSince.read(bootstrap, ends).already
 
 
 __all__ = [
@@ -570,6 +483,4 @@ __all__ = [
     "published_since",
     "read_incarnation",
     "state_key",
-    "topic_beginnings",
-    "topic_ends",
 ]

@@ -122,7 +122,8 @@ def cmd_check_recording(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from detectors.runner import read_chunks
-    from ingest.kafka_io import TelemetryProducer, ensure_topics, messages_from_lines
+    from ingest.kafka import TelemetryProducer, ensure_topics
+    from ingest.messages import messages_from_lines
 
     settings = _settings(args)
     path = Path(args.file)
@@ -298,7 +299,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
             if not write_site_formats(json.loads((out / "topology.json").read_text()), out / "site"):
                 print(f"aiops: no site formats for a {args.topology} (fat-trees only)", file=sys.stderr)
     else:
-        from ingest.kafka_io import ensure_topics
+        from ingest.kafka import ensure_topics
 
         settings = _settings(args)
         ensure_topics(settings.kafka.bootstrap, [settings.kafka.telemetry_topic])
@@ -924,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Exception as exc:  # a service error: one clear line, not a traceback
         from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError
-        from ingest.kafka_io import KafkaIOError
+        from ingest.kafka import KafkaIOError
 
         if isinstance(exc, KafkaIOError | InfluxWriteError | InfluxUnavailableError):
             print(f"aiops: {exc}", file=sys.stderr)

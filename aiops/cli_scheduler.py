@@ -145,7 +145,7 @@ class KafkaSink:
     """The events topic: one partition, keyed by job (by node for a node's state)."""
 
     def __init__(self, bootstrap: str, topic: str, should_stop: Callable[[], bool]) -> None:
-        from ingest.kafka_io import TelemetryProducer, ensure_topics, until_reachable
+        from ingest.kafka import TelemetryProducer, ensure_topics, until_reachable
 
         self.bootstrap, self.topic, self.should_stop = bootstrap, topic, should_stop
         until_reachable(lambda: ensure_topics(bootstrap, [topic], partitions=1), should_stop)
@@ -153,7 +153,7 @@ class KafkaSink:
 
     def published(self) -> list[dict[str, Any]]:
         from aiops.events_feed import decode_events
-        from ingest.kafka_io import TopicReader, until_reachable
+        from ingest.kafka import TopicReader, until_reachable
 
         def read_all() -> list[dict[str, Any]]:
             reader = TopicReader(self.bootstrap, self.topic, client_id="aiops-scheduler-replay")
@@ -193,7 +193,7 @@ def follow(
     """Poll, publish what changed, note it as said; until stopped. Returns the events published."""
     from context.scheduler.slurm import SlurmFormatError
     from context.scheduler.sources import SchedulerUnavailableError
-    from ingest.kafka_io import KafkaIOError
+    from ingest.kafka import KafkaIOError
 
     tracker.replay(sink.published())
     log.warning("following the scheduler: %d events published before", len(tracker.said))

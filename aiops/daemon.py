@@ -19,9 +19,10 @@ from aiops.checkpoint import (
     Offsets,
     published_since,
     read_incarnation,
-    topic_ends,
 )
-from ingest.kafka_io import Partition, TelemetryConsumer, TelemetryProducer, ensure_topics, polls, until_reachable
+from ingest.consume import polls
+from ingest.kafka import KafkaIOError, TelemetryConsumer, TelemetryProducer, ensure_topics, topic_ends, until_reachable
+from ingest.messages import Partition
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +78,13 @@ def save_checkpoint(
 ) -> bool:
     """State with the input offsets it belongs to and the outputs' ends (what a replay from it
     will publish again); False if the broker cannot say those ends (the next round saves)."""
-    from kafka.errors import KafkaError
-
     offsets: Offsets = {}
     for (topic, partition), offset in done.items():
         offsets.setdefault(topic, {})[partition] = offset
     started = time.monotonic()
     try:
         ends = topic_ends(bootstrap, outputs)
-    except KafkaError as exc:
+    except KafkaIOError as exc:
         log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
         return False
     size = store.save(Checkpoint(state, offsets, ends, incarnation=born))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiops.checkpoint import CheckpointStore, topic_beginnings
+from aiops.checkpoint import CheckpointStore
 from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
 from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
@@ -38,15 +38,16 @@ from detectors.split import advance
 from detectors.stack import DriftFactory, default_drift
 from detectors.stack.summary import CohortSummary, ShareBoard
 from ingest.deadletter import DeadLetter, Source
-from ingest.kafka_io import (
+from ingest.kafka import (
     KafkaDeadLetterSink,
     KafkaIOError,
-    Partition,
     TelemetryConsumer,
     TelemetryProducer,
     TopicReader,
+    topic_beginnings,
     until_reachable,
 )
+from ingest.messages import Partition
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from ingest.deadletter import DeadLetter, Source
-from ingest.kafka_io import KafkaIOError, TopicReader, ensure_topics
+from ingest.kafka import KafkaIOError, TopicReader, ensure_topics
 from vocab.schedule import event_problem
 
 log = logging.getLogger(__name__)

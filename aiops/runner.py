@@ -474,13 +474,7 @@ def run_kafka(
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
     still held (waiting for the slowest partition or for late rows): at-least-once."""
 
-    from ingest.kafka_io import (
-        KafkaDeadLetterSink,
-        KafkaIOError,
-        TelemetryConsumer,
-        TelemetryProducer,
-        until_reachable,
-    )
+    from ingest.kafka import KafkaDeadLetterSink, KafkaIOError, TelemetryConsumer, TelemetryProducer, until_reachable
 
     findings_topics = [settings.anomalies_topic, settings.predictions_topic, settings.progress_topic]
     inputs = findings_topics if from_detection else [settings.telemetry_topic]
@@ -826,7 +820,7 @@ def _to_sinks(
 
 def _partitions(settings: KafkaSettings) -> int:
     """How many partitions the telemetry topic has."""
-    from ingest.kafka_io import TopicReader
+    from ingest.kafka import TopicReader
 
     reader = TopicReader(settings.bootstrap, settings.telemetry_topic, client_id="aiops-run")
     try:

@@ -230,7 +230,7 @@ class DetectLoop:
         """One Kafka poll: (source, record timestamp in ms, value) per message; `backlogged`: the
         partitions the broker still holds records for (or cannot yet say), never taken for quiet
         ones. Each partition's rows are checked against that partition's own event time."""
-        from ingest.kafka_io import event_time_ms, per_partition, process_messages
+        from ingest.messages import event_time_ms, per_partition, process_messages
 
         event_ms = [event_time_ms(value, ms) for _, ms, value in messages]
         times_of: dict[tuple[str, int], list[int]] = {}
@@ -266,7 +266,7 @@ class DetectLoop:
 
     def _hold(self, messages: Sequence[tuple[Source, int, bytes]], event_ms: Sequence[int]) -> None:
         """Remember the messages whose tick is still open; forget those whose tick was analysed."""
-        from ingest.kafka_io import per_partition
+        from ingest.messages import per_partition
 
         released = self.done_through_ns if self.split else self.assembler.released_through_ns
         # further ahead of its partition's event time than the bound, the ingest core
@@ -571,28 +571,3 @@ def detect_folder(
 
 def read_anomalies(path: Path) -> list[Anomaly]:
     return [Anomaly.from_json(line) for line in path.read_bytes().splitlines() if line.strip()]
-
-
-class KafkaAnomalySink:
-    """Anomalies as JSON on `aiops.anomalies`, keyed by entity (one entity's history in order)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from ingest.kafka_io import TelemetryProducer
-
-        self.producer = TelemetryProducer(bootstrap, client_id="aiops-detect")
-        self._topic = topic
-
-    def add(self, anomalies: list[Anomaly]) -> None:
-        for a in anomalies:
-            self.producer.send_raw(self._topic, a.to_json(), key=a.entity.encode())
-
-    def add_predictions(self, predictions: list[Prediction]) -> None:
-        for p in predictions:
-            self.producer.send_raw(self._topic, p.to_json(), key=p.entity.encode())
-
-    def flush(self, should_stop: Callable[[], bool] | None = None) -> None:
-        """Wait for the broker (KafkaIOError if asked to stop first: the caller must not commit)."""
-        self.producer.flush(should_stop=should_stop)
-
-    def close(self) -> None:
-        self.producer.close()

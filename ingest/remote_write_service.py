@@ -19,14 +19,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from ingest.kafka_io import (
-    MAX_MESSAGE_BYTES,
-    KafkaDeadLetterSink,
-    KafkaIOError,
-    TelemetryProducer,
-    ensure_topics,
-    until_reachable,
-)
+from ingest.kafka import KafkaDeadLetterSink, KafkaIOError, TelemetryProducer, ensure_topics, until_reachable
+from ingest.messages import MAX_MESSAGE_BYTES
 from ingest.remote_write import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES, RemoteWriteError, decode_request
 from vocab.settings import KafkaSettings
 

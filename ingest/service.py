@@ -9,16 +9,10 @@ import socket
 import time
 from collections.abc import Callable
 
+from ingest.consume import consume
 from ingest.downsample import Downsampler
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
-from ingest.kafka_io import (
-    KafkaDeadLetterSink,
-    TelemetryConsumer,
-    TelemetryProducer,
-    consume,
-    ensure_topics,
-    until_reachable,
-)
+from ingest.kafka import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, ensure_topics, until_reachable
 from ingest.pipeline import FrameSink, IngestCore, IngestStats
 from vocab.settings import Settings
 

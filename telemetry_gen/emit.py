@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ingest.kafka_io import Message, TelemetryProducer
+from ingest.kafka import TelemetryProducer
 from ingest.lineprotocol import lines_to_bytes
+from ingest.messages import Message
 from telemetry_gen.collector import Encoded
 from telemetry_gen.generator import Generation, write_jsonl, write_meta
 from telemetry_gen.simulate import Tick

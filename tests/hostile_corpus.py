@@ -57,7 +57,7 @@ def _one_line(code: int, err: str) -> Result:
 
 def _lineprotocol(path: Path, work: Path) -> Result:
     from ingest.deadletter import Source
-    from ingest.kafka_io import process_messages
+    from ingest.messages import process_messages
     from ingest.pipeline import IngestCore
 
     now = time.time_ns()

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
-from ingest.kafka_io import ensure_topics
+from ingest.kafka import ensure_topics
 from tests.faults.test_broker_restart import topic_env
 from tests.integration.test_run_kafka import _consume
 from vocab.settings import KafkaSettings

@@ -148,7 +148,7 @@ def _recreate(k: KafkaSettings) -> None:
     broker rebuilt): offsets start from 0 again and describe other records."""
     from kafka.errors import KafkaError
 
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     admin = KafkaAdminClient(bootstrap_servers=k.bootstrap)
     topics = [t for t in topic_env(k).values() if t in set(admin.list_topics())]  # those the daemons made

@@ -20,8 +20,10 @@ from aiops.bench_soak import by_incident as _by_incident
 from aiops.bench_soak import incident_differences as _differences
 from aiops.bench_soak import restart_broker
 from aiops.cli import main
+from ingest.consume import consume
 from ingest.influx_writer import InfluxWriter
-from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
+from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics
+from ingest.messages import messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.conftest import influxql
 from tests.faults.test_store_outage import T0_NS, _stored_values, _telemetry

@@ -11,7 +11,8 @@ from kafka import KafkaConsumer, TopicPartition
 
 from aiops.cli import main
 from aiops.runner import RunStats, run_kafka
-from ingest.kafka_io import ensure_topics, event_time_ms
+from ingest.kafka import ensure_topics
+from ingest.messages import event_time_ms
 from vocab.settings import KafkaSettings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -15,8 +15,10 @@ from aiops.bench_soak import incident_differences as _differences
 from aiops.cli import main
 from aiops.runner import run_kafka
 from detectors.runner import read_events
+from ingest.consume import consume
 from ingest.influx_writer import InfluxWriter
-from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
+from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics
+from ingest.messages import messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.faults.test_broker_restart import _stored_telemetry_values
 from tests.integration.test_run_kafka import _consume

@@ -9,8 +9,10 @@ import time
 
 import pytest
 
+from ingest.consume import consume
 from ingest.influx_writer import InfluxWriter
-from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
+from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics
+from ingest.messages import messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.faults.test_store_outage import T0_NS, _committed, _stored_values, _telemetry
 from vocab.settings import InfluxSettings, KafkaSettings

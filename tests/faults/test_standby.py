@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ingest.kafka_io import STANDBY, OneActiveAssignor
+from ingest.kafka import STANDBY, OneActiveAssignor
 from tests.faults.daemons import reaped, replay
 from vocab.settings import KafkaSettings
 

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from ingest.consume import consume
 from ingest.influx_writer import InfluxWriter
-from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
+from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics
+from ingest.messages import messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from tests.conftest import influxql
 from tests.influx_relay import FaultyRelay

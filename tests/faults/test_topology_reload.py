@@ -15,7 +15,7 @@ import pytest
 
 from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
-from ingest.kafka_io import ensure_topics
+from ingest.kafka import ensure_topics
 from tests.faults.daemons import Replay, jsonl, reaped
 from tests.faults.test_broker_restart import topic_env
 from tests.integration.test_run_kafka import _consume

@@ -20,7 +20,7 @@ def test_detect_daemon_reads_telemetry_and_publishes_anomalies(kafka_settings: K
     gen = Generation(
         GenConfig(realism="clean", gpus=128, hours=0.75, interval=30, seed=4, faults="psu_failure=1,nic_link_flap=1")
     )
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)
     to_kafka(gen, kafka_settings.bootstrap, kafka_settings.telemetry_topic)
@@ -56,7 +56,7 @@ def test_detect_daemon_takes_the_schedule_from_the_events_topic(kafka_settings: 
     offline = read_anomalies(tmp_path / "offline" / "anomalies.jsonl")
     assert {f.root for f in gen.faults} <= {a.entity for a in offline}
 
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)
     sink = KafkaSink(kafka_settings.bootstrap, kafka_settings.events_topic, lambda: False)

@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ingest.consume import consume
 from ingest.downsample import Downsampler
 from ingest.frames import to_pandas
 from ingest.influx_writer import InfluxWriter
-from ingest.kafka_io import TelemetryConsumer, TelemetryProducer, consume, ensure_topics, messages_from_lines
+from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics
+from ingest.messages import messages_from_lines
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink
 from telemetry_gen.emit import write_folder
 from telemetry_gen.generator import GenConfig, Generation

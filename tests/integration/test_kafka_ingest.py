@@ -11,18 +11,12 @@ from collections.abc import Sequence
 import pytest
 from kafka import KafkaConsumer
 
+from ingest.consume import consume
 from ingest.deadletter import DeadLetter
 from ingest.frames import Frame, concat, frame_differences
-from ingest.kafka_io import (
-    KafkaDeadLetterSink,
-    Partition,
-    TelemetryConsumer,
-    TelemetryProducer,
-    consume,
-    ensure_topics,
-    messages_from_lines,
-)
+from ingest.kafka import KafkaDeadLetterSink, TelemetryConsumer, TelemetryProducer, ensure_topics
 from ingest.lineprotocol import decode
+from ingest.messages import Partition, messages_from_lines
 from ingest.pipeline import Batch, IngestCore, MemoryFrameSink
 from tests.conftest import SAMPLE_LP
 from vocab.catalog import measurement
@@ -248,7 +242,7 @@ def test_topics_keep_old_event_time_by_append_time(kafka_settings: KafkaSettings
     lines themselves."""
     import time
 
-    from ingest.kafka_io import event_time_ms
+    from ingest.messages import event_time_ms
 
     a_year_ago_ns = time.time_ns() - 365 * 86_400 * 10**9
     line = f"gpu,cluster=c,node=n1,gpu=n1-gpu0 DCGM_FI_DEV_GPU_TEMP=40 {a_year_ago_ns}".encode()

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from ingest.frames import merge_rows
-from ingest.kafka_io import ensure_topics
+from ingest.kafka import ensure_topics
 from ingest.lineprotocol import decode
 from ingest.pipeline import IngestCore
 from tests.collectors.dcgm_exporter import _RATES, ExporterServer, read_counters

@@ -13,7 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from aiops.bench_scale import STAGING_TOPIC_CONFIG
 from aiops.cli import main
-from ingest.kafka_io import delete_topics, ensure_topics
+from ingest.kafka import delete_topics, ensure_topics
 from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services

@@ -42,7 +42,7 @@ def test_daemon_incidents_equal_the_offline_runs(
         "deadletter_topic",
     ):
         monkeypatch.setenv(f"AIOPS_KAFKA__{key.upper()}", getattr(kafka_settings, key))
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)
     side = tmp_path / "side"

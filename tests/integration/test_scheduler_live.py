@@ -97,7 +97,7 @@ def test_live_events_topic_gives_the_offline_incidents(
     env["AIOPS_KAFKA__DEADLETTER_TOPIC"] = kafka_settings.deadletter_topic
     env["AIOPS_CHECKPOINT_EVERY_S"] = "2"
     log = tmp_path / "restarted.log"
-    from ingest.kafka_io import ensure_topics
+    from ingest.kafka import ensure_topics
 
     ensure_topics(kafka_settings.bootstrap, [kafka_settings.telemetry_topic], partitions=3)
     command = [sys.executable, "-m", "aiops.cli", "run", "--kafka", kafka_settings.bootstrap, "--no-predict"]

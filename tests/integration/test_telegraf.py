@@ -29,7 +29,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from ingest.frames import merge_rows
-from ingest.kafka_io import ensure_topics
+from ingest.kafka import ensure_topics
 from ingest.lineprotocol import decode
 from ingest.pipeline import IngestCore
 from tests.collectors.dcgm_exporter import ExporterServer, read_counters

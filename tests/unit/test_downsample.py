@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ingest.consume import line_offsets
 from ingest.deadletter import Source
 from ingest.downsample import Downsampler, aggregate
 from ingest.frames import Column, Frame, to_pandas
-from ingest.kafka_io import line_offsets
 from ingest.pipeline import Batch, IngestCore, IngestStats, MemoryFrameSink
 from vocab.catalog import FieldType
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from ingest.consume import line_offsets
 from ingest.deadletter import Source
-from ingest.kafka_io import MAX_MESSAGE_BYTES, line_offsets, process_messages
+from ingest.messages import MAX_MESSAGE_BYTES, process_messages
 from ingest.pipeline import IngestCore
 
 CORPUS = Path(__file__).resolve().parents[1] / "data/hostile/lineprotocol"

@@ -135,3 +135,24 @@ def test_importing_the_engine_loads_no_predictor_and_no_scikit_learn() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert result.stdout.strip() == "[]"
+
+
+# The client library itself, measured against confluent-kafka and Quix Streams: the bench that
+# compares Kafka clients is the one place outside the Kafka package that may import one.
+KAFKA_CLIENT_BENCH = "aiops.bench_consume"
+
+
+def test_only_the_kafka_package_imports_the_kafka_client() -> None:
+    # the daemons, checkpoints and benches reach the broker through ingest.kafka's API
+    direct = {
+        module: sorted(n for n in _direct_imports(module) if n == "kafka" or n.startswith("kafka."))
+        for module in _modules()
+        if not (module == "ingest.kafka" or module.startswith("ingest.kafka.")) and module != KAFKA_CLIENT_BENCH
+    }
+    assert {m: names for m, names in direct.items() if names} == {}
+
+
+@pytest.mark.parametrize("stage", ["ingest.messages", "ingest.pipeline", "detectors", "rca", "telemetry_gen.generator"])
+def test_the_pure_stages_do_not_pull_in_the_kafka_client(stage: str) -> None:
+    # grouping lines into messages and decoding a poll need no broker (the offline path, the tests)
+    assert _offenders(stage, ("kafka", "ingest.kafka")) == {}

@@ -20,8 +20,8 @@ from detectors.runner import DetectLoop, apply_events
 from detectors.split import advance
 from detectors.stack.summary import CohortSummary, ShareBoard
 from ingest.deadletter import Source
-from ingest.kafka_io import messages_from_lines
 from ingest.lineprotocol import lines_to_bytes
+from ingest.messages import messages_from_lines
 from rca.graph import TopologyGraph
 from telemetry_gen.generator import GenConfig, Generation
 

@@ -149,7 +149,7 @@ def test_without_a_job_tag_gpus_get_their_job_from_the_schedule_and_a_wrong_tag_
 
 
 def test_event_time_of_a_message_comes_from_its_lines() -> None:
-    from ingest.kafka_io import event_time_ms
+    from ingest.messages import event_time_ms
 
     assert event_time_ms(b"gpu,node=n f=1 1700000000123456789\n", 5) == 1700000000123
     # the last line decides (one entity and time per message)
