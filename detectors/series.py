@@ -75,7 +75,7 @@ class SeriesConfig:
     season_weight: float = 0.5  # weight of the deviation from the profile against the others
     season_days: float = 2.0  # days of data before the profile is judged
     # stillness: a reading repeated exactly, for longer than this series' repeats make likely
-    still: bool = False  # off by default: it cost 5.6 low-FP points out of fold on NAB (aiops/bench_nab.py)
+    still: bool = False  # off by default: it cost 5.6 low-FP points out of fold on NAB (benchmarks/nab.py)
     still_weight: float = 1.0  # weight of the stillness ratio against the others
     min_still: float = 10.0  # surprise (-log10 of the run's chance) below which a record does not count
     # calibration and refractory

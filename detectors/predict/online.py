@@ -46,7 +46,7 @@ MIN_LEAD_S = 30 * 60.0  # what the evaluation counts (rca/evaluate.py): stricter
 MIN_EMIT_LEAD_S = 10 * 60.0
 
 # What acting on a prediction costs and saves, in GPU-hours: the goodput bench's cost model
-# (aiops/bench_goodput.py, its defaults), stated, not measured. A drain that was not needed
+# (benchmarks/goodput.py, its defaults), stated, not measured. A drain that was not needed
 # takes the node's GPUs out until the warning resolves (at most the horizon) and restarts its
 # jobs (`--restart-s` 600 s each, from their checkpoint: the drain waits for one); a failure that
 # kills its job unannounced loses the job's GPUs x the work since its last checkpoint (half the

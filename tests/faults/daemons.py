@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
+from benchmarks.soak import by_incident, incident_differences
 from ingest.kafka import ensure_topics
 from tests.faults.test_broker_restart import topic_env
 from tests.integration.test_run_kafka import _consume

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient
 
-from aiops.bench_soak import by_incident
 from aiops.checkpoint import Checkpoint, CheckpointStore
 from aiops.cli import main
+from benchmarks.soak import by_incident
 from tests.faults.daemons import Replay, jsonl, reaped
 from tests.faults.test_broker_restart import topic_env
 from tests.integration.test_run_kafka import _consume

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from aiops.bench_soak import by_incident as _by_incident
-from aiops.bench_soak import incident_differences as _differences
-from aiops.bench_soak import restart_broker
 from aiops.cli import main
+from benchmarks.soak import by_incident as _by_incident
+from benchmarks.soak import incident_differences as _differences
+from benchmarks.soak import restart_broker
 from ingest.consume import consume
 from ingest.influx_writer import InfluxWriter
 from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics

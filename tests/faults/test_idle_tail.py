@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiops.bench_soak import group_lag
+from benchmarks.soak import group_lag
 from tests.faults.daemons import reaped, replay
 from vocab.settings import KafkaSettings
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
+from benchmarks.soak import by_incident, incident_differences
 from ingest.kafka import ensure_topics
 from tests.faults.daemons import jsonl, reaped, replay
 from tests.integration.test_run_kafka import _consume

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
+from benchmarks.soak import by_incident, incident_differences
 from ingest.kafka import ensure_topics
 from tests.faults.daemons import Replay, jsonl, reaped
 from tests.faults.test_broker_restart import topic_env

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from aiops.cli import build_parser
-from aiops.cli_rca import wait_for_file
+from aiops.cli.main import build_parser
+from aiops.cli.rca import wait_for_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

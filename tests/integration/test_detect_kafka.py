@@ -45,7 +45,7 @@ def test_detect_daemon_reads_telemetry_and_publishes_anomalies(kafka_settings: K
 def test_detect_daemon_takes_the_schedule_from_the_events_topic(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
     """Jobs holding part of a node, said only on the events topic: the anomalies are the offline
     detector's with the same events in a file (the stragglers found against their jobs' GPUs)."""
-    from aiops.cli_scheduler import KafkaSink
+    from aiops.cli.scheduler import KafkaSink
     from detectors.runner import detect_folder, read_anomalies
     from telemetry_gen.emit import write_folder
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from aiops.bench_scale import STAGING_TOPIC_CONFIG
 from aiops.cli import main
+from benchmarks.scale import STAGING_TOPIC_CONFIG
 from ingest.kafka import delete_topics, ensure_topics
 from vocab.settings import KafkaSettings
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
-from aiops.bench_soak import by_incident as _by_incident
-from aiops.bench_soak import incident_differences as _differences
 from aiops.cli import main
+from benchmarks.soak import by_incident as _by_incident
+from benchmarks.soak import incident_differences as _differences
 from vocab.settings import KafkaSettings
 
 pytestmark = pytest.mark.services

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from aiops.bench_soak import by_incident, incident_differences
 from aiops.cli import main
-from aiops.cli_scheduler import KafkaSink
+from aiops.cli.scheduler import KafkaSink
+from benchmarks.soak import by_incident, incident_differences
 from tests.integration.test_run_kafka import _consume
 from vocab.settings import KafkaSettings
 

@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from act.audit import RemediationRecord, Row
-from aiops.bench_goodput import CHECK_S, RESET_S, JobTimes, Outcome, TruthCheck, big_job_ettr, cost_of, outcomes
+from benchmarks.goodput import CHECK_S, RESET_S, JobTimes, Outcome, TruthCheck, big_job_ettr, cost_of, outcomes
 
 JOB = JobTimes(frozenset({"n1"}), 16, start=0.0, end=10_000.0, period=1800.0, phase=0.0)
 FAULT = {"kind": "gpu_fell_off_bus", "root": "n1-gpu3", "onset": 5000.0, "end": 9000.0, "jobs": ["job-1"]}

@@ -9,8 +9,8 @@ import io
 import pytest
 from rich.console import Console
 
-from aiops.bench_rca import _RcaScenario, bench_rca, rca_tables
 from aiops.cli import main
+from benchmarks.rca import _RcaScenario, bench_rca, rca_tables
 from rca.graph import TopologyGraph
 from telemetry_gen.topology import build_fat_tree
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 
-from aiops.bench_scale import ScaleRun, lag_svg, live_delays, steady_seconds_per_tick
-from aiops.bench_soak import cpu_seconds
+from benchmarks.scale import ScaleRun, lag_svg, live_delays, steady_seconds_per_tick
+from benchmarks.soak import cpu_seconds
 from detectors.progress import idle_record, judged_record
 
 S = 10**9

@@ -85,7 +85,7 @@ def test_a_receiver_url_its_kind_cannot_post_to_is_refused_at_load(
 
 
 def test_the_example_notify_config_passes_the_checks(capsys: pytest.CaptureFixture[str]) -> None:
-    from aiops.cli_checks import receiver_url_problems
+    from aiops.cli.checks import receiver_url_problems
     from notify.config import load
 
     assert receiver_url_problems(load(ROOT / "config" / "notify.example.yml")) == []

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aiops.cli import build_parser, main
+from aiops.cli import main
+from aiops.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -14,7 +14,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("vocab", "ingest", "context", "detectors", "rca", "notify", "show", "act", "telemetry_gen", "aiops")
+PACKAGES = (
+    "vocab",
+    "ingest",
+    "context",
+    "detectors",
+    "rca",
+    "notify",
+    "show",
+    "act",
+    "telemetry_gen",
+    "aiops",
+    "benchmarks",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -139,7 +151,7 @@ def test_importing_the_engine_loads_no_predictor_and_no_scikit_learn() -> None:
 
 # The client library itself, measured against confluent-kafka and Quix Streams: the bench that
 # compares Kafka clients is the one place outside the Kafka package that may import one.
-KAFKA_CLIENT_BENCH = "aiops.bench_consume"
+KAFKA_CLIENT_BENCH = "benchmarks.consume"
 
 
 def test_only_the_kafka_package_imports_the_kafka_client() -> None:
@@ -156,3 +168,79 @@ def test_only_the_kafka_package_imports_the_kafka_client() -> None:
 def test_the_pure_stages_do_not_pull_in_the_kafka_client(stage: str) -> None:
     # grouping lines into messages and decoding a poll need no broker (the offline path, the tests)
     assert _offenders(stage, ("kafka", "ingest.kafka")) == {}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (function-level imports included). An import
+    of a module's own package is left out: Python runs a package before any module in it, so
+    that edge is not a choice the module makes and closes no cycle of its own."""
+    modules = _modules()
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        return next((p for i in range(len(parts), 0, -1) if (p := ".".join(parts[:i])) in modules), None)
+
+    return {
+        m: {r for n in _direct_imports(m) if (r := resolve(n)) and r != m and not m.startswith(r + ".")}
+        for m in modules
+    }
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    # the benches once imported the CLI's private settings helper while the CLI imported them: ten
+    # modules in one cycle; a cycle makes import order matter and no module of it stands alone
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_product_does_not_import_the_benchmarks() -> None:
+    # the `aiops bench` command hands its arguments to benchmarks.run; nothing else reaches them
+    product = {m for m in _modules() if not m.startswith("benchmarks") and m != "aiops.cli.main"}
+    assert {
+        m: hits for m in sorted(product) if (hits := [n for n in _direct_imports(m) if n.startswith("benchmarks")])
+    } == {}

@@ -77,7 +77,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError
+    from aiops.cli.common import CliError
     from context.scheduler.kubernetes import read_recorded as read_kubernetes
     from context.scheduler.sources import read_recorded
 
@@ -224,7 +224,7 @@ def follow(
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError, stop_on_signals
+    from aiops.cli.common import CliError, stop_on_signals
     from context.scheduler.sources import SlurmCli, SlurmRest, token_from
     from vocab.settings import Settings
 

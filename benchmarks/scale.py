@@ -50,9 +50,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from aiops.bench_backlog import _jsonl, _multiset, _Process, _read
-from aiops.bench_consume import ConsumeRow, bench_consume
-from aiops.bench_soak import by_incident, cpu_seconds, incident_differences
+from benchmarks.backlog import _jsonl, _multiset, _Process, _read
+from benchmarks.consume import ConsumeRow, bench_consume
+from benchmarks.soak import by_incident, cpu_seconds, incident_differences
 
 
 @dataclass
@@ -113,10 +113,10 @@ def _topic_keys() -> list[str]:
 
 
 def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
-    from aiops.cli import _settings
+    from aiops.cli.common import settings_from
     from ingest.kafka import delete_topics, ensure_topics
 
-    bootstrap = _settings(argparse.Namespace()).kafka.bootstrap
+    bootstrap = settings_from(argparse.Namespace()).kafka.bootstrap
     run_id = f"scale-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
     work = Path(args.work) / run_id
     work.mkdir(parents=True)

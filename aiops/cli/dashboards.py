@@ -20,7 +20,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError
+    from aiops.cli.common import CliError
     from aiops.dashboards_push import PushError, push
 
     token = args.token or os.environ.get("GRAFANA_TOKEN")

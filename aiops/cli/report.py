@@ -19,7 +19,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError
+    from aiops.cli.common import CliError
     from rca.graph import GraphError
     from show.report import write_report
 

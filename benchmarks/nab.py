@@ -226,7 +226,7 @@ def bench_nab(args: argparse.Namespace, console: Console) -> int:
     report["detector_samples_per_s"] = rows / kernel
     report["state_bytes_per_series"] = SeriesDetector(1).state_bytes_per_series
     console.print(
-        f"designs tried before freezing: {DESIGNS_TRIED} (see aiops/bench_nab.py); candidates per selection: "
+        f"designs tried before freezing: {DESIGNS_TRIED} (see benchmarks/nab.py); candidates per selection: "
         f"{len(candidates(SeriesConfig()))}; state per series: {SeriesDetector(1).state_bytes_per_series:,} bytes; "
         f"{time.perf_counter() - started:.0f} s"
     )

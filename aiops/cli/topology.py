@@ -34,7 +34,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_topology_import(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError
+    from aiops.cli.common import CliError
     from context.fabric import build
     from context.ibnetdiscover import FabricFormatError, read, read_node_name_map
     from context.inventory import merge

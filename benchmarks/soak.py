@@ -153,10 +153,10 @@ def _read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 
 
 def soak(args: argparse.Namespace, console: Console) -> SoakReport:
-    from aiops.cli import _settings
+    from aiops.cli.common import settings_from
     from ingest.kafka import ensure_topics
 
-    settings = _settings(argparse.Namespace())
+    settings = settings_from(argparse.Namespace())
     bootstrap = settings.kafka.bootstrap
     run_id = f"soak-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
     work = Path(args.work) / run_id

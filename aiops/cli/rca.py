@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiops.cli_daemon import add_daemon_options
+from aiops.cli.daemon import add_daemon_options
 
 if TYPE_CHECKING:
     from aiops.daemon_metrics import DaemonMetrics
@@ -72,8 +72,8 @@ NOTIFY_DRAIN_S = 30.0  # on exit, how long to keep sending what is pending (the 
 def _notifier(args: argparse.Namespace, configured: Any) -> Any:
     """The notification stage, when a config is given: its outbox lives beside the run's output
     (offline) or in the state directory (the daemon, one file per consumer group)."""
-    from aiops.cli import CliError
-    from aiops.cli_checks import receiver_url_problems
+    from aiops.cli.checks import receiver_url_problems
+    from aiops.cli.common import CliError
     from notify.config import NotifyConfigError, load
     from notify.service import Notifier
 
@@ -132,7 +132,7 @@ def _health_sink(writer: IncidentWriter, group: str) -> HealthSink:
 def _actions(args: argparse.Namespace, configured: Any) -> Any:
     """The action policies, when a file is given (validated: a bad one stops the run here)."""
     from act.policy import PolicyError, load
-    from aiops.cli import CliError
+    from aiops.cli.common import CliError
 
     path = getattr(args, "actions", None) or configured.actions_config
     if not path:
@@ -172,7 +172,7 @@ def wait_for_file(path: Path, what: str, poll_s: float = TOPOLOGY_POLL_S) -> Non
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError, _settings, folder_progress, load_predictor, stop_on_signals
+    from aiops.cli.common import CliError, folder_progress, load_predictor, settings_from, stop_on_signals
     from aiops.runner import run_folder, run_kafka
     from detectors.runner import IntervalUnknownError, load_events, scrape_interval
     from rca.graph import GraphError
@@ -182,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             Path(args.topology),
             "the cluster's topology (aiops topology import ... --out topology.json, or aiops gen --truth-dir)",
         )
-    configured = _settings(args)
+    configured = settings_from(args)
     thresholds = configured.detectors
     try:
         given = args.interval if args.interval is not None else configured.scrape_interval_s
@@ -194,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.influx:
         from rca.influx import IncidentWriter
 
-        writer = IncidentWriter(_settings(args).influx)
+        writer = IncidentWriter(settings_from(args).influx)
     sink = writer.add if writer is not None else None
     notice_sink = writer.add_notices if writer is not None else None
     finding_sink = writer.add_findings if writer is not None else None
@@ -209,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "--actions needs the telemetry (a drain waits for the job's checkpoint in it): "
                     "run it without --from-detection"
                 )
-            settings = _settings(args)
+            settings = settings_from(args)
             kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
             events = load_events(Path(args.events)) if args.events else []
             stats = run_kafka(
@@ -277,7 +277,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from aiops.cli import CliError
+    from aiops.cli.common import CliError
     from rca.evaluate import EvaluationError, evaluate_many, evaluate_paths
 
     if len(args.truth) != len(args.run):

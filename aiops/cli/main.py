@@ -7,78 +7,21 @@ import argparse
 import dataclasses
 import json
 import logging
-import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aiops import cli_dashboards, cli_rca, cli_report, cli_scheduler, cli_topology
-from aiops.cli_daemon import add_daemon_options
-from vocab.settings import InfluxSettings, KafkaSettings, Settings
-
-if TYPE_CHECKING:
-    from detectors.predict.online import OnlinePredictor
+import aiops.cli.dashboards as cli_dashboards
+import aiops.cli.rca as cli_rca
+import aiops.cli.report as cli_report
+import aiops.cli.scheduler as cli_scheduler
+import aiops.cli.topology as cli_topology
+from aiops.cli.common import CliError, folder_progress, load_predictor, meta_ticks, settings_from, stop_on_signals
+from aiops.cli.daemon import add_daemon_options
+from vocab.settings import Settings
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class CliError(Exception):
-    """A problem the user can fix; printed as one line, exit status 2."""
-
-
-def stop_on_signals() -> Callable[[], bool]:
-    """A daemon's stop flag: SIGTERM (docker stop) or SIGINT asks it to finish its batch and exit."""
-    stop = {"now": False}
-
-    def request_stop(signum: int, _frame: object) -> None:
-        logging.getLogger("aiops").info("signal %d: finishing the current batch, then stopping", signum)
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    return lambda: stop["now"]
-
-
-def load_predictor(args: argparse.Namespace) -> OnlinePredictor | None:
-    """The failure predictor `--model` names, or the default one (trained on first use), or
-    none with `--no-predict`; a model file that cannot be used is a one-line error."""
-    from aiops.default_model import load_or_train_default
-    from detectors.predict.model import ModelError, load
-    from detectors.predict.online import OnlinePredictor
-
-    if args.no_predict:
-        return None
-    try:
-        model = load(Path(args.model)) if args.model else load_or_train_default()
-    except ModelError as exc:
-        raise CliError(str(exc)) from None
-    return OnlinePredictor(model)
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    from pydantic import ValidationError
-
-    try:
-        base = Settings()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise CliError(f"bad setting {where}: {first['msg']} (check the AIOPS_* environment)") from None
-    kafka: KafkaSettings = base.kafka
-    influx: InfluxSettings = base.influx
-    if getattr(args, "kafka", None):
-        kafka = kafka.model_copy(update={"bootstrap": args.kafka})
-    if getattr(args, "topic", None):
-        kafka = kafka.model_copy(update={"telemetry_topic": args.topic})
-    if getattr(args, "group", None):
-        kafka = kafka.model_copy(update={"ingest_group": args.group})
-    if getattr(args, "influx", None):
-        influx = influx.model_copy(update={"url": args.influx})
-    if getattr(args, "database", None):
-        influx = influx.model_copy(update={"database": args.database})
-    return base.model_copy(update={"kafka": kafka, "influx": influx})
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -99,7 +42,7 @@ def cmd_thresholds(args: argparse.Namespace) -> int:
 
     from vocab.thresholds import describe
 
-    for name, value, why, source in describe(_settings(args).detectors):
+    for name, value, why, source in describe(settings_from(args).detectors):
         shown = json.dumps(value, default=list) if not isinstance(value, str) else value
         print(f"{name} = {shown}\n    why: {why}\n    source: {source}")
     return 0
@@ -125,7 +68,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from ingest.kafka import TelemetryProducer, ensure_topics
     from ingest.messages import messages_from_lines
 
-    settings = _settings(args)
+    settings = settings_from(args)
     path = Path(args.file)
     if not path.is_file():
         raise CliError(f"no such file: {path}")
@@ -144,7 +87,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from aiops.replay import replay
 
-    settings = _settings(args)
+    settings = settings_from(args)
     if args.speed <= 0:
         raise CliError(f"--speed takes a positive number, got {args.speed:g}")
     started_file = Path(args.started_file) if args.started_file else None
@@ -172,7 +115,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = settings_from(args)
     if args.remote_write:
         return cmd_remote_write(args, settings)
     from ingest.service import run_ingest_service
@@ -214,39 +157,6 @@ def cmd_remote_write(args: argparse.Namespace, settings: Settings) -> int:
         f"Kafka unavailable {counts['unavailable']}"
     )
     return 0
-
-
-def meta_ticks(folder: Path) -> int | None:
-    """How many ticks a recorded folder holds, when its meta.json says (aiops gen writes it)."""
-    try:
-        ticks = json.loads((folder / "meta.json").read_text())["ticks"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return int(ticks) if isinstance(ticks, int | float) else None
-
-
-@contextmanager
-def folder_progress(folder: Path, what: str, counts_ticks: bool = True) -> Iterator[Callable[[int], None]]:
-    """Progress over a recorded folder read in chunks: in ticks when the caller counts them and
-    meta.json says how many there are, else in MB of telemetry.lp. The callback is called after
-    each chunk, with the ticks done so far (ignored when counting MB)."""
-    from aiops.progress import Progress
-    from detectors.runner import CHUNK_BYTES
-
-    ticks = meta_ticks(folder) if counts_ticks else None
-    try:
-        size_mb = (folder / "telemetry.lp").stat().st_size / 1e6
-    except OSError:
-        size_mb = 0.0
-    with Progress(ticks if ticks is not None else size_mb, what, "ticks" if ticks is not None else "MB") as progress:
-
-        def step(done: int) -> None:
-            if ticks is not None:
-                progress.update(completed=done)
-            else:  # one chunk more read
-                progress.update(completed=min(progress.done + CHUNK_BYTES / 1e6, size_mb))
-
-        yield step
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
@@ -301,7 +211,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
     else:
         from ingest.kafka import ensure_topics
 
-        settings = _settings(args)
+        settings = settings_from(args)
         ensure_topics(settings.kafka.bootstrap, [settings.kafka.telemetry_topic])
         folder = Path(args.truth_dir) if args.truth_dir else None
         if folder is not None:  # the topology first: a daemon can start on it meanwhile
@@ -334,7 +244,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     )
     from detectors.runner import detect_folder, load_events, read_anomalies
 
-    settings = _settings(args)
+    settings = settings_from(args)
     interval = _scrape_interval(args, settings)
     predictor = load_predictor(args)
     if args.kafka:
@@ -571,7 +481,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from aiops.bench import run_bench
+    from benchmarks.run import run_bench
 
     return run_bench(args)
 
@@ -911,7 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # expected with megabyte batches and says nothing the operator can act on.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     handler: Handler = args.handler
-    from aiops.cli_checks import ArgumentError, check
+    from aiops.cli.checks import ArgumentError, check
 
     try:  # before the command imports its stage: a bad argument is refused in well under a second
         check(args)

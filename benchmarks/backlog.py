@@ -32,8 +32,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.bench_soak import by_incident, cpu_seconds, incident_differences, status_mb
 from aiops.progress import track
+from benchmarks.soak import by_incident, cpu_seconds, incident_differences, status_mb
 
 
 @dataclass
@@ -108,10 +108,10 @@ def _multiset(records: list[dict[str, Any]]) -> Counter[str]:
 
 
 def backlog(args: argparse.Namespace, console: Console) -> BacklogReport:
-    from aiops.cli import _settings
+    from aiops.cli.common import settings_from
     from ingest.kafka import ensure_topics
 
-    bootstrap = _settings(argparse.Namespace()).kafka.bootstrap
+    bootstrap = settings_from(argparse.Namespace()).kafka.bootstrap
     run_id = f"backlog-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
     work = Path(args.work) / run_id
     work.mkdir(parents=True)

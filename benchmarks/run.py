@@ -378,46 +378,46 @@ def run_bench(args: argparse.Namespace) -> int:
         bench_detect(args, console)
         return 0
     if args.bench == "nab":
-        from aiops.bench_nab import bench_nab
+        from benchmarks.nab import bench_nab
 
         return bench_nab(args, console)
     if args.bench == "soak":
-        from aiops.bench_soak import bench_soak
+        from benchmarks.soak import bench_soak
 
         report = bench_soak(args, console)
         return 0 if not (report.differences or report.died) else 1
     if args.bench == "backlog":
-        from aiops.bench_backlog import bench_backlog
+        from benchmarks.backlog import bench_backlog
 
         backlogged = bench_backlog(args, console)
         # a phase passes when what it published equals offline and its last daemon exited 0 (the
         # SIGKILLed one of run-killed exits -9 by design)
         return 0 if not any(p.differences or p.exit_codes[-1] for p in backlogged.phases) else 1
     if args.bench == "goodput":
-        from aiops.bench_goodput import bench_goodput
+        from benchmarks.goodput import bench_goodput
 
         figures = bench_goodput(args, console)
         if args.out:
             Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
         return 0
     if args.bench == "scale":
-        from aiops.bench_scale import run_scale
+        from benchmarks.scale import run_scale
 
         return run_scale(args, console)
     if args.bench == "store":
-        from aiops.bench_store import bench_store
+        from benchmarks.store import bench_store
 
         figures = bench_store(args, console)
         if args.out:
             Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
         return 0
     if args.bench == "rca":
-        from aiops.bench_rca import bench_rca
+        from benchmarks.rca import bench_rca
 
         bench_rca(args, console)
         return 0
     if args.bench == "hostile-poll":
-        from aiops.bench_hostile import bench_hostile_poll
+        from benchmarks.hostile import bench_hostile_poll
 
         bench_hostile_poll(args, console)
         return 0

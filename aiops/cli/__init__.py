@@ -1,0 +1,12 @@
+"""`aiops`: one command line for every stage (aiops/cli/main.py); the subcommands' modules beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # imported on call: `aiops.cli.common` (which the benches import) loads without every subcommand
+    from aiops.cli.main import main as run
+
+    return run(argv)
