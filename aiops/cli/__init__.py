@@ -1,4 +1,4 @@
-"""`aiops`: one command line for every stage (aiops/cli/main.py); the subcommands' modules beside it."""
+"""`aiops`: one command line for every stage (aiops/cli/commands.py); the subcommands' modules beside it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,6 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     # imported on call: `aiops.cli.common` (which the benches import) loads without every subcommand
-    from aiops.cli.main import main as run
+    from aiops.cli.commands import main as run
 
     return run(argv)

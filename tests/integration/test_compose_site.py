@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aiops.cli.main import build_parser
+from aiops.cli.commands import build_parser
 from aiops.cli.rca import wait_for_file
 
 ROOT = Path(__file__).resolve().parents[2]

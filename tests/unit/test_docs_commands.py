@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aiops.cli import main
-from aiops.cli.main import build_parser
+from aiops.cli.commands import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
