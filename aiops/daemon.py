@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from aiops.checkpoint import (
+from aiops.daemon_state import (
     Checkpoint,
     CheckpointError,
     CheckpointStore,

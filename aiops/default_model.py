@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiops.progress import Progress
+from aiops.progress_bar import Progress
 from detectors.predict.model import Dataset, ModelError, Predictor, collect, fingerprint, load, save, train
 from detectors.predict.online import OnlinePredictor, PredictionReport, evaluate_predictions
 from ingest.frames import Frame
@@ -149,7 +149,7 @@ def evaluate_on_generated(
 ) -> list[PredictionReport]:
     """Held-out histories (never the training seeds), through the detectors and the predictor
     together as the pipeline runs them; predictions for entities already failing are withheld."""
-    from detectors.runner import DetectLoop
+    from detectors.detect_loop import DetectLoop
 
     reports = []
     for seed in seeds:

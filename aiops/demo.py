@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from aiops.progress import output_console
+from aiops.progress_bar import output_console
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink, MemoryFrameSink
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sample.lp"

@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from aiops.progress import output_console
-from aiops.runner import Pipeline
+from aiops.pipeline import Pipeline
+from aiops.progress_bar import output_console
 from detectors.anomaly import Prediction
 from detectors.predict.online import OnlinePredictor
 from notify.service import Notifier, topology_locate
@@ -131,8 +131,8 @@ def _pages(
     seconds: float,
 ) -> None:
     """The run as `aiops run --out` and `aiops gen --out` leave it, then its report pages."""
-    from aiops.progress import Progress
-    from aiops.runner import RunStats
+    from aiops.pipeline import RunStats
+    from aiops.progress_bar import Progress
     from show.report import write_report
     from telemetry_gen.generator import write_jsonl, write_meta
 

@@ -27,13 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiops.checkpoint import CheckpointStore
 from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
+from aiops.daemon_state import CheckpointStore
 from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
+from detectors.detect_loop import DetectLoop, DetectStats, apply_events
 from detectors.predict.online import OnlinePredictor
-from detectors.progress import idle_record, judged_record
-from detectors.runner import DetectLoop, DetectStats, apply_events
+from detectors.progress_topic import idle_record, judged_record
 from detectors.split import advance
 from detectors.stack import DriftFactory, default_drift
 from detectors.stack.summary import CohortSummary, ShareBoard

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from aiops.runner import Pipeline
+from aiops.pipeline import Pipeline
 from detectors.anomaly import Anomaly
 from rca.graph import TopologyGraph
 from vocab import registry

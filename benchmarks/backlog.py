@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.progress import track
+from aiops.progress_bar import track
 from benchmarks.soak import by_incident, cpu_seconds, incident_differences, status_mb
 
 

@@ -43,7 +43,7 @@ from act.executors import Executor
 from act.policy import ActConfig, parse
 from act.remediation import CheckResult
 from aiops.acting import act_loop
-from aiops.progress import Progress
+from aiops.progress_bar import Progress
 from vocab import registry
 
 MODES = ("none", "failures", "predictions", "validation")
@@ -311,9 +311,9 @@ def record(seed: int, args: argparse.Namespace, on_tick: Callable[[], None]) -> 
             tape: Tape = pickle.load(f)  # written by this function, in the user's cache
         return tape
     from aiops.default_model import load_or_train_default
-    from aiops.runner import Pipeline
+    from aiops.pipeline import Pipeline
+    from detectors.detect_loop import DetectLoop
     from detectors.predict.online import OnlinePredictor
-    from detectors.runner import DetectLoop
     from rca.graph import TopologyGraph
     from telemetry_gen.generator import GenConfig, Generation
     from telemetry_gen.workload import CHECKPOINT_S

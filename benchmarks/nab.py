@@ -27,7 +27,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from aiops.progress import Progress
+from aiops.progress_bar import Progress
 from detectors.nab import PROFILES, NabFile, load_corpus, run_nab, score_corpus
 from detectors.nab_cv import OutOfFold, category, folds, normalised, out_of_fold
 from detectors.series import SeriesConfig, SeriesDetector

@@ -16,7 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from aiops.progress import Progress
+from aiops.progress_bar import Progress
 from detectors.anomaly import Anomaly
 
 if TYPE_CHECKING:

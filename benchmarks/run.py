@@ -18,7 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from aiops.progress import output_console, track
+from aiops.progress_bar import output_console, track
 from ingest.frames import Frame, merge_rows
 from ingest.lineprotocol import decode, encode
 from vocab.settings import InfluxSettings, KafkaSettings

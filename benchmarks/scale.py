@@ -304,7 +304,7 @@ def _settled(procs: list[_Process], quiet_s: float = 3.0, timeout_s: float = 180
 
 def judged_everywhere(marks: list[tuple[float, bytes]]) -> dict[int, float]:
     """Per tick (ns), when its last partition said it was judged (the progress records' times)."""
-    from detectors.progress import JUDGED, read_mark
+    from detectors.progress_topic import JUDGED, read_mark
 
     done: dict[int, float] = {}
     for at, value in marks:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from detectors.anomaly import Anomaly
-from detectors.runner import DetectLoop
+from detectors.detect_loop import DetectLoop
 from detectors.stack.summary import CohortSummary, ShareBoard
 
 ShareSink = Callable[[int, int, CohortSummary], None]  # (partition, tick ns, share)

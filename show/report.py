@@ -67,7 +67,7 @@ def load(run: Path, truth: Path | None, input_dir: Path | None) -> RunFiles:
 def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The scheduler's events file: the usable events and how many lines were not (the pages run
     no detection stage, so they read the file with the vocabulary's own check, as
-    detectors/runner.py `read_events` does for the run)."""
+    detectors/detect_loop.py `read_events` does for the run)."""
     events: list[dict[str, Any]] = []
     bad = 0
     if not path.is_file():

@@ -127,7 +127,7 @@ def _scheduler(flag: str) -> Callable[[Path, Path], Result]:
 
 
 def _events(path: Path, work: Path) -> Result:
-    from detectors.runner import read_events
+    from detectors.detect_loop import read_events
 
     lines = [x for x in path.read_bytes().splitlines() if x.strip()]
     events, letters = read_events(path)

@@ -64,7 +64,7 @@ def cmd_check_recording(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from detectors.runner import read_chunks
+    from detectors.detect_loop import read_chunks
     from ingest.kafka import TelemetryProducer, ensure_topics
     from ingest.messages import messages_from_lines
 
@@ -160,7 +160,7 @@ def cmd_remote_write(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
-    from aiops.progress import Progress
+    from aiops.progress_bar import Progress
     from telemetry_gen.emit import EmitStats, to_kafka, write_folder
     from telemetry_gen.faults import FaultSpecError
     from telemetry_gen.generator import GenConfig, Generation, write_jsonl, write_meta
@@ -236,13 +236,13 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     from aiops.detect_daemon import detect_kafka
+    from detectors.detect_loop import detect_folder, load_events, read_anomalies
     from detectors.evaluate import evaluate, format_report
     from detectors.predict.online import (
         Prediction,
         evaluate_predictions,
         format_prediction_report,
     )
-    from detectors.runner import detect_folder, load_events, read_anomalies
 
     settings = settings_from(args)
     interval = _scrape_interval(args, settings)
@@ -308,9 +308,9 @@ def _first_time(folder: Path) -> float:
 
 def cmd_predictor(args: argparse.Namespace) -> int:
     from aiops.default_model import default_model_path, train_default
-    from aiops.progress import Progress
+    from aiops.progress_bar import Progress
+    from detectors.detect_loop import IntervalUnknownError, scrape_interval, ticks_from_folder
     from detectors.predict.model import Dataset, ModelError, card_path, collect, load, save, train
-    from detectors.runner import IntervalUnknownError, scrape_interval, ticks_from_folder
 
     if args.action == "train":
         if not args.data or not args.out:
@@ -388,7 +388,7 @@ def cmd_predictor(args: argparse.Namespace) -> int:
 def _scrape_interval(args: argparse.Namespace, settings: Settings) -> float:
     """--interval, else the daemons' setting, else (offline) the folder's meta.json; else a
     one-line refusal."""
-    from detectors.runner import IntervalUnknownError, scrape_interval
+    from detectors.detect_loop import IntervalUnknownError, scrape_interval
 
     given = getattr(args, "interval", None)
     given = given if given is not None else settings.scrape_interval_s

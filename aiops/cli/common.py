@@ -91,8 +91,8 @@ def folder_progress(folder: Path, what: str, counts_ticks: bool = True) -> Itera
     """Progress over a recorded folder read in chunks: in ticks when the caller counts them and
     meta.json says how many there are, else in MB of telemetry.lp. The callback is called after
     each chunk, with the ticks done so far (ignored when counting MB)."""
-    from aiops.progress import Progress
-    from detectors.runner import CHUNK_BYTES
+    from aiops.progress_bar import Progress
+    from detectors.detect_loop import CHUNK_BYTES
 
     ticks = meta_ticks(folder) if counts_ticks else None
     try:

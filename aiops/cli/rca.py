@@ -15,7 +15,7 @@ from aiops.cli.daemon import add_daemon_options
 
 if TYPE_CHECKING:
     from aiops.daemon_metrics import DaemonMetrics
-    from aiops.runner import HealthSink
+    from aiops.pipeline import HealthSink
     from rca.influx import IncidentWriter
 
 log = logging.getLogger(__name__)
@@ -173,8 +173,8 @@ def wait_for_file(path: Path, what: str, poll_s: float = TOPOLOGY_POLL_S) -> Non
 
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli.common import CliError, folder_progress, load_predictor, settings_from, stop_on_signals
-    from aiops.runner import run_folder, run_kafka
-    from detectors.runner import IntervalUnknownError, load_events, scrape_interval
+    from aiops.pipeline import run_folder, run_kafka
+    from detectors.detect_loop import IntervalUnknownError, load_events, scrape_interval
     from rca.graph import GraphError
 
     if args.kafka and args.topology and args.wait_for_topology:

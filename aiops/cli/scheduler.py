@@ -127,7 +127,7 @@ class FileSink:
         self.path = path
 
     def published(self) -> list[dict[str, Any]]:
-        from detectors.runner import read_events
+        from detectors.detect_loop import read_events
 
         return read_events(self.path)[0]
 

@@ -36,7 +36,7 @@ WARMUP_S = 1 * HOUR
 COOLING_VS_ALL = ("supply_temp_c", "flow_lpm")  # a loop's readings against every loop's median
 # a GPU is busy when a kernel ran in the sample: NVML's utilization.gpu is "percent of time over
 # the past sample period during which one or more kernels was executing", 0 with no process, so
-# 1 % is the least a job's GPU shows (the detectors' definition, detectors/runner.py)
+# 1 % is the least a job's GPU shows (the detectors' definition, detectors/detect_loop.py)
 BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
 BUSY_UTIL_PCT = 1.0
 # the GPU features read in the GPU's current state (busy or idle), from per-state averages

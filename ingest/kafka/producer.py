@@ -19,7 +19,7 @@ class TelemetryProducer:
     def __init__(self, bootstrap: str, client_id: str = "aiops-producer") -> None:
         self.failed = 0  # records the broker never took (after OUTAGE_TOLERANCE_MS)
         # (topic, key, value) -> True for a record already on its topic: a daemon replaying from
-        # its checkpoint skips what it published before a crash (aiops.checkpoint.PublishedSince)
+        # its checkpoint skips what it published before a crash (aiops.daemon_state.PublishedSince)
         self.already_published: Callable[[str, bytes | None, bytes], bool] | None = None
         try:
             self._producer = KafkaProducer(

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient
 
-from aiops.checkpoint import Checkpoint, CheckpointStore
 from aiops.cli import main
+from aiops.daemon_state import Checkpoint, CheckpointStore
 from benchmarks.soak import by_incident
 from tests.faults.daemons import Replay, jsonl, reaped
 from tests.faults.test_broker_restart import topic_env

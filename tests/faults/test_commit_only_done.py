@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from aiops.cli import main
-from aiops.runner import RunStats, run_kafka
+from aiops.pipeline import RunStats, run_kafka
 from ingest.kafka import ensure_topics
 from ingest.messages import event_time_ms
 from vocab.settings import KafkaSettings

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from aiops.cli import main
-from aiops.runner import run_kafka
+from aiops.pipeline import run_kafka
 from benchmarks.soak import by_incident as _by_incident
 from benchmarks.soak import incident_differences as _differences
-from detectors.runner import read_events
+from detectors.detect_loop import read_events
 from ingest.consume import consume
 from ingest.influx_writer import InfluxWriter
 from ingest.kafka import TelemetryConsumer, TelemetryProducer, ensure_topics

@@ -46,7 +46,7 @@ def test_detect_daemon_takes_the_schedule_from_the_events_topic(kafka_settings: 
     """Jobs holding part of a node, said only on the events topic: the anomalies are the offline
     detector's with the same events in a file (the stragglers found against their jobs' GPUs)."""
     from aiops.cli.scheduler import KafkaSink
-    from detectors.runner import detect_folder, read_anomalies
+    from detectors.detect_loop import detect_folder, read_anomalies
     from telemetry_gen.emit import write_folder
 
     config = GenConfig(gpus=256, hours=2, interval=30, seed=12, faults="gpu_straggler=2", job_shapes="gpus")

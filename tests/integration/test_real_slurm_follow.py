@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from aiops.cli import main
-from detectors.runner import read_events
+from detectors.detect_loop import read_events
 from tests.slurm_site import Scenario, SlurmSite, staged
 from vocab.schedule import Schedule
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from detectors.detect_loop import detect_folder, read_anomalies
 from detectors.evaluate import evaluate, format_report
-from detectors.runner import detect_folder, read_anomalies
 from telemetry_gen.emit import write_folder
 from telemetry_gen.generator import GenConfig, Generation
 from vocab.thresholds import WINDOW_S, PeerThresholds

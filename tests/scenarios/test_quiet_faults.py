@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from aiops.runner import run_folder
+from aiops.pipeline import run_folder
 from rca.evaluate import latest_states
 from telemetry_gen.emit import write_folder
 from telemetry_gen.generator import GenConfig, Generation

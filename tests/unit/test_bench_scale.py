@@ -8,7 +8,7 @@ import time
 
 from benchmarks.scale import ScaleRun, lag_svg, live_delays, steady_seconds_per_tick
 from benchmarks.soak import cpu_seconds
-from detectors.progress import idle_record, judged_record
+from detectors.progress_topic import idle_record, judged_record
 
 S = 10**9
 

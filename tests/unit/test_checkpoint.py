@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiops.checkpoint import (
+from aiops.daemon_state import (
     KEY_ENV,
     KEY_FILE,
     MAGIC,
@@ -27,7 +27,7 @@ from aiops.checkpoint import (
     PublishedSince,
     state_key,
 )
-from aiops.runner import Pipeline
+from aiops.pipeline import Pipeline
 from notify.config import parse
 from notify.service import Notifier
 from rca.graph import TopologyGraph
@@ -317,7 +317,7 @@ def test_a_restored_pipeline_carries_on_as_if_it_had_never_stopped(tmp_path: Pat
 
 
 def test_what_was_published_since_is_skipped_once() -> None:
-    from aiops.checkpoint import _digest
+    from aiops.daemon_state import _digest
 
     published = PublishedSince()
     published._left.update([_digest("t", b"k", b"v")])
@@ -328,7 +328,7 @@ def test_what_was_published_since_is_skipped_once() -> None:
 def test_the_engine_fed_by_detection_comes_back_from_a_checkpoint_file(tmp_path: Path) -> None:
     """`aiops run --from-detection` checkpoints a FindingsLoop where the whole pipeline has a
     DetectLoop: its classes are on the list too."""
-    from detectors.progress import FindingsLoop
+    from detectors.progress_topic import FindingsLoop
 
     gen = Generation(GenConfig(gpus=64, hours=0.2, interval=30, seed=3))
     write_folder(gen, tmp_path)
@@ -341,3 +341,36 @@ def test_the_engine_fed_by_detection_comes_back_from_a_checkpoint_file(tmp_path:
     fresh = FindingsLoop(30.0, 4, "a", "p", "progress")
     again = Pipeline(TopologyGraph.load(tmp_path / "topology.json"), 30.0, gen.events(), findings=fresh)
     again.restore(loaded.state)
+
+
+BEFORE_THE_MOVE = Path(__file__).resolve().parents[1] / "data/checkpoints/before-issue-48"
+
+
+def test_a_checkpoint_written_before_the_modules_moved_still_restores_a_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints written with detectors.runner and detectors.progress (scripts that wrote them:
+    tests/data/checkpoints/README.md) restore the whole pipeline and the engine fed by detection,
+    which then carry on with the telemetry that follows."""
+    from detectors.detect_loop import DetectLoop
+    from detectors.progress_topic import FindingsLoop
+
+    monkeypatch.setenv("AIOPS_STATE_KEY", "before-issue-48-test-key-0123456789abcdef")
+    whole = CheckpointStore(BEFORE_THE_MOVE, "whole").load()
+    assert whole is not None and whole.offsets == {"aiops.telemetry": {0: 123}}
+    assert type(whole.state["detect"]) is DetectLoop
+    gen = Generation(GenConfig(gpus=32, hours=0.25, interval=30, seed=48, faults="psu_failure=1"))
+    write_folder(gen, tmp_path)
+    lines = (tmp_path / "telemetry.lp").read_bytes().splitlines(keepends=True)
+    pipeline = Pipeline(TopologyGraph.load(tmp_path / "topology.json"), 30.0, gen.events())
+    pipeline.restore(whole.state)
+    ticks_before = pipeline.last_tick
+    pipeline.feed(b"".join(lines[len(lines) // 2 :]))
+    pipeline.finish()
+    assert ticks_before is not None and pipeline.last_tick is not None and pipeline.last_tick > ticks_before
+
+    engine = CheckpointStore(BEFORE_THE_MOVE, "from-detection").load()
+    assert engine is not None and type(engine.state["detect"]) is FindingsLoop
+    again = Pipeline(TopologyGraph.load(tmp_path / "topology.json"), 30.0, gen.events(),
+                     findings=FindingsLoop(30.0, 4, "a", "p", "progress"))  # fmt: skip
+    again.restore(engine.state)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from detectors.coverage import BLIND, DEGRADED, DETECTABLE, CoverageWatch
-from detectors.runner import DetectLoop, apply_events
+from detectors.detect_loop import DetectLoop, apply_events
 from ingest.pipeline import IngestCore
 
 # what a stock dcgm-exporter sends of the catalog's GPU fields (its default counters)

@@ -3,7 +3,7 @@ pod from the topology), which job holds which node, and the service's own health
 
 from __future__ import annotations
 
-from aiops.runner import entity_tags
+from aiops.pipeline import entity_tags
 from rca.graph import TopologyGraph
 from rca.influx import JOB_MEASUREMENT, SERVICE_MEASUREMENT, job_lines, service_line
 from telemetry_gen.topology import build_fat_tree

@@ -102,7 +102,7 @@ def test_a_line_over_the_bound_is_refused_unread_and_the_rest_of_its_message_kep
 
 
 def test_a_recorded_file_with_an_endless_line_is_read_in_bounded_pieces_and_the_rest_kept(tmp_path: Path) -> None:
-    from detectors.runner import read_chunks
+    from detectors.detect_loop import read_chunks
 
     now = time.time_ns()
     path = tmp_path / "telemetry.lp"

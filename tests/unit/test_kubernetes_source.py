@@ -982,7 +982,7 @@ def test_https_with_the_cluster_ca_or_insecure_and_never_an_unverified_server(tm
 
 def test_import_command_reads_recorded_pod_and_node_lists(tmp_path: Path) -> None:
     from aiops.cli import main
-    from detectors.runner import read_events
+    from detectors.detect_loop import read_events
 
     out = tmp_path / "events.jsonl"
     lists = [str(DATA / "podlist.json"), str(DATA / "nodelist.json")]

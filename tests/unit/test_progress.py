@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aiops.progress import Progress, output_console
+from aiops.progress_bar import Progress, output_console
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GEN = ["gen", "--gpus", "64", "--hours", "0.5", "--interval", "30", "--seed", "5"]  # 60 ticks

@@ -436,7 +436,7 @@ def test_evidence_is_capped_but_counted(engine: IncidentEngine) -> None:
 
 
 def test_an_engine_failure_does_not_stop_the_pipeline(graph: TopologyGraph, monkeypatch: pytest.MonkeyPatch) -> None:
-    from aiops.runner import Pipeline
+    from aiops.pipeline import Pipeline
     from ingest.lineprotocol import lines_to_bytes
     from telemetry_gen.generator import GenConfig, Generation
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from context import bounds
-from detectors.runner import read_events
+from detectors.detect_loop import read_events
 from vocab import schedule
 from vocab.schedule import Schedule, event_problem
 

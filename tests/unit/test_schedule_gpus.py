@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from detectors.runner import DetectLoop
+from detectors.detect_loop import DetectLoop
 from ingest.frames import Column, Frame
 from vocab.catalog import FieldType
 from vocab.schedule import IDLE, SHARED, NodeJobs, Schedule, event_problem

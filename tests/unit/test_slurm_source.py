@@ -219,7 +219,7 @@ def test_drain_resume_and_maintenance_windows_as_events() -> None:
 
 def test_import_command_writes_the_events_file(tmp_path: Path) -> None:
     from aiops.cli import main
-    from detectors.runner import read_events
+    from detectors.detect_loop import read_events
 
     out = tmp_path / "events.jsonl"
     files = [V44 / "slurm-job-gpus-multi-nodes.json", V44 / "slurm-nodes.json", V38 / "jobs.json"]

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from kafka.partitioner.default import murmur2
 
-from aiops.runner import Pipeline
+from aiops.pipeline import Pipeline
 from detectors.anomaly import Anomaly
+from detectors.detect_loop import DetectLoop, apply_events
 from detectors.predict.features import FEATURES
 from detectors.predict.online import OnlinePredictor
-from detectors.progress import FindingsLoop, idle_record, judged_record
-from detectors.runner import DetectLoop, apply_events
+from detectors.progress_topic import FindingsLoop, idle_record, judged_record
 from detectors.split import advance
 from detectors.stack.summary import CohortSummary, ShareBoard
 from ingest.deadletter import Source

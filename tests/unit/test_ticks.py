@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from detectors.runner import DetectLoop, IntervalUnknownError, scrape_interval
+from detectors.detect_loop import DetectLoop, IntervalUnknownError, scrape_interval
 from detectors.stack.view import MeasurementTick
 from detectors.ticks import TickAssembler
 from ingest.deadletter import Source
@@ -129,7 +129,7 @@ def test_node_jobs_follow_the_schedule_through_time() -> None:
 
 
 def test_without_a_job_tag_gpus_get_their_job_from_the_schedule_and_a_wrong_tag_is_counted() -> None:
-    from detectors.runner import apply_events
+    from detectors.detect_loop import apply_events
 
     loop = DetectLoop(30.0, drift_factory=None)
     apply_events(loop, [{"type": "job_start", "job": "j1", "nodes": ["h1"], "time": float(T0 - 60)}])

@@ -88,7 +88,7 @@ def test_a_job_wide_xid_45_storm_on_1024_gpus_opens_no_incident() -> None:
 
 
 def test_the_storm_is_one_notice_for_the_job() -> None:
-    from detectors.runner import DetectLoop
+    from detectors.detect_loop import DetectLoop
 
     loop = DetectLoop(30)
     lines = [gpu_line(f"n{n:05d}-gpu{g}", job="big", node=f"n{n:05d}") for n in range(128) for g in range(8)]

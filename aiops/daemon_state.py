@@ -26,7 +26,7 @@ file carries no code in two ways:
   header and body before anything is parsed: a file someone else wrote is never unpickled;
 - the unpickler builds only the exact (module, name) pairs in `STATE_GLOBALS`, the classes the
   state is made of, numpy's array rebuilders and two harmless functions, looked up by name and
-  never by a dotted path (`aiops.checkpoint` + `os.system` names nothing here). Saving checks the
+  never by a dotted path (`aiops.daemon_state` + `os.system` names nothing here). Saving checks the
   same list, so a class added to the state and not to the list fails at the first checkpoint of
   a test, not at a restart.
 A file of format 1 (an unsigned pickle under a keyless checksum) is refused unread; the daemon
@@ -147,16 +147,16 @@ STATE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("detectors.predict.features", "PrecursorFeatures"),
         ("detectors.predict.features", "_Kind"),
         ("detectors.predict.online", "OnlinePredictor"),
-        ("detectors.progress", "FindingsLoop"),
-        ("detectors.progress", "TickProgress"),
-        ("detectors.progress", "_Tick"),  # a split member's ticks in flight
+        ("detectors.progress_topic", "FindingsLoop"),
+        ("detectors.progress_topic", "TickProgress"),
+        ("detectors.progress_topic", "_Tick"),  # a split member's ticks in flight
         # findings and facts held between ticks (plain data; classes doing I/O are never listed:
         # sinks, writers, stores, the topology and the model are reattached after a restore)
         ("detectors.anomaly", "Anomaly"),
         ("detectors.anomaly", "Prediction"),
         ("detectors.base", "Block"),
         ("detectors.predict.online", "PredictionReport"),
-        ("detectors.runner", "TickWork"),
+        ("detectors.detect_loop", "TickWork"),
         ("detectors.stack.presence", "TelemetryGap"),
         ("detectors.stack.view", "MeasurementTick"),
         ("ingest.deadletter", "DeadLetter"),
@@ -177,8 +177,8 @@ STATE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("detectors.stack.summary", "CohortSummary"),
         ("detectors.stack.summary", "ShareBoard"),
         ("detectors.rates", "CounterRates"),
-        ("detectors.runner", "DetectLoop"),
-        ("detectors.runner", "DetectStats"),
+        ("detectors.detect_loop", "DetectLoop"),
+        ("detectors.detect_loop", "DetectStats"),
         ("detectors.stack.cohorts", "PeerRules"),
         ("detectors.stack.cohorts", "_Window"),
         ("detectors.stack.place", "PlaceHistory"),
@@ -231,6 +231,11 @@ STATE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
 assert not any("." in name for _, name in STATE_GLOBALS), "nested names would need a walk: list them one by one"
 
 
+# Modules that moved (issue 48's renames): a checkpoint written before names the old path, and
+# stays usable; only the module part is mapped, the class must still be on STATE_GLOBALS.
+MOVED_MODULES = {"detectors.runner": "detectors.detect_loop", "detectors.progress": "detectors.progress_topic"}
+
+
 def _state_global(module: str, name: str) -> Any:
     """The object (module, name) names, if the pair is in STATE_GLOBALS; CheckpointError otherwise.
     The name is looked up as one attribute of the module (no dotted walk, unlike pickle's own
@@ -246,7 +251,7 @@ def _state_global(module: str, name: str) -> Any:
 
 class _StateUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        return _state_global(module, name)
+        return _state_global(MOVED_MODULES.get(module, module), name)
 
     def persistent_load(self, pid: Any) -> Any:
         raise CheckpointError("a checkpoint holds no persistent references")
@@ -262,7 +267,7 @@ class _StatePickler(pickle.Pickler):
             if pair not in STATE_GLOBALS:
                 raise CheckpointError(
                     f"the state holds {pair[0]}.{pair[1]}, which a checkpoint may not build:"
-                    " if it is state, add it to STATE_GLOBALS in aiops/checkpoint.py"
+                    " if it is state, add it to STATE_GLOBALS in aiops/daemon_state.py"
                 )
         return NotImplemented
 

@@ -19,22 +19,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiops.checkpoint import (
+from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
+from aiops.daemon_metrics import DaemonMetrics
+from aiops.daemon_state import (
     Checkpoint,
     CheckpointError,
     CheckpointStore,
     Incarnation,
 )
-from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
-from aiops.daemon_metrics import DaemonMetrics
 from aiops.events_feed import EventsFeed
 from aiops.incident_index import IncidentIndex
 from context.watch import TopologyFile
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
+from detectors.detect_loop import DetectLoop, read_chunks, read_events
 from detectors.predict.online import OnlinePredictor
-from detectors.progress import FindingsLoop
-from detectors.runner import DetectLoop, read_chunks, read_events
+from detectors.progress_topic import FindingsLoop
 from ingest.deadletter import DeadLetter, Source
 from notify.service import Notifier, topology_locate
 from rca.graph import GraphError, TopologyGraph
@@ -470,7 +470,7 @@ def run_kafka(
     With `api`, it serves the HTTP API (aiops.api) while it runs; `health_sink` gets its own
     metrics (values, ticks, lag, tick delay) every `health_every_s` and on stopping.
     With `state_dir`, it checkpoints its state with the offsets it belongs to every
-    `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.checkpoint).
+    `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.daemon_state).
     Commits after a poll's outputs are flushed, and only up to the first message whose tick is
     still held (waiting for the slowest partition or for late rows): at-least-once."""
 

@@ -5,7 +5,7 @@ and predictions were acknowledged by the broker) or that it has nothing to judge
 quiet). A tick goes to the engine once every partition has judged it or fallen idle: the engine
 then sees each tick whole, as in one process, whichever member judged which part of it.
 
-Apart from Kafka: the daemon (aiops.runner, `aiops run --kafka --from-detection`) feeds it polls
+Apart from Kafka: the daemon (aiops.pipeline, `aiops run --kafka --from-detection`) feeds it polls
 and tells it, by `release`, how far it has read every findings partition."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import CoverageWatch, Notice
-from detectors.runner import DetectStats
+from detectors.detect_loop import DetectStats
 from detectors.ticks import HeldMessages
 from ingest.deadletter import DeadLetter, Source
 
