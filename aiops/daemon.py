@@ -1,39 +1,33 @@
-"""The skeleton every daemon between Kafka topics runs on (aiops run --kafka, aiops detect
---kafka): its topics made and their incarnation read, checkpoints loaded only where they belong,
-saved with the offsets they go with and the ends of the outputs, what was published since a
-checkpoint skipped on the way out, and the poll loop that lets held ticks go when the input
-goes quiet. What each daemon does with a batch is its own."""
+"""Daemons that checkpoint (aiops run --kafka, aiops detect --kafka), on the skeleton of
+ingest/daemon.py: their topics made and their incarnation read, checkpoints loaded only where
+they belong, saved with the offsets they go with and the ends of the outputs before those offsets
+are committed (save, then commit), and what was published since a checkpoint skipped on the way
+out (publish once). What each daemon does with a batch is its own."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from aiops.daemon_state import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointStore,
-    Incarnation,
-    Offsets,
-    published_since,
-    read_incarnation,
-)
-from ingest.consume import polls
-from ingest.kafka import KafkaIOError, TelemetryConsumer, TelemetryProducer, ensure_topics, topic_ends, until_reachable
+from aiops.daemon_state import Checkpoint, CheckpointError, CheckpointStore, Incarnation, Offsets, PublishedSince
+from ingest.daemon import Broker, KafkaDaemon
+from ingest.kafka import KafkaIOError, TelemetryProducer, until_reachable
 from ingest.messages import Partition
 
 log = logging.getLogger(__name__)
 
+Save = tuple[CheckpointStore, dict[str, Any], set[Partition]]  # a store, its state, the partitions it covers
 Skip = Callable[[str, bytes | None, bytes], bool]  # (topic, key, value) -> published already
 
 
-def open_topics(bootstrap: str, topics: Sequence[str], should_stop: Callable[[], bool]) -> Incarnation:
+def open_topics(broker: Broker, topics: Sequence[str], should_stop: Callable[[], bool]) -> Incarnation:
     """The topics, made if missing (a daemon may start during a broker restart: it waits), and
     their incarnation: the cluster and topic ids a checkpoint must match to be used."""
-    until_reachable(lambda: ensure_topics(bootstrap, topics), should_stop)
-    return until_reachable(lambda: read_incarnation(bootstrap, topics), should_stop)
+    until_reachable(lambda: broker.ensure_topics(topics), should_stop)
+    cluster, ids = until_reachable(lambda: broker.incarnation(topics), should_stop)
+    return Incarnation(cluster, ids)
 
 
 def usable_checkpoint(
@@ -72,7 +66,7 @@ def save_checkpoint(
     store: CheckpointStore,
     state: dict[str, Any],
     done: dict[Partition, int],
-    bootstrap: str,
+    broker: Broker,
     outputs: list[str],
     born: Incarnation,
 ) -> bool:
@@ -83,7 +77,7 @@ def save_checkpoint(
         offsets.setdefault(topic, {})[partition] = offset
     started = time.monotonic()
     try:
-        ends = topic_ends(bootstrap, outputs)
+        ends = broker.ends(outputs)
     except KafkaIOError as exc:
         log.warning("checkpoint skipped: cannot read the output topics' ends (%s)", exc)
         return False
@@ -97,8 +91,8 @@ class PublishOnce:
     first record goes out, and each record that is there already is skipped once. Several
     restores (split detection restores partition by partition) add up."""
 
-    def __init__(self, bootstrap: str, producers: Iterable[TelemetryProducer]) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, broker: Broker, producers: Iterable[TelemetryProducer]) -> None:
+        self.broker = broker
         self.producers = list(producers)
         self._since: Offsets | None = None
 
@@ -117,10 +111,16 @@ class PublishOnce:
         if self._since is None:
             return
         since, self._since = self._since, None
-        skip = until_reachable(lambda: published_since(self.bootstrap, since), should_stop)
+        skip = until_reachable(lambda: self._published_since(since), should_stop)
         for producer in self.producers:
             before = producer.already_published
             producer.already_published = skip if before is None else _either(before, skip)
+
+    def _published_since(self, since: Offsets) -> Skip:
+        records, complete = self.broker.records_since(since)
+        if not complete:
+            log.warning("could not read back all outputs since the checkpoint; some may be published twice")
+        return PublishedSince.of(records).already
 
 
 def _either(first: Skip, second: Skip) -> Skip:
@@ -130,33 +130,56 @@ def _either(first: Skip, second: Skip) -> Skip:
     return skip
 
 
-def serve(
-    consumer: TelemetryConsumer,
-    should_stop: Callable[[], bool],
-    on_batch: Callable[[list[Any]], None],
-    let_go: Callable[[], None],
-    at_end: Callable[[bool], None],
-    idle_stop_s: float | None,
-    lateness_s: float,
-    on_quiet: Callable[[], None] | None = None,
-) -> None:
-    """The poll loop: each non-empty poll to `on_batch`; `let_go` once the input has been quiet
-    for a tick's lateness (the ticks held for late rows get nothing more); `on_quiet` after every
-    poll that brought nothing; `at_end(idle)` when it stops: idle (the input went quiet for
-    `idle_stop_s`: what is held is all there is) or asked to stop (ticks still open are not
-    analysed half-full; their messages stay uncommitted, and the next member reads them again)."""
-    for messages in polls(
-        consumer, should_stop, idle_stop_s, on_idle=let_go, idle_s=max(lateness_s, 1.0), on_empty=on_quiet
-    ):
-        on_batch(messages)
-    at_end(not should_stop())
+class CheckpointedDaemon(KafkaDaemon):
+    """A daemon whose state goes into checkpoints: its topics opened and their incarnation read
+    at the start, the producer made, publish-once armed on restores, and `save_then_commit`."""
+
+    def __init__(
+        self,
+        should_stop: Callable[[], bool],
+        broker: Broker,
+        topics: Sequence[str],
+        outputs: Sequence[str],
+        client_id: str,
+        idle_stop_s: float | None,
+        lateness_s: float,
+    ) -> None:
+        super().__init__(should_stop, broker, idle_stop_s, quiet_after_s=max(lateness_s, 1.0))
+        self.outputs = list(outputs)
+        # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
+        self.born = open_topics(broker, topics, self.stopping)
+        self.producer = self.connect_producer(client_id)
+        self.once = PublishOnce(broker, [self.producer])  # a checkpoint's outputs, read back before publishing
+
+    def save_then_commit(self, saves: Sequence[Save] | None, held: Mapping[Partition, int]) -> set[Partition]:
+        """Save, then commit. Each (store, state, its partitions) saved with those partitions'
+        offsets (not past `held`: the first message of a tick still held); then only the
+        partitions whose state was saved are committed: a state that could not be saved (the
+        broker cannot say the outputs' ends) keeps its partitions uncommitted for the next round.
+        `saves` None: no state directory, everything done is committed. The partitions committed."""
+        done = self.consumer.done(held)
+        if saves is None:
+            self.consumer.commit(held=held)
+            return set(done)
+        saved: set[Partition] = set()
+        for store, state, partitions in saves:
+            mine = {p: o for p, o in done.items() if p in partitions}
+            if save_checkpoint(store, state, mine, self._broker(), self.outputs, self.born):
+                saved |= partitions
+        self.consumer.commit(held=held, only=saved)
+        return saved
+
+    def close(self) -> None:
+        if self.connected:
+            self.consumer.close()
+        self.producer.close()
 
 
 __all__ = [
+    "CheckpointedDaemon",
     "PublishOnce",
     "open_topics",
     "resume_offsets",
     "save_checkpoint",
-    "serve",
     "usable_checkpoint",
 ]

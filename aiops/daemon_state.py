@@ -48,10 +48,13 @@ import stat
 import time
 import types
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ingest.kafka import Record
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +83,6 @@ class Incarnation:
             if was is not None and was != topic_id:
                 out.append(f"topic {topic} {was}, now {topic_id} (the topic was created again)")
         return out
-
-
-def read_incarnation(bootstrap: str, topics: Sequence[str]) -> Incarnation:
-    """The cluster's id and each topic's id, as the broker says now (KafkaIOError if it is
-    away: `until_reachable` waits)."""
-    from ingest.kafka import cluster_and_topic_ids
-
-    cluster, ids = cluster_and_topic_ids(bootstrap, topics)
-    return Incarnation(cluster, ids)
 
 
 class CheckpointError(ValueError):
@@ -451,12 +445,8 @@ class PublishedSince:
         self.skipped = 0
 
     @classmethod
-    def read(cls, bootstrap: str, since: Offsets, timeout_s: float = 60.0) -> PublishedSince:
-        from ingest.kafka import records_since
-
-        records, complete = records_since(bootstrap, since, timeout_s)
-        if not complete:
-            log.warning("could not read back all outputs since the checkpoint; some may be published twice")
+    def of(cls, records: Iterable[Record]) -> PublishedSince:
+        """From the records the output topics hold past a checkpoint's ends."""
         return cls(Counter(_digest(r.topic, r.key, r.value) for r in records))
 
     def already(self, topic: str, key: bytes | None, value: bytes) -> bool:
@@ -472,12 +462,6 @@ class PublishedSince:
         return False
 
 
-def published_since(bootstrap: str, ends: Offsets) -> Callable[[str, bytes | None, bytes], bool]:
-    """What was published after a checkpoint's output ends, as a producer's skip test; the
-    broker away is KafkaIOError (retried by `until_reachable`), not a crash."""
-    return PublishedSince.read(bootstrap, ends).already
-
-
 __all__ = [
     "STATE_GLOBALS",
     "Checkpoint",
@@ -485,7 +469,5 @@ __all__ = [
     "CheckpointStore",
     "Incarnation",
     "PublishedSince",
-    "published_since",
-    "read_incarnation",
     "state_key",
 ]

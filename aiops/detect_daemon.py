@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
+from aiops.daemon import CheckpointedDaemon, resume_offsets, usable_checkpoint
 from aiops.daemon_state import CheckpointStore
 from aiops.events_feed import EventsFeed
 from detectors.anomaly import Anomaly
@@ -37,17 +37,10 @@ from detectors.progress_topic import idle_record, judged_record
 from detectors.split import advance
 from detectors.stack import DriftFactory, default_drift
 from detectors.stack.summary import CohortSummary, ShareBoard
+from ingest.daemon import Broker, KafkaBroker
 from ingest.deadletter import DeadLetter, Source
-from ingest.kafka import (
-    KafkaDeadLetterSink,
-    KafkaIOError,
-    TelemetryConsumer,
-    TelemetryProducer,
-    TopicReader,
-    topic_beginnings,
-    until_reachable,
-)
-from ingest.messages import Partition
+from ingest.kafka import KafkaDeadLetterSink, KafkaIOError, TelemetryProducer, TopicReader
+from ingest.messages import Partition, Polled
 from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
@@ -75,10 +68,10 @@ class CohortExchange:
     """The cohorts topic: this member's shares out (keyed by telemetry partition, so each
     partition's shares stay in order), every member's in, read without a group."""
 
-    def __init__(self, settings: KafkaSettings, producer: TelemetryProducer) -> None:
-        self.topic = settings.cohorts_topic
+    def __init__(self, topic: str, producer: TelemetryProducer, reader: TopicReader) -> None:
+        self.topic = topic
         self.producer = producer
-        self.reader = TopicReader(settings.bootstrap, self.topic, client_id="aiops-cohorts")
+        self.reader = reader
         self.at: dict[int, int] = self._ends()  # what came before this start is of ticks long judged
         self.refused = 0
         self.received = 0  # records read
@@ -146,7 +139,7 @@ class CohortExchange:
         self.reader.close()
 
 
-class _Member:
+class DetectDaemon(CheckpointedDaemon):
     """One member of the detection group: a loop per telemetry partition it holds."""
 
     def __init__(
@@ -159,27 +152,31 @@ class _Member:
         make: Callable[[], DetectLoop],
         state_dir: Path | None,
         checkpoint_every_s: float,
+        idle_stop_s: float | None = None,
+        broker: Broker | None = None,
     ) -> None:
-        self.settings, self.interval_s, self.should_stop = settings, interval_s, should_stop
-        self.lateness_s, self.make, self.checkpoint_every_s = lateness_s, make, checkpoint_every_s
-        self.events = events
-        self.state_dir = state_dir
-        self.topic = settings.telemetry_topic
-        self.outputs = [
+        outputs = [
             settings.anomalies_topic,
             settings.predictions_topic,
             settings.deadletter_topic,
             settings.cohorts_topic,
             settings.progress_topic,
         ]
-        self.born = open_topics(settings.bootstrap, [self.topic, *self.outputs], should_stop)
-        self.producer = until_reachable(
-            lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-detect"), should_stop
-        )
-        self.once = PublishOnce(settings.bootstrap, [self.producer])
+        broker = broker or KafkaBroker(settings)
+        topic = settings.telemetry_topic
+        super().__init__(should_stop, broker, [topic, *outputs], outputs, "aiops-detect", idle_stop_s, lateness_s)
+        self.settings, self.interval_s = settings, interval_s
+        self.lateness_s, self.make, self.checkpoint_every_s = lateness_s, make, checkpoint_every_s
+        self.events = events
+        self.state_dir = state_dir
+        self.topic = topic
         self.dead = KafkaDeadLetterSink(self.producer, settings.deadletter_topic)
-        self.exchange = until_reachable(lambda: CohortExchange(settings, self.producer), should_stop)
-        self.feed = EventsFeed(settings.bootstrap, settings.events_topic)
+        self.exchange = self.waiting(
+            lambda: CohortExchange(
+                settings.cohorts_topic, self.producer, broker.reader(settings.cohorts_topic, "aiops-cohorts")
+            )
+        )
+        self.feed = EventsFeed(broker, settings.events_topic)
         self.loops: dict[int, DetectLoop] = {}
         self.events_at: dict[int, dict[int, int]] = {}  # per loop: where the scheduler's topic was read to
         self.begun_at: dict[int, deque[dict[int, int]]] = {}  # per loop: the exchange as its last ticks began
@@ -202,21 +199,19 @@ class _Member:
         self.last_checkpoint = time.monotonic()
         self.stuck_since: dict[tuple[int, int], float] = {}  # (partition, tick) begun: since when
         self.stuck_reported = 0.0
-        self.consumer = until_reachable(
-            lambda: TelemetryConsumer(
-                settings, group=settings.detect_group, on_revoked=self.revoked, on_assigned=self.assigned, sticky=True
-            ),
-            should_stop,
-        )
+        self.connect([topic], settings.detect_group, sticky=True)
 
     # ---------------------------------------------------------------- assignment
+
+    def _store_name(self, partition: int) -> str:
+        return f"detect-{self.settings.detect_group}-p{partition}"
 
     def _store(self, partition: int) -> CheckpointStore | None:
         if self.state_dir is None:
             return None
-        return CheckpointStore(self.state_dir, f"detect-{self.settings.detect_group}-p{partition}")
+        return CheckpointStore(self.state_dir, self._store_name(partition))
 
-    def revoked(self, partitions: set[Partition]) -> None:
+    def on_revoked(self, partitions: set[Partition]) -> None:
         """Loops of partitions taken away are parked with where this member stood: handed back
         in the same rebalance, they carry on; given to another member, they are dropped (it
         loads their checkpoint). Runs inside a poll: no Kafka calls here."""
@@ -228,7 +223,7 @@ class _Member:
             elif loop is not None:
                 self._retire(loop)
 
-    def assigned(self, partitions: set[Partition]) -> dict[Partition, int]:
+    def on_assigned(self, partitions: set[Partition]) -> dict[Partition, int]:
         """Partitions this member now holds: a parked loop carries on where it stood; any other
         starts from its checkpoint (or from nothing at the committed offset)."""
         resume: dict[Partition, int] = {}
@@ -296,7 +291,7 @@ class _Member:
             loop.add_events(events)
             self.events_at[p] = at
 
-    def on_batch(self, messages: list[tuple[Source, int, bytes]]) -> None:
+    def on_batch(self, messages: Polled) -> None:
         if self.first_message_at is None:
             self.first_message_at = time.time()
         self.last_message_at = time.time()
@@ -399,9 +394,9 @@ class _Member:
         self.unchecked.clear()
         if self.state_dir is None or not taken:
             return
-        committed = until_reachable(lambda: self.consumer.committed(taken), self.should_stop)
+        committed = self.waiting(lambda: self.consumer.committed(taken))
         if any(offset is None for offset in committed.values()):
-            since = until_reachable(lambda: topic_beginnings(self.settings.bootstrap, self.outputs), self.should_stop)
+            since = self.waiting(lambda: self._broker().beginnings(self.outputs))
             self.once.replaying_from(since)
             unread = sorted(p for (_, p), offset in committed.items() if offset is None)
             log.warning("partitions %s have no checkpoint and no committed offset: read from the beginning", unread)
@@ -467,24 +462,24 @@ class _Member:
         held: dict[Partition, int] = {}
         for loop in self.loops.values():
             held.update(loop.held.first_held())
-        done = self.consumer.done(held)
-        ready = {p for p, loop in self.loops.items() if loop.quiescent}
+        saves = None
         if self.state_dir is not None:
-            for p in sorted(ready):
-                store = self._store(p)
-                assert store is not None
-                begun = self.begun_at.get(p)
-                state = {
-                    "detect": self.loops[p],
-                    "interval_s": self.interval_s,
-                    "events_offsets": dict(self.events_at.get(p, {})),
-                    "exchange_at": dict(begun[0]) if begun else dict(self.exchange.at),
-                }
-                mine = {(t, q): o for (t, q), o in done.items() if q == p}
-                if not save_checkpoint(store, state, mine, self.settings.bootstrap, self.outputs, self.born):
-                    ready.discard(p)
-        self.consumer.commit(held=held, only={(self.topic, p) for p in ready} if self.state_dir else None)
+            saves = [
+                (CheckpointStore(self.state_dir, self._store_name(p)), self._state(p), {(self.topic, p)})
+                for p, loop in sorted(self.loops.items())
+                if loop.quiescent
+            ]
+        self.save_then_commit(saves, held)
         self.last_checkpoint = time.monotonic()
+
+    def _state(self, partition: int) -> dict[str, Any]:
+        begun = self.begun_at.get(partition)
+        return {
+            "detect": self.loops[partition],
+            "interval_s": self.interval_s,
+            "events_offsets": dict(self.events_at.get(partition, {})),
+            "exchange_at": dict(begun[0]) if begun else dict(self.exchange.at),
+        }
 
     def let_go(self) -> None:
         """The input went quiet for a tick's lateness: every loop's held ticks are released."""
@@ -522,26 +517,29 @@ class _Member:
         if not all(loop.quiescent for loop in self.loops.values()):
             log.warning("stopped with ticks not judged: the other members' shares of them did not come")
 
-    def run(self, idle_stop_s: float | None) -> DetectStats:
+    def on_quiet(self) -> None:
+        self.step()
+
+    def at_end(self, idle: bool) -> None:
+        if idle:
+            self.drain(quiet_s=max(4 * (self.idle_stop_s or 0.0), 60.0))
+        self.checkpoint()
+
+    def close(self) -> None:
+        if self.connected:
+            self.consumer.close()
+        self.feed.close()
+        self.exchange.close()
+        self.producer.close()
+
+    def run(self) -> DetectStats:
         started = time.monotonic()
-
-        def at_end(idle: bool) -> None:
-            if idle:
-                self.drain(quiet_s=max(4 * (idle_stop_s or 0.0), 60.0))
-            self.checkpoint()
-
         try:
-            serve(
-                self.consumer, self.should_stop, self.on_batch, self.let_go, at_end, idle_stop_s, self.lateness_s,
-                on_quiet=self.step,
-            )  # fmt: skip
+            self.serve()
         except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
             log.warning("%s", exc)
         finally:
-            self.consumer.close()
-            self.feed.close()
-            self.exchange.close()
-            self.producer.close()
+            self.close()
         stats = self._stats()
         stats.seconds = time.monotonic() - started
         return stats
@@ -599,10 +597,11 @@ def detect_kafka(
         apply_events(loop, events or [])
         return loop
 
-    member = _Member(
-        settings, interval_s, should_stop, list(events or []), lateness_s, make, state_dir, checkpoint_every_s
-    )
-    return member.run(idle_stop_s)
+    member = DetectDaemon(
+        settings, interval_s, should_stop, list(events or []), lateness_s, make, state_dir, checkpoint_every_s,
+        idle_stop_s,
+    )  # fmt: skip
+    return member.run()
 
 
-__all__ = ["CohortExchange", "detect_kafka"]
+__all__ = ["CohortExchange", "DetectDaemon", "detect_kafka"]

@@ -13,8 +13,9 @@ import json
 import logging
 from typing import Any
 
+from ingest.daemon import Broker
 from ingest.deadletter import DeadLetter, Source
-from ingest.kafka import KafkaIOError, TopicReader, ensure_topics
+from ingest.kafka import KafkaIOError, TopicReader
 from vocab.schedule import event_problem
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,8 @@ def decode_events(records: list[tuple[int, int, bytes]], topic: str) -> tuple[li
 class EventsFeed:
     """New scheduler events since a position; the broker being away skips a round, never more."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, broker: Broker, topic: str) -> None:
+        self.broker, self.topic = broker, topic
         self._reader: TopicReader | None = None
         self.read = 0  # events taken
         self.refused = 0  # records that were no usable event (dead-lettered)
@@ -49,8 +50,8 @@ class EventsFeed:
     def take(self, since: dict[int, int]) -> tuple[list[dict[str, Any]], list[DeadLetter], dict[int, int]]:
         try:
             if self._reader is None:
-                ensure_topics(self.bootstrap, [self.topic], partitions=1)
-                self._reader = TopicReader(self.bootstrap, self.topic)
+                self.broker.ensure_topics([self.topic], partitions=1)
+                self._reader = self.broker.reader(self.topic, "aiops-events")
             records, positions = self._reader.read_new(since)
         except KafkaIOError as exc:
             log.warning("scheduler events not read this round: %s", exc)

@@ -19,17 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiops.daemon import PublishOnce, open_topics, resume_offsets, save_checkpoint, serve, usable_checkpoint
 from aiops.daemon_metrics import DaemonMetrics
-from aiops.daemon_state import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointStore,
-    Incarnation,
-)
-from aiops.events_feed import EventsFeed
 from aiops.incident_index import IncidentIndex
-from context.watch import TopologyFile
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.detect_loop import DetectLoop, read_chunks, read_events
@@ -37,20 +28,28 @@ from detectors.predict.online import OnlinePredictor
 from detectors.progress_topic import FindingsLoop
 from ingest.deadletter import DeadLetter, Source
 from notify.service import Notifier, topology_locate
-from rca.graph import GraphError, TopologyGraph
+from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
 from vocab.schedule import Schedule
-from vocab.settings import KafkaSettings
 from vocab.thresholds import DetectorSettings
 
 if TYPE_CHECKING:
     from act.loop import ActLoop
     from act.policy import ActConfig
-    from aiops.api import ApiOptions
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TickOutputs:
+    """What a batch of telemetry produced, to publish."""
+
+    notices: list[Notice]
+    anomalies: list[Anomaly]
+    predictions: list[Prediction]
+    incidents: list[tuple[str, bytes]]  # (incident id, its state as JSON)
 
 
 @dataclass(slots=True)
@@ -290,6 +289,14 @@ class Pipeline:
             for c in self.detect.coverage.report()
         ]
 
+    def outputs(self, anomalies: list[Anomaly]) -> TickOutputs:
+        """Everything a batch (or the end of the input) produced, with the anomalies the detect
+        loop returned: the one path a daemon publishes by (notices first: they may explain the
+        incidents beside them)."""
+        notices = self.take_notices()
+        predictions, incidents = self.take()
+        return TickOutputs(notices, anomalies, predictions, incidents)
+
     def take(self) -> tuple[list[Prediction], list[tuple[str, bytes]]]:
         """Predictions and incident changes since the last call (incidents as of now)."""
         predictions, incidents = self.detect.predictions, self.incidents
@@ -439,366 +446,6 @@ def run_folder(
     return stats
 
 
-def run_kafka(
-    settings: KafkaSettings,
-    interval_s: float,
-    topology: Path,
-    should_stop: Callable[[], bool],
-    events: list[dict[str, Any]] | None = None,
-    idle_stop_s: float | None = None,
-    lateness_s: float = 60.0,
-    predictor: OnlinePredictor | None = None,
-    incident_sink: IncidentSink | None = None,
-    detector_settings: DetectorSettings | None = None,
-    notice_sink: NoticeSink | None = None,
-    state_dir: Path | None = None,
-    checkpoint_every_s: float = 30.0,
-    notifier: Notifier | None = None,
-    api: ApiOptions | None = None,
-    finding_sink: FindingSink | None = None,
-    health_sink: HealthSink | None = None,
-    health_every_s: float = 10.0,
-    schedule_sink: ScheduleSink | None = None,
-    actions: ActConfig | None = None,
-    action_sink: Callable[[str], None] | None = None,
-    from_detection: bool = False,
-) -> RunStats:
-    """The daemon: telemetry in; anomalies, predictions, incidents, notices and dead letters out.
-    `from_detection`: the detection runs in the members of `aiops detect --kafka` (split across
-    them); this daemon reads their anomalies, predictions and progress instead of telemetry, and
-    hands the engine each tick once every telemetry partition has been judged through it.
-    With `api`, it serves the HTTP API (aiops.api) while it runs; `health_sink` gets its own
-    metrics (values, ticks, lag, tick delay) every `health_every_s` and on stopping.
-    With `state_dir`, it checkpoints its state with the offsets it belongs to every
-    `checkpoint_every_s` and on stopping, and a restart carries on from there (aiops.daemon_state).
-    Commits after a poll's outputs are flushed, and only up to the first message whose tick is
-    still held (waiting for the slowest partition or for late rows): at-least-once."""
-
-    from ingest.kafka import KafkaDeadLetterSink, KafkaIOError, TelemetryConsumer, TelemetryProducer, until_reachable
-
-    findings_topics = [settings.anomalies_topic, settings.predictions_topic, settings.progress_topic]
-    inputs = findings_topics if from_detection else [settings.telemetry_topic]
-    outputs = [settings.incidents_topic, settings.notices_topic, settings.deadletter_topic]
-    if not from_detection:
-        outputs[:0] = [settings.anomalies_topic, settings.predictions_topic]
-    topics = [settings.telemetry_topic, *(inputs if from_detection else []), *outputs]
-    if from_detection and actions is not None:
-        # a drain waits for the job's checkpoint in its GPUs' utilisation, which only the
-        # detection members see
-        raise ValueError("acting needs the telemetry: run it in the daemon that detects (without --from-detection)")
-    metrics = DaemonMetrics()
-    acting_holder: list[ActLoop] = []  # the acting loop, once made (the API may be up before it)
-    index: IncidentIndex | None = None
-    to_close: deque[str] = deque()
-    server = None  # served from the start: /healthz while it waits for the broker
-    pages = None  # what the incident pages draw from (the graph, once loaded)
-    approvals = None  # what the API reads and asks of the acting loop
-    if api is not None:
-        from aiops.api import ApiServer, PageContext, build_app
-        from show.series import InfluxSeries
-
-        index = IncidentIndex(state_dir / f"incidents-{settings.run_group}.sqlite" if state_dir else None)
-        to_close.extend(index.operator_resolved())  # asked for before a restart: closed if still open
-        token = api.token.get_secret_value() if api.token else None
-        influx = api.influx
-        pages = PageContext(
-            series=InfluxSeries(influx.url, influx.database, influx.token.get_secret_value()) if influx else None,
-            grafana_url=notifier.router.config.grafana_url if notifier is not None else None,
-        )
-        approvals = None
-        if actions is not None:  # approvals wait for the loop (made once the topology is read)
-            import hashlib
-            import secrets
-
-            from aiops.api import ActionsApi
-
-            # approval links are signed with the API token (rotating it voids them); without a
-            # token, with a secret of this run's own (links die with a restart)
-            secret = hashlib.sha256(token.encode()).digest() if token else secrets.token_bytes(32)
-            audit_file = state_dir / f"actions-{settings.run_group}.sqlite" if state_dir is not None else None
-
-            def approve(plan_id: str, who: str) -> None:  # the loop is made later: looked up when asked
-                acting_holder[0].approve(plan_id, who)
-
-            approvals = ActionsApi(audit_file, approve, secret)
-        app = build_app(index, metrics, notifier, token, to_close.append, pages, approvals)
-        server = ApiServer(app, api.host, api.port)
-        server.start()
-    live: list[TelemetryConsumer] = []  # the consumer, once there is one
-
-    last_health = time.monotonic()
-
-    def report_health(force: bool = False) -> None:
-        nonlocal last_health
-        if health_sink is not None and (force or time.monotonic() - last_health >= health_every_s):
-            last_health = time.monotonic()
-            health_sink(metrics)
-
-    def stopping() -> bool:
-        """Asked whenever the daemon waits or loops: the API's liveness and lag come from here,
-        and the health written to InfluxDB (idle or not)."""
-        metrics.beat()
-        if live:
-            metrics.assigned, metrics.standing_by = live[0].assigned, live[0].standing_by
-            metrics.lag = live[0].lag()
-        report_health()
-        return should_stop()
-
-    def stop_api() -> None:
-        if server is not None:
-            server.stop()
-        if index is not None:
-            index.close()
-
-    def guarded(setup: Callable[[], T]) -> T:
-        """A setup step; if it fails (or the daemon is stopped meanwhile), the API goes too."""
-        try:
-            return setup()
-        except BaseException:
-            stop_api()
-            raise
-
-    # the cluster and topic ids every checkpoint records, and a checkpoint must match to be used
-    born = guarded(lambda: open_topics(settings.bootstrap, topics, stopping))
-    graph = guarded(lambda: TopologyGraph.load(topology))
-    where = entity_tags(graph)
-    if pages is not None:
-        pages.graph = graph
-    watched = TopologyFile(topology)  # a re-imported topology is taken without a restart
-    topology_json: dict[str, Any] = json.loads(topology.read_text())
-    if notifier is not None and notifier.router.locate is None:
-        notifier.router.locate = topology_locate(graph)
-
-    acting = None
-    current: list[Pipeline] = []  # the pipeline that holds the partitions now
-    early_pages: list[tuple[str, str]] = []
-    if actions is not None:  # one loop and one audit log, whichever pipeline holds the partitions
-        from aiops.acting import act_loop
-
-        audit = state_dir / f"actions-{settings.run_group}.sqlite" if state_dir is not None else None
-
-        def page(message: str, subject: str) -> None:  # through whichever pipeline holds the partitions now
-            current[0].page(message, subject)
-
-        def jobs_on(node: str, t: float) -> dict[str, int]:
-            return current[0].jobs_on(node, t)
-
-        acting = act_loop(actions, graph, audit, page, jobs_on=jobs_on, action_sink=action_sink)
-        acting_holder.append(acting)
-        if approvals is not None and audit is None:
-            approvals.audit = acting.audit  # in memory: the API reads the loop's own log
-
-    telemetry_partitions = 0
-    if from_detection:  # how many partitions the detection members judge: each tick waits for all
-        telemetry_partitions = guarded(lambda: until_reachable(lambda: _partitions(settings), stopping))
-    fence: list[tuple[int, dict[tuple[str, int], int]]] = []  # (tick ms, findings' ends when it was complete)
-
-    def fresh() -> Pipeline:
-        findings = None
-        if from_detection:
-            findings = FindingsLoop(interval_s, telemetry_partitions, *findings_topics)
-        fence.clear()
-        pipeline = Pipeline(graph, interval_s, events, predictor, lateness_s, detector_settings, findings)
-        pipeline.topology_digest = watched.digest
-        pipeline.notifier = notifier
-        pipeline.index, pipeline.metrics, pipeline.to_close = index, metrics, to_close
-        current[:] = [pipeline]  # before acting restores: what it settles may page
-        if pages is not None:  # the pages' blast radius: the jobs the engine's schedule says
-            pages.schedule = pipeline.schedule
-        pipeline.early_pages = early_pages  # pages said before a tick outlive a pipeline replaced
-        if acting is not None:
-            pipeline.act_on(acting)
-        return pipeline
-
-    pipeline = fresh()
-    store = CheckpointStore(state_dir, f"run-{settings.run_group}") if state_dir is not None else None
-    producer = guarded(
-        lambda: until_reachable(lambda: TelemetryProducer(settings.bootstrap, client_id="aiops-run"), stopping)
-    )
-    holding: set[tuple[str, int]] = set()  # the partitions whose state the pipeline holds
-    once = PublishOnce(settings.bootstrap, [producer])  # a checkpoint's outputs, read back before publishing
-
-    def assigned(partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """One member of the group holds every partition (the engine sees the whole fleet);
-        the group hands them back to the same member after each rebalance, and then its state is
-        still its own. Partitions it did not hold come with the checkpoint (a start, or a standby
-        taking over): state moves with them. Runs inside a poll: no Kafka calls here."""
-        nonlocal pipeline, holding
-        if not partitions:
-            if holding:  # it held them until now: what it learnt is the new holder's
-                pipeline = fresh()
-            holding = set()
-            if consumer.standing_by:
-                log.warning("standing by: another member of group %s holds the partitions", settings.run_group)
-            return {}
-        if partitions <= holding:
-            holding = partitions
-            return {}
-        holding = partitions
-        pipeline = fresh()
-        checkpoint = _load(pipeline, store, born)
-        if checkpoint is None:
-            pipeline = fresh()  # a failed restore may have left part of the state
-            return {}
-        if pages is not None:  # the restored schedule replaced the fresh one
-            pages.schedule = pipeline.schedule
-        once.replaying_from(checkpoint.outputs)
-        if index is not None:  # the restored engine may hold incidents an operator resolved since
-            to_close.extend(index.operator_resolved())
-        resume = resume_offsets(checkpoint)
-        log.warning(
-            "resuming from the checkpoint of %s (%s; last tick %s)",
-            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(checkpoint.written_at)),
-            ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(resume.items())),
-            pipeline.last_tick,
-        )
-        return resume
-
-    def revoked(partitions: set[tuple[str, int]]) -> None:  # the pipeline of the moment (assigned() renews it)
-        pipeline.detect.forget_partitions(partitions)
-
-    consumer = guarded(
-        lambda: until_reachable(
-            lambda: TelemetryConsumer(
-                settings, inputs, settings.run_group, on_revoked=revoked, on_assigned=assigned, one_active=True
-            ),
-            stopping,
-        )
-    )
-    live.append(consumer)
-    dead = KafkaDeadLetterSink(producer, settings.deadletter_topic)
-    stats = RunStats()
-    started = last_checkpoint = time.monotonic()
-
-    def checkpoint() -> None:
-        """State and the offsets it belongs to, then the same offsets to Kafka."""
-        nonlocal last_checkpoint
-        done = consumer.done(pipeline.detect.held.first_held())
-        # the broker away: the next round checkpoints (and commits)
-        if (
-            store is not None
-            and holding
-            and not save_checkpoint(store, pipeline.state(), done, settings.bootstrap, outputs, born)
-        ):
-            return
-        consumer.commit(held=pipeline.detect.held.first_held())
-        last_checkpoint = time.monotonic()
-
-    def publish(anomalies: list[Anomaly]) -> None:
-        once.arm(stopping)  # resumed from a checkpoint: what was published since is skipped
-        notices = pipeline.take_notices()
-        for n in notices:
-            producer.send_raw(settings.notices_topic, n.to_json(), key=n.subject.encode())
-        if notice_sink is not None and notices:
-            notice_sink(notices)
-        predictions, incidents = pipeline.take()
-        for a in anomalies:
-            producer.send_raw(settings.anomalies_topic, a.to_json(), key=a.entity.encode())
-        for p in predictions:
-            producer.send_raw(settings.predictions_topic, p.to_json(), key=p.entity.encode())
-        for incident_id, state in incidents:  # keyed by incident: its history stays in order
-            producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
-        producer.flush(should_stop=stopping)
-        _to_sinks(stats, anomalies, predictions, incidents, incident_sink, finding_sink, where)
-
-    def let_go() -> None:
-        """The input went quiet for a tick's lateness: the ticks held for late rows get
-        nothing more (a collector that stopped, the end of a replay); analyse them now, as
-        the offline run does at the end, and commit. Rows that come later are late. (Fed by
-        the detection members, quiet says nothing: their progress says when a tick is whole.)"""
-        if not from_detection:
-            publish(pipeline.finish())
-        checkpoint()
-
-    def release_findings() -> None:
-        """Fed by the detection members: a tick every telemetry partition has been judged
-        through goes to the engine once this member has read the findings topics as far as
-        they went when it heard so (each member's progress record follows its findings on the
-        broker, but a poll may bring it before them)."""
-        findings = pipeline.detect
-        if not isinstance(findings, FindingsLoop):
-            return
-        if fence and consumer.reached(fence[0][1]):
-            findings.release(fence.pop()[0])
-            publish([])
-        ready = findings.ready_through()
-        if not fence and ready is not None:
-            try:
-                fence.append((ready, consumer.ends_of({settings.anomalies_topic, settings.predictions_topic})))
-            except KafkaIOError as exc:  # the broker away: asked again after the next poll
-                log.warning("%s", exc)
-
-    def reload_topology() -> None:
-        """The topology file changed: validated, then taken; a bad one is refused and the old stays."""
-        nonlocal graph, topology_json, where
-        change = watched.changed()
-        if change is None:
-            return
-        digest, data = change
-        try:
-            new_graph = TopologyGraph.from_json(data)
-        except GraphError as exc:
-            log.error("topology %s not reloaded (%s): the one loaded before stays in use", topology, exc)
-            return
-        pipeline.reload(new_graph, data, topology_json, digest)
-        graph, topology_json = new_graph, data
-        where = entity_tags(graph)
-        if pages is not None:
-            pages.graph = graph
-        if notifier is not None:
-            notifier.router.locate = topology_locate(graph)
-
-    if schedule_sink is not None and events:  # written again on a restart: the same points, overwritten
-        schedule_sink(list(events))
-    feed = EventsFeed(settings.bootstrap, settings.events_topic)
-
-    def hear_scheduler() -> None:
-        """What the scheduler said since the last batch, before the telemetry that follows it."""
-        events, refused, pipeline.events_offsets = feed.take(pipeline.events_offsets)
-        if events:
-            pipeline.add_events(events)
-            if schedule_sink is not None:
-                schedule_sink(events)
-        dead.add(refused)
-
-    def on_batch(messages: list[tuple[Source, int, bytes]]) -> None:
-        reload_topology()
-        hear_scheduler()
-        values_before = pipeline.detect.stats.values
-        anomalies, letters = pipeline.feed_polled(messages, consumer.backlogged())
-        consumer.hold_back(pipeline.detect.ahead_partitions())
-        metrics.took(pipeline.detect.stats.values - values_before)
-        dead.add(letters)
-        publish(anomalies)
-        release_findings()
-        dead.flush(stopping)
-        # with a state directory, offsets are committed only with the state they belong to:
-        # committed ahead of the checkpoint, a restart would carry on from there with
-        # state that never saw what came between (or, before the first checkpoint, with none)
-        if store is None or time.monotonic() - last_checkpoint >= checkpoint_every_s:
-            checkpoint()
-
-    def at_end(idle: bool) -> None:
-        if idle:  # the input went idle (a replay, a test): what is held is all there is
-            publish(pipeline.finish())
-        checkpoint()
-        report_health(force=True)
-
-    try:
-        serve(
-            consumer, stopping, on_batch, let_go, at_end, idle_stop_s, lateness_s,
-            on_quiet=release_findings if from_detection else None,
-        )  # fmt: skip
-    except KafkaIOError as exc:  # asked to stop while the broker was away: nothing more committed
-        log.warning("%s", exc)
-    finally:
-        consumer.close()
-        producer.close()
-        feed.close()
-        stop_api()
-    return pipeline.finish_stats(stats, time.monotonic() - started)
-
-
 def _to_sinks(
     stats: RunStats,
     anomalies: list[Anomaly],
@@ -818,31 +465,6 @@ def _to_sinks(
     stats.incidents += len(incidents)
 
 
-def _partitions(settings: KafkaSettings) -> int:
-    """How many partitions the telemetry topic has."""
-    from ingest.kafka import TopicReader
-
-    reader = TopicReader(settings.bootstrap, settings.telemetry_topic, client_id="aiops-run")
-    try:
-        return len(reader.ends())
-    finally:
-        reader.close()
-
-
-def _load(pipeline: Pipeline, store: CheckpointStore | None, born: Incarnation) -> Checkpoint | None:
-    """The last checkpoint, loaded into the pipeline; None if there is none or it cannot be used
-    (logged: the daemon then starts from nothing, at the group's committed offsets)."""
-    checkpoint = usable_checkpoint(store, born)
-    if checkpoint is None:
-        return None
-    try:
-        pipeline.restore(checkpoint.state)
-    except (CheckpointError, ValueError) as exc:
-        log.error("checkpoint not used (%s): starting from nothing at the committed offsets", exc)
-        return None
-    return checkpoint
-
-
 __all__ = [
     "FindingSink",
     "HealthSink",
@@ -851,7 +473,7 @@ __all__ = [
     "Pipeline",
     "RunStats",
     "ScheduleSink",
+    "TickOutputs",
     "entity_tags",
     "run_folder",
-    "run_kafka",
 ]

@@ -1,83 +1,22 @@
-"""The ingest daemon's loop over a consumer: poll, decode, store, dead-letter, then commit."""
+"""The ingest daemon on the skeleton (ingest/daemon.py): poll, decode, store, dead-letter, then commit."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ingest.daemon import KafkaDaemon
 from ingest.deadletter import DeadLetter, Source
-from ingest.kafka import JOIN_TIMEOUT_S, MAX_REJOINS, QUIET_CHECK_S, KafkaIOError, TelemetryConsumer
+from ingest.kafka import KafkaIOError, TelemetryConsumer
 from ingest.messages import Partition, Polled, _bounded, per_partition, process_messages
 from ingest.pipeline import DeadLetterSink, FrameSink, IngestCore, SinkUnavailableError, WindowedSink
 
 log = logging.getLogger(__name__)
-
-
-def polls(
-    consumer: TelemetryConsumer,
-    should_stop: Callable[[], bool],
-    idle_stop_s: float | None = None,
-    on_idle: Callable[[], None] | None = None,
-    idle_s: float = 60.0,
-    on_empty: Callable[[], None] | None = None,
-) -> Iterator[Polled]:
-    """Non-empty polls until asked to stop, or until nothing arrived for `idle_stop_s` once the
-    group gave this member partitions (joining a group takes a while and is not idleness).
-    `on_idle` is called once when the input has been quiet for `idle_s` (it stopped: a stage
-    that holds data for late arrivals lets it go), and again after the next quiet spell. Quiet
-    (for either) means the broker confirms, every `QUIET_CHECK_S` of the spell and at its end,
-    that there is nothing more to take: while the broker is away, producers buffer, and what they
-    buffered arrives after it is back, so a spell counts only from the broker's return.
-    `on_empty` is called after every poll that brought nothing (work that waits on others)."""
-    # idle: nothing more to take (stopping waits for it); quiet: nothing more but what is held
-    # back (letting held ticks go waits only for that: the held-back records wait on those ticks)
-    idle_since = quiet_since = joining_since = quiet_checked = time.monotonic()
-    idle_told = False
-    rejoins = 0
-    while not should_stop():
-        messages = consumer.poll()
-        now = time.monotonic()
-        if messages:
-            idle_since = quiet_since = quiet_checked = now
-            idle_told = False
-            yield messages
-            continue
-        if on_empty is not None:
-            on_empty()
-        telling = on_idle is not None and not idle_told
-        spell_over = (telling and now - quiet_since > idle_s) or (
-            idle_stop_s is not None and now - idle_since > idle_stop_s
-        )
-        watching = telling or idle_stop_s is not None
-        if watching and consumer.assigned and (spell_over or now - quiet_checked >= QUIET_CHECK_S):
-            if not consumer.caught_up(held_back_taken=True):
-                idle_since = quiet_since = now
-            elif consumer.holding_back and not consumer.caught_up():
-                idle_since = now
-            now = quiet_checked = time.monotonic()
-        if on_idle is not None and not idle_told and consumer.assigned and now - quiet_since > idle_s:
-            idle_told = True
-            on_idle()
-        if not consumer.assigned:
-            idle_since = now
-            if consumer.standing_by:
-                joining_since = now
-            elif now - joining_since > JOIN_TIMEOUT_S:
-                rejoins += 1
-                if idle_stop_s is not None and rejoins > MAX_REJOINS:
-                    raise KafkaIOError(f"no partitions assigned after {rejoins} attempts to join the group")
-                if not consumer.rejoin(should_stop):
-                    return
-                joining_since = time.monotonic()
-        elif idle_stop_s is not None and now - idle_since > idle_stop_s:
-            return
-        if consumer.assigned:
-            joining_since = now
 
 
 STORE_RETRY_MAX_S = 30.0
@@ -125,6 +64,79 @@ def line_offsets(
     }
 
 
+class IngestDaemon(KafkaDaemon):
+    """Poll, process, flush both sinks, then commit: a crash anywhere before the commit means
+    the batch is read again (at-least-once); the database and the topics tolerate the repeat.
+
+    A sink that holds rows until their window closes (a WindowedSink: downsampling) is told each
+    row's partition and offset, and each partition is committed only up to its first message
+    with rows still held. When the input has been quiet for the sink's `quiet_after_s`, or a run
+    until idle ends, its open windows are closed and written: what arrived is what there is.
+    Asked to stop, nothing open is written (it is read again on restart)."""
+
+    def __init__(
+        self,
+        consumer: TelemetryConsumer,
+        core: IngestCore,
+        frames: FrameSink,
+        deadletters: DeadLetterSink,
+        should_stop: Callable[[], bool],
+        idle_stop_s: float | None = None,
+        on_batch_done: Callable[[dict[str, object]], None] | None = None,
+    ) -> None:
+        self.windowed = frames if isinstance(frames, WindowedSink) else None
+        # at full resolution nothing waits for a quiet input
+        quiet = self.windowed.quiet_after_s if self.windowed is not None else None
+        super().__init__(should_stop, idle_stop_s=idle_stop_s, quiet_after_s=quiet, consumer=consumer)
+        self.core, self.frames, self.deadletters = core, frames, deadletters
+        self.on_batch_done = on_batch_done
+
+    def settle(self) -> bool:
+        """Flush both sinks and commit what they stored; False if asked to stop meanwhile."""
+        refused = store(self.frames, self.consumer, self.should_stop)
+        if refused is None:
+            return False  # asked to stop while the store was away: nothing committed, read again on restart
+        if refused:
+            self.deadletters.add(
+                [DeadLetter("store", f"refused by the database: {why}", line) for line, why in refused]
+            )
+            self.core.stats.deadlettered += len(refused)
+        try:
+            self.deadletters.flush(self.should_stop)
+        except KafkaIOError as exc:  # asked to stop while the broker was away: read again on restart
+            log.warning("%s", exc)
+            return False
+        held = cast(Mapping[Partition, int], self.windowed.held()) if self.windowed is not None else None
+        self.consumer.commit(held)
+        return True
+
+    def on_batch(self, messages: Polled) -> None:
+        values = letters = 0
+        for partition, part in per_partition(messages):  # each judged against its own event time
+            batch = process_messages(self.core, part, partition)
+            if self.windowed is not None:
+                self.windowed.write_stream(batch.frames, partition, line_offsets(part, batch.line_no))
+            else:
+                self.frames.write(batch.frames)
+            self.deadletters.add(batch.deadletters)
+            values, letters = values + batch.value_count, letters + len(batch.deadletters)
+        if not self.settle():
+            self.halted = True
+            return
+        if self.on_batch_done is not None:
+            self.on_batch_done({"messages": len(messages), "values": values, "deadletters": letters})
+
+    def let_go(self) -> None:
+        """The input has been quiet for the sink's `quiet_after_s`: its open windows are closed."""
+        if self.windowed is not None:
+            self.windowed.close_all()
+            self.settle()
+
+    def at_end(self, idle: bool) -> None:
+        if idle:  # a run until idle ended: its windows are complete
+            self.let_go()
+
+
 def consume(
     consumer: TelemetryConsumer,
     core: IngestCore,
@@ -134,53 +146,5 @@ def consume(
     idle_stop_s: float | None = None,
     on_batch: Callable[[dict[str, object]], None] | None = None,
 ) -> None:
-    """Poll, process, flush both sinks, then commit: a crash anywhere before the commit means
-    the batch is read again (at-least-once); the database and the topics tolerate the repeat.
-
-    A sink that holds rows until their window closes (a WindowedSink: downsampling) is told each
-    row's partition and offset, and each partition is committed only up to its first message
-    with rows still held. When the input has been quiet for the sink's `quiet_after_s`, or a run
-    until idle ends, its open windows are closed and written: what arrived is what there is.
-    Asked to stop, nothing open is written (it is read again on restart)."""
-    windowed = frames if isinstance(frames, WindowedSink) else None
-
-    def settle() -> bool:
-        """Flush both sinks and commit what they stored; False if asked to stop meanwhile."""
-        refused = store(frames, consumer, should_stop)
-        if refused is None:
-            return False  # asked to stop while the store was away: nothing committed, read again on restart
-        if refused:
-            deadletters.add([DeadLetter("store", f"refused by the database: {why}", line) for line, why in refused])
-            core.stats.deadlettered += len(refused)
-        try:
-            deadletters.flush(should_stop)
-        except KafkaIOError as exc:  # asked to stop while the broker was away: read again on restart
-            log.warning("%s", exc)
-            return False
-        consumer.commit(cast(Mapping[Partition, int], windowed.held()) if windowed is not None else None)
-        return True
-
-    def close_windows() -> None:
-        if windowed is not None:
-            windowed.close_all()
-            settle()
-
-    quiet: dict[str, Any] = {}  # at full resolution nothing waits for a quiet input
-    if windowed is not None:
-        quiet = {"on_idle": close_windows, "idle_s": windowed.quiet_after_s}
-    for messages in polls(consumer, should_stop, idle_stop_s, **quiet):
-        values = letters = 0
-        for partition, part in per_partition(messages):  # each judged against its own event time
-            batch = process_messages(core, part, partition)
-            if windowed is not None:
-                windowed.write_stream(batch.frames, partition, line_offsets(part, batch.line_no))
-            else:
-                frames.write(batch.frames)
-            deadletters.add(batch.deadletters)
-            values, letters = values + batch.value_count, letters + len(batch.deadletters)
-        if not settle():
-            return
-        if on_batch is not None:
-            on_batch({"messages": len(messages), "values": values, "deadletters": letters})
-    if windowed is not None and not should_stop():  # a run until idle ended: its windows are complete
-        close_windows()
+    """The ingest daemon over a consumer its caller made (and closes): see IngestDaemon."""
+    IngestDaemon(consumer, core, frames, deadletters, should_stop, idle_stop_s, on_batch).serve()

@@ -173,7 +173,8 @@ def wait_for_file(path: Path, what: str, poll_s: float = TOPOLOGY_POLL_S) -> Non
 
 def cmd_run(args: argparse.Namespace) -> int:
     from aiops.cli.common import CliError, folder_progress, load_predictor, settings_from, stop_on_signals
-    from aiops.pipeline import run_folder, run_kafka
+    from aiops.pipeline import run_folder
+    from aiops.run_daemon import RunOptions, RunSinks, run_kafka
     from detectors.detect_loop import IntervalUnknownError, load_events, scrape_interval
     from rca.graph import GraphError
 
@@ -212,29 +213,30 @@ def cmd_run(args: argparse.Namespace) -> int:
             settings = settings_from(args)
             kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
             events = load_events(Path(args.events)) if args.events else []
-            stats = run_kafka(
-                kafka,
+            options = RunOptions(
                 interval,
                 Path(args.topology),
-                stop_on_signals(),
                 events,
                 idle_stop_s=args.stop_when_idle,
                 lateness_s=args.lateness if args.lateness is not None else configured.tick_lateness_s,
                 predictor=predictor,
-                incident_sink=sink,
                 detector_settings=thresholds,
-                notice_sink=notice_sink,
                 state_dir=Path(args.state_dir) if args.state_dir else configured.state_dir,
                 checkpoint_every_s=configured.checkpoint_every_s,
                 notifier=notifier,
                 api=_api(args, configured),
-                finding_sink=finding_sink,
-                health_sink=_health_sink(writer, kafka.run_group) if writer is not None else None,
-                schedule_sink=writer.add_schedule if writer is not None else None,
                 actions=actions,
-                action_sink=_lines_to(writer),
                 from_detection=args.from_detection,
             )
+            sinks = RunSinks(
+                incidents=sink,
+                notices=notice_sink,
+                findings=finding_sink,
+                health=_health_sink(writer, kafka.run_group) if writer is not None else None,
+                schedule=writer.add_schedule if writer is not None else None,
+                actions=_lines_to(writer),
+            )
+            stats = run_kafka(kafka, options, stop_on_signals(), sinks)
             print(
                 f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
                 f"{stats.predictions} predictions, {stats.incidents} incident updates -> {kafka.incidents_topic}"

@@ -10,7 +10,8 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from aiops.cli import main
-from aiops.pipeline import RunStats, run_kafka
+from aiops.pipeline import RunStats
+from aiops.run_daemon import RunOptions, run_kafka
 from ingest.kafka import ensure_topics
 from ingest.messages import event_time_ms
 from vocab.settings import KafkaSettings
@@ -65,13 +66,17 @@ def test_a_stopped_daemon_commits_no_tick_it_has_not_analysed(
         return bool(committed >= total / 4)
 
     try:
-        first: RunStats = run_kafka(settings, INTERVAL_S, side / "topology.json", a_quarter_committed, lateness_s=60)
+        first: RunStats = run_kafka(
+            settings, RunOptions(INTERVAL_S, side / "topology.json", lateness_s=60), a_quarter_committed
+        )
     finally:
         watcher.close()
     assert first.last_tick is not None and first.ticks < 120, "stopped too late to show anything"
     for partition, committed, newest in _committed_and_done(settings, first.last_tick):
         assert newest <= first.last_tick, f"partition {partition}: committed up to {committed}, past its tick"
 
-    second = run_kafka(settings, INTERVAL_S, side / "topology.json", lambda: False, idle_stop_s=8, lateness_s=60)
+    second = run_kafka(
+        settings, RunOptions(INTERVAL_S, side / "topology.json", idle_stop_s=8, lateness_s=60), lambda: False
+    )
     assert second.first_tick is not None and second.first_tick <= first.last_tick + INTERVAL_S
     assert first.ticks + second.ticks >= 120  # one hour at 30 s: no tick went unanalysed

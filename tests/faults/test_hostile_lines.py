@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aiops.cli import main
-from aiops.pipeline import run_kafka
+from aiops.run_daemon import RunOptions, run_kafka
 from benchmarks.soak import by_incident as _by_incident
 from benchmarks.soak import incident_differences as _differences
 from detectors.detect_loop import read_events
@@ -77,7 +77,9 @@ def test_hostile_lines_lose_nothing_else_and_open_no_incident(
 
     settings = kafka_settings.model_copy(update={"run_group": kafka_settings.ingest_group + "-run"})
     events, _ = read_events(clean / "events.jsonl")
-    stats = run_kafka(settings, 30.0, clean / "topology.json", lambda: False, events, idle_stop_s=8, lateness_s=60)
+    stats = run_kafka(
+        settings, RunOptions(30.0, clean / "topology.json", events, idle_stop_s=8, lateness_s=60), lambda: False
+    )
     assert stats.deadletters == 3
     streamed = _by_incident(_consume(settings, settings.incidents_topic))
     assert _differences(streamed, expected_incidents) == []
