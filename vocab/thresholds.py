@@ -345,6 +345,26 @@ class PeerThresholds(_Section):
         "with a job's pace changing at the same time a median of 5 turned; a median of 8 needs 4 "
         "(operational choice; the median still turns within 5 minutes at 60-s scrapes)",
     )
+    node_mates: int = sourced(
+        3,
+        "a GPU judged against its job (rules of cohort job, not history) is also judged against its "
+        "node's other GPUs in the same job when it has at least this many: it must stand out from "
+        "them too (node_mates_share of the rule's z); a node whose GPUs all shift together is the "
+        "host's doing, judged by the node's own signals",
+        "a node's GPUs share its host, its power supply and its air or coolant: a host in another "
+        "phase of the job than the others (telemetry_gen: host-phase offsets), a PSU or a hot inlet "
+        "moves all of them (the PSU and cooling rules name those); a fail-slow GPU is one chip "
+        "(Wu et al., ATC'24 FALCON; Sinha et al., SC'22). Three mates make a median one outlier "
+        "cannot carry (operational choice); a false GPU straggler at harsh realism, validation seed "
+        "4505 (10,000 GPUs, 60-s scrapes): a whole node 20 % under its job's power while its host "
+        "ran another phase",
+    )
+    node_mates_share: float = sourced(
+        0.5,
+        "how far (a share of the rule's z) a GPU must stand out from its node mates' median",
+        "the mates' median sits anywhere in the job's chip spread: a GPU past the job's bar stands at "
+        "least half of it below mates in the low half of that spread (operational choice)",
+    )
     history_recent_scrapes: int = sourced(
         30,
         "a GPU's recent place in its job (history rules) is the trimmed mean of this many of its samples",

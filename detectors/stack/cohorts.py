@@ -207,6 +207,8 @@ class PeerRules:
                 z, shown[rows, j], median = self._against_place(m, j, rule, place, share, cohort, rows, median)
             zs[rows, j], medians[rows, j] = z, median
             beyond[:, j] = (zs[:, j] <= rule.z) if rule.z < 0 else (zs[:, j] >= rule.z)
+            if rule.cohort == "job" and not rule.history and "node" in m.frame.tags:
+                beyond[rows, j] = self._apart_from_mates(m, rule, col, cohort, rows, scale[inverse], beyond[rows, j])
             if rule.history:  # a fall still being established is not learned as the GPU's new place
                 self._places[(m.name, j)].judged(m.series, zs[:, j] <= self.limits.history_hold_z)
         fired = persistence.update(m.series, beyond, zs)
@@ -229,6 +231,37 @@ class PeerRules:
                     m.name,
                 )
             )
+        return out
+
+    def _apart_from_mates(
+        self,
+        m: MeasurementTick,
+        rule: PeerRule,
+        col: FloatArray,
+        cohort: NDArray[np.object_],
+        rows: NDArray[np.intp],
+        scale: FloatArray,
+        beyond: NDArray[np.bool_],
+    ) -> NDArray[np.bool_]:
+        """`beyond` (per row of `rows`), kept only where the GPU also stands out from its node's
+        other GPUs in the same job (or has fewer than `node_mates` of them: the job alone judges).
+        A node whose GPUs all shift together is the host's doing, and its own rules' to name (PSU,
+        inlet, power brake). Only the nodes of GPUs beyond the job's bar are looked at."""
+        limits = self.limits
+        if not beyond.any():
+            return beyond
+        nodes = m.frame.tag("node")[rows]
+        jobs = cohort[rows]
+        out = beyond.copy()
+        bar = rule.z * limits.node_mates_share
+        for i in np.flatnonzero(beyond):
+            members = np.flatnonzero((nodes == nodes[i]) & (jobs == jobs[i]))
+            if len(members) <= limits.node_mates:
+                continue
+            mates = float(np.median(col[rows[members]]))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = (col[rows[i]] - mates) / scale[i]
+            out[i] = bool(z <= bar) if rule.z < 0 else bool(z >= bar)
         return out
 
     def _against_place(

@@ -447,3 +447,24 @@ def test_off_the_cap_a_gpu_below_the_top_clock_is_a_straggler() -> None:
     assert hits and hits[0][1] == [("g3", "DCGM_FI_DEV_SM_CLOCK", "peer:job")]
     assert hits[0][0] <= 10 + 6 + 2  # within its window and the persistence
     assert {e for _, f in hits for e, _, _ in f} == {"g3"}
+
+
+def test_a_node_whose_gpus_shift_together_is_no_gpu_straggler_but_a_gpu_apart_from_its_mates_is() -> None:
+    """A job of four 8-GPU nodes off the cap (real-gpu/h200/nvml-1s.csv, phase membound: 1980
+    MHz, 556-593 W, no reason). One node's host runs another phase for 15 minutes: its eight GPUs
+    draw 20 % less together (the host's doing, not one chip's). On another node one GPU draws
+    20 % less than its mates: that one is a straggler."""
+    rng = np.random.default_rng(45)
+    chips = rng.normal(1.0, 0.024, 32)
+    ticks = []
+    for k in range(60):
+        lines = []
+        for i in range(32):
+            node = f"n{i // 8}"
+            factor = 0.8 if (node == "n1" and 10 <= k < 40) or (i == 21 and k >= 20) else 1.0
+            power = round(float(575 * chips[i] * factor * (1 + rng.normal(0, 0.01))), 1)
+            line = gpu_line(f"{node}-g{i % 8}", clock=1980, power=power, node=node)
+            lines.append(line + ",DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0i")
+        ticks.append(tick(30 * k, lines))
+    found = {e for f in run(DetectorStack(30), ticks) for e, _, _ in f}
+    assert found == {"n2-g5"}
