@@ -1,6 +1,6 @@
 """The detection daemon (`aiops detect --kafka`): telemetry in; anomalies, predictions and dead
 letters out. The members of its group split the telemetry partitions between them: a second
-member about doubles capacity (DESIGN.md, "Beyond one machine").
+member about doubles capacity (docs/detection.md, split detection).
 
 Each partition's entities live in a loop of their own (rules, silence, drift, the predictor's
 features: everything that needs only an entity's own series), checkpointed per partition with

@@ -88,7 +88,7 @@ class KindCoverage:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """A monitoring fact that is not a fault (DESIGN.md): here, a detector's coverage."""
+    """A monitoring fact that is not a fault (a notice, docs/root-cause.md): here, a detector's coverage."""
 
     at: float
     kind: str  # "coverage"

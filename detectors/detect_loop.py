@@ -179,7 +179,7 @@ class DetectLoop:
         # the schedule says: what acting reads a job's checkpoints from (act.checkpoints)
         self.track_jobs = False
         self.job_utilisation: dict[str, float] = {}
-        # split detection (aiops.detect_split): this loop holds one partition's entities; released
+        # split detection (aiops.detect_daemon): this loop holds one partition's entities; released
         # ticks wait their turn, the one begun waits for the merged cohort summary of its tick
         self.split = False
         self.waiting: deque[AssembledTick] = deque()

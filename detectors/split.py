@@ -1,7 +1,7 @@
 """Split detection's step, apart from Kafka: the loops a member holds (one per telemetry
 partition) begin their ticks, share what the comparisons across partitions need, and are judged
 once every partition's share of the tick is in (detectors.stack.summary.ShareBoard). The daemon
-(aiops.detect_split) moves shares between members; a test moves them in memory."""
+(aiops.detect_daemon) moves shares between members; a test moves them in memory."""
 
 from __future__ import annotations
 

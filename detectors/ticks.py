@@ -221,7 +221,7 @@ Source = tuple[str, int]  # (topic, partition)
 class HeldMessages:
     """Kafka messages whose rows still wait in the assembler for their tick to close. Their
     offsets are not done: committing past them and then crashing would lose those ticks, so a
-    partition commits up to its first held message (DESIGN.md: commit only what is done).
+    partition commits up to its first held message (docs/ingest.md: commit only what is done).
 
     A message is judged by its event time (the timestamp of its last line; a producer groups one
     entity's lines of one scrape per message, as ours and Telegraf's do): it is done once the tick

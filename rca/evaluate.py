@@ -1,4 +1,4 @@
-"""Scoring a run against the generator's truth, as DESIGN.md "How quality is measured" defines it:
+"""Scoring a run against the generator's truth, as docs/accuracy.md describes it:
 detection recall and time to detect, RCA top-1/top-3, incident precision and failure prediction,
 overall and per fault kind.
 

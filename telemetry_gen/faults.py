@@ -1,6 +1,6 @@
 """Fault catalog, scheduling and the truth log.
 
-Kinds and their root entities are DESIGN.md's catalog. Default rates come from Meta's Llama 3
+Kinds and their root entities are the registry's (vocab/faults.toml). Default rates come from Meta's Llama 3
 report (Dubey et al., 2024, table 5): 419 unexpected interruptions in 54 days on 16,384 H100s,
 i.e. 1.97e-5 per GPU-hour, of which faulty GPUs 30.1%, HBM3 17.2%, network switch/cable 8.4%,
 GPU SRAM and processor 8.4%, NIC 1.4%, host/power/cooling the rest; we split that total across

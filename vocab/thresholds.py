@@ -188,7 +188,7 @@ class PresenceThresholds(_Section):
 # the window a GPU's own level is the median of before it is compared with its job's: minutes, so
 # the wander of a power-capped clock (recording, phase train) averages out and a lone step-boundary
 # sample is outvoted, while a fault is still seen well inside the 600 s a detection is allowed
-# (DESIGN.md: the median turns after half the window)
+# (docs/detection.md: the median turns after half the window)
 WINDOW_S = 180.0
 
 

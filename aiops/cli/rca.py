@@ -59,7 +59,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--api-host", metavar="HOST", help="with --api-port: address to bind (default AIOPS_HTTP_HOST)")
     p.set_defaults(handler=cmd_run)
 
-    p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (DESIGN.md)")
+    p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (docs/accuracy.md)")
     p.add_argument("--truth", metavar="FILE", required=True, nargs="+", help="truth.jsonl of the generated cluster")
     p.add_argument("--run", metavar="DIR", required=True, nargs="+", help="the output folder of aiops run")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -1,5 +1,5 @@
 """A site's failure log, to train the predictor on its own history: one JSON object per line in
-the truth format (DESIGN.md), of which training reads four keys:
+the truth format (docs/generator.md), of which training reads four keys:
 
     {"kind": "gpu_hbm_ecc", "root": "n00012-gpu3", "onset": 1767225600, "end": 1767229200}
 

@@ -210,7 +210,7 @@ def evaluate_predictions(
     min_lead_s: float = MIN_LEAD_S,
     earliest: float | None = None,
 ) -> PredictionReport:
-    """DESIGN.md's measures: a prediction for E at t is a hit if a fault rooted at E has onset in
+    """docs/prediction.md's measures: a prediction for E at t is a hit if a fault rooted at E has onset in
     (t, t + horizon]; recall counts predictable faults predicted at least `min_lead_s` ahead.
     `earliest`: when the predictor could first speak (start of the record plus its warm-up);
     faults with onset before earliest + min_lead_s could not be predicted and are left out."""

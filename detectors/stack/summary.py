@@ -146,7 +146,7 @@ __all__ = ["CohortStats", "CohortSummary", "robust_scale"]
 
 class ShareBoard:
     """Every telemetry partition's share of each tick, as split detection's members exchange
-    them (aiops.detect_split): says when a tick's merged summary is complete.
+    them (aiops.detect_daemon): says when a tick's merged summary is complete.
 
     A partition is accounted for at tick t when its share of t is here, when it sent a share of a
     later tick (its loop judges ticks in order, so it had nothing at t), or when its last word was

@@ -220,7 +220,7 @@ def test_a_gpu_falling_from_its_place_is_found_though_it_stays_inside_the_spread
     assert hits, "the fail-slow GPU was not found"
     first = hits[0][0]
     assert hits[0][1] == [("g2", "DCGM_FI_DEV_SM_CLOCK", "place:job")]
-    assert 120 < first <= 120 + 20  # within 10 minutes (DESIGN.md's detection allowance)
+    assert 120 < first <= 120 + 20  # within 10 minutes (docs/accuracy.md's detection allowance)
     assert {e for _, f in hits for e, _, _ in f} == {"g2"}
     # still found an hour on: the place it fell from stays its baseline while it is slower
     assert any(k > 200 for k, _ in hits)

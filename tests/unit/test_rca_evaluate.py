@@ -1,4 +1,4 @@
-"""Run evaluation: the DESIGN.md measures on small hand-made truth, incidents and predictions."""
+"""Run evaluation: the measures of docs/accuracy.md on small hand-made truth, incidents and predictions."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fault and signal registry is the one home of what the service knows per fault kind, XID
-and clock-event reason: it is consistent with DESIGN.md and the metric catalog, and nothing
+and clock-event reason: it is consistent with the fault catalog (vocab/faults.toml) and the metric catalog, and nothing
 else in the code defines these tables again."""
 
 from __future__ import annotations
