@@ -54,6 +54,21 @@ class Replay:
     def stream(self) -> subprocess.Popen[str]:
         return self.aiops("gen", *GEN, *FAULTS, "--kafka", self.k.bootstrap, "--speed", "50")  # an hour in ~72 s
 
+    def publish(self, part: int, split: float = 2 / 3) -> None:
+        """The recorded telemetry to Kafka, its first `split` of the ticks (part 0) or the rest
+        (part 1), whole before this returns. A test stops a daemon after what it has done (its
+        first incident) with the rest still to come, whatever the machine's speed: no race with
+        a producer that might finish first."""
+        lines = (self.recorded / "telemetry.lp").read_bytes().splitlines(keepends=True)
+        stamps = [int(line.rsplit(b" ", 1)[1]) for line in lines]
+        cut = min(stamps) + split * (max(stamps) - min(stamps))
+        chosen = [line for line, t in zip(lines, stamps, strict=True) if (t < cut) == (part == 0)]
+        path = self.recorded.parent / f"part-{part}.lp"
+        path.write_bytes(b"".join(chosen))
+        produced = self.aiops("produce", str(path), "--kafka", self.k.bootstrap, "--partitions", "3")
+        _, err = produced.communicate(timeout=120)
+        assert produced.returncode == 0, err[-3000:]
+
     def wait_for_first_incident(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not _consume(self.k, self.k.incidents_topic) and time.monotonic() < deadline:
