@@ -424,11 +424,11 @@ def demo_report_dir() -> Path:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.sample or args.input:  # the ingest path alone, on a line-protocol file
-        from aiops.demo import run_demo
+        from aiops.cli.demo_sample import run_demo
 
         return run_demo(Path(args.input) if args.input else None)
+    from aiops.cli.demo import DEMO_FAULTS, run_cluster_demo
     from aiops.default_model import default_model_path, load_or_train_default
-    from aiops.demo_cluster import DEMO_FAULTS, run_cluster_demo
     from detectors.predict.model import ModelError, load
     from detectors.predict.online import OnlinePredictor
 
@@ -713,7 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser(
         "nab", help="NAB scores of the series detector, settings chosen out of fold (a NAB-layout folder)"
     )
-    b.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nab"))
+    b.add_argument("--data", default=str(Path(__file__).resolve().parents[3] / "shared" / "datasets" / "nab"))
     b.add_argument("--out", help="also write the figures as JSON here")
     b = bench.add_parser("rca", help="root-cause ranking latency per tick: trickle, a leaf going down, a PFC storm")
     b.add_argument("--sizes", type=int, nargs="+", default=[1024, 10_000, 100_000], help="cluster sizes in GPUs")

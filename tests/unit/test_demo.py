@@ -7,8 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
-from aiops.demo import run_demo
-from aiops.demo_cluster import run_cluster_demo
+from aiops.cli.demo import run_cluster_demo
+from aiops.cli.demo_sample import run_demo
 
 
 def test_cluster_demo_names_each_fault_in_one_incident() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from aiops.demo_cluster import run_cluster_demo
+from aiops.cli.demo import run_cluster_demo
 
 
 def test_the_demo_writes_its_report_pages_and_the_next_commands(tmp_path: Path) -> None:

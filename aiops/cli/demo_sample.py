@@ -3,7 +3,7 @@ the sample shipped with the tests, which ends with the bad input real exporters 
 
 A producer thread puts the file's batches on an in-process queue (standing in for Kafka), the
 ingest core decodes and validates them, and a memory sink stands in for InfluxDB. It prints what
-arrived and what was dead-lettered, with the reasons. The full pipeline demo is demo_cluster.py.
+arrived and what was dead-lettered, with the reasons. The full pipeline demo is demo.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rich.table import Table
 from aiops.progress_bar import output_console
 from ingest.pipeline import IngestCore, MemoryDeadLetterSink, MemoryFrameSink
 
-SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sample.lp"
+SAMPLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "sample.lp"
 _DONE = b""
 
 
