@@ -63,9 +63,11 @@ def test_daemon_incidents_equal_the_offline_runs(
     assert _differences(_by_incident(streamed), _by_incident(offline)) == []
     truth = [json.loads(line) for line in (side / "truth.jsonl").read_text().splitlines()]
     roots = {i["root_cause"]["entity"] for i in offline if i["status"] != "warning"}
-    # every fault that is not faint (aiops eval's bands: severity under 0.3 is faint; a 6.7 % slow
-    # GPU 18 minutes before the end of the hour is inside the chips' own spread until its place
-    # has been watched for longer than that, docs/detection.md)
-    assert {f["root"] for f in truth if f["severity"] >= 0.3} <= roots
+    # every fault, but a faint straggler (aiops eval's bands: severity under 0.3): a GPU 6.7 % slow
+    # from 18 minutes before the end of the hour is inside its chips' spread, and its fall from
+    # its own place needs longer watching than that (docs/detection.md); the others have hard
+    # signals (a PSU's status, link states, pause counters) whatever their severity
+    faint_straggler = {f["root"] for f in truth if f["kind"] == "gpu_straggler" and f["severity"] < 0.3}
+    assert {f["root"] for f in truth} - faint_straggler <= roots
     anomalies = _consume(kafka_settings, kafka_settings.anomalies_topic)
     assert len(anomalies) == sum(1 for line in (out / "anomalies.jsonl").read_text().splitlines() if line)
