@@ -141,7 +141,7 @@ def _events(path: Path, work: Path) -> Result:
 def _checkpoint(path: Path, work: Path) -> Result:
     """The payload as a checkpoint file signed with the daemon's own key (the attacker who can
     write the state directory and read its key): the exact list of classes alone must hold."""
-    from aiops import checkpoint as ck
+    from aiops import daemon_state as ck
 
     state = work / "state"
     state.mkdir()

@@ -27,6 +27,14 @@ def sourced(default: Any, why: str, source: str) -> Any:
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        """A checkpoint written before a setting was added holds no value for it: its default,
+        as a fresh start would have (the detectors' settings travel with their state)."""
+        super().__setstate__(state)
+        for name, info in type(self).model_fields.items():
+            if name not in self.__dict__:
+                self.__dict__[name] = info.get_default(call_default_factory=True)
+
 
 class PeerRule(_Section):
     """One metric of one measurement compared with its cohort (robust z against the median)."""
