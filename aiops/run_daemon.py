@@ -195,6 +195,7 @@ class RunDaemon(CheckpointedDaemon):
         self.connect(self.inputs, settings.run_group, one_active=True)
         self.dead = KafkaDeadLetterSink(self.producer, settings.deadletter_topic)
         self.started = self.last_checkpoint = time.monotonic()
+        self.unsaved = False  # batches taken since the last checkpoint
         if self.sinks.schedule is not None and options.events:  # written again on a restart: the same points
             self.sinks.schedule(list(options.events))
         self.feed = EventsFeed(self._broker(), settings.events_topic)
@@ -313,6 +314,7 @@ class RunDaemon(CheckpointedDaemon):
         self.publish(pipeline.outputs(anomalies))
         self._release_findings()
         self.dead.flush(self.stopping)
+        self.unsaved = True
         # with a state directory, offsets are committed only with the state they belong to:
         # committed ahead of the checkpoint, a restart would carry on from there with
         # state that never saw what came between (or, before the first checkpoint, with none)
@@ -356,6 +358,7 @@ class RunDaemon(CheckpointedDaemon):
             saves = [(self.store, self.pipeline.state(), set(self.holding))] if self.holding else []
         self.save_then_commit(saves, held)
         self.last_checkpoint = time.monotonic()
+        self.unsaved = False
 
     def let_go(self) -> None:
         """The input went quiet for a tick's lateness: the ticks held for late rows get nothing
@@ -369,6 +372,11 @@ class RunDaemon(CheckpointedDaemon):
     def on_quiet(self) -> None:
         if self.options.from_detection:
             self._release_findings()
+        # the input went quiet with batches not yet in a checkpoint: saved when due, not only when
+        # more input comes (killed in a quiet spell, a daemon would read and publish them again)
+        due = time.monotonic() - self.last_checkpoint >= self.options.checkpoint_every_s
+        if self.store is not None and self.unsaved and due:
+            self.checkpoint()
 
     def _release_findings(self) -> None:
         """Fed by the detection members: a tick every telemetry partition has been judged through

@@ -69,6 +69,14 @@ class Replay:
         _, err = produced.communicate(timeout=120)
         assert produced.returncode == 0, err[-3000:]
 
+    def wait_for_checkpoint(self, name: str, timeout_s: float = 120.0) -> None:
+        """Until the daemon has checkpointed (a stop is then from what it has done)."""
+        path = Path(self.env["AIOPS_STATE_DIR"]) / name
+        deadline = time.monotonic() + timeout_s
+        while not path.is_file() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert path.is_file(), f"no checkpoint {path.name} after {timeout_s:.0f} s"
+
     def wait_for_first_incident(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not _consume(self.k, self.k.incidents_topic) and time.monotonic() < deadline:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ def test_a_stopped_daemon_restarts_from_its_checkpoint_and_publishes_what_offlin
         r.publish(0)  # two thirds of the hour; the rest comes after the kill
         first = track(r.aiops(*r.daemon))
         r.wait_for_first_incident()
-        time.sleep(3)  # a checkpoint or two after the first incident (SIGTERM: one more on the way out)
+        r.wait_for_checkpoint(f"run-{k.ingest_group}-run.ckpt")  # stopped after it (SIGTERM: one more on the way out)
         os.kill(first.pid, stop)
         _, err = first.communicate(timeout=60)
         if stop == signal.SIGTERM:

@@ -71,7 +71,7 @@ def test_killed_twice_with_a_failing_receiver_every_notification_arrives_once_pe
         listed = _get(f"http://127.0.0.1:{port}/api/incidents")
         assert listed and all(i["incident_id"].startswith("inc-") for i in listed)
         assert _get(f"http://127.0.0.1:{port}/readyz") == {"status": "active"}
-        time.sleep(3)
+        r.wait_for_checkpoint(f"run-{kafka_settings.ingest_group}-run.ckpt")
         os.kill(first.pid, signal.SIGKILL)
         first.communicate(timeout=60)
 

@@ -44,7 +44,7 @@ def test_a_standby_takes_over_from_the_checkpoint_and_newcomers_wait(
         standby = track(r.aiops(*r.daemon, "--stop-when-idle", "15"))
         r.publish(0)  # two thirds of the hour; the rest comes after the kill
         r.wait_for_first_incident()
-        time.sleep(3)
+        r.wait_for_checkpoint(f"run-{kafka_settings.ingest_group}-run.ckpt")
         first.kill()
         _, err_first = first.communicate(timeout=60)
         assert "standing by" not in err_first
