@@ -88,31 +88,26 @@ def cluster_and_topic_ids(bootstrap: str, topics: Sequence[str]) -> tuple[str, d
 
 def topic_beginnings(bootstrap: str, topics: Sequence[str]) -> Offsets:
     """Each partition's first offset still held, per topic (KafkaIOError if the broker is away)."""
-    reader = _reader(bootstrap)
-    try:
-        parts = [TopicPartition(t, p) for t in topics for p in sorted(reader.partitions_for_topic(t) or ())]
-        out: Offsets = {}
-        for tp, first in reader.beginning_offsets(parts).items():
-            out.setdefault(tp.topic, {})[tp.partition] = int(first)
-        return out
-    except KafkaError as exc:
-        raise KafkaIOError(f"cannot read where {list(topics)} begin: {exc}") from exc
-    finally:
-        reader.close()
+    return _offsets(bootstrap, topics, "begin")
 
 
 def topic_ends(bootstrap: str, topics: Sequence[str]) -> Offsets:
     """Each partition's end offset, per topic: where the next record will go (KafkaIOError if the
     broker is away)."""
+    return _offsets(bootstrap, topics, "end")
+
+
+def _offsets(bootstrap: str, topics: Sequence[str], where: str) -> Offsets:
     reader = _reader(bootstrap)
     try:
         parts = [TopicPartition(t, p) for t in topics for p in sorted(reader.partitions_for_topic(t) or ())]
+        found = reader.beginning_offsets(parts) if where == "begin" else reader.end_offsets(parts)
         out: Offsets = {}
-        for tp, end in reader.end_offsets(parts).items():
-            out.setdefault(tp.topic, {})[tp.partition] = int(end)
+        for tp, offset in found.items():
+            out.setdefault(tp.topic, {})[tp.partition] = int(offset)
         return out
     except KafkaError as exc:
-        raise KafkaIOError(f"cannot read where {list(topics)} end: {exc}") from exc
+        raise KafkaIOError(f"cannot read where {list(topics)} {where}: {exc}") from exc
     finally:
         reader.close()
 
