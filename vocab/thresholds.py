@@ -360,7 +360,7 @@ class PeerThresholds(_Section):
         "them too (node_mates_share of the rule's z); a node whose GPUs all shift together is the "
         "host's doing, judged by the node's own signals",
         "a node's GPUs share its host, its power supply and its air or coolant: a host in another "
-        "phase of the job than the others (telemetry_gen: host-phase offsets), a PSU or a hot inlet "
+        "phase of the job than the others (its input pipeline, an evaluation or a checkpoint), a PSU or a hot inlet "
         "moves all of them (the PSU and cooling rules name those); a fail-slow GPU is one chip "
         "(Wu et al., ATC'24 FALCON; Sinha et al., SC'22). Three mates make a median one outlier "
         "cannot carry (operational choice); a false GPU straggler at harsh realism, validation seed "
@@ -394,8 +394,8 @@ class PeerThresholds(_Section):
         "a GPU's recent place is compared only with earlier places taken while about the same share "
         "(within this) of its job's working GPUs held the power cap",
         "when a job's pace changes (a slow member makes the others wait, their demand falls) the chips "
-        "with the least dynamic power leave the cap first (telemetry_gen/powercap.py: demand ~ "
-        "static + dynamic x load), which changes whose median the places are taken against; a pace "
+        "with the least dynamic power leave the cap first (a chip's power is static plus dynamic "
+        "power scaled by its load), which changes whose median the places are taken against; a pace "
         "change with every chip still at the cap moves all clocks by one factor and no place; one "
         "GPU of 20 (operational choice; of an 8-GPU job, any change)",
     )
