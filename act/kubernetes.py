@@ -12,7 +12,12 @@ does it, and no more:
   DaemonSet's and not a mirror pod, `POST /api/v1/namespaces/{ns}/pods/{pod}/eviction` with a
   `policy/v1` Eviction; a 429 is a PodDisruptionBudget saying not now: the drain is reported
   partial and the action fails, to be retried (or seen by a person), never forced;
-- resume: uncordon (`unschedulable: false`) and our taint removed.
+- resume: uncordon (`unschedulable: false`) and our taint removed;
+- read back: the node is read again after the change (`GET /api/v1/nodes/{name}`) and the action
+  is done only where it shows cordoned and tainted (drain) or neither (resume); the node is reported
+  as the one changed, for the breaker (a name is one object in Kubernetes: unlike a Slurm host
+  list it cannot stand for several); a drain that fails part way reports the node where the API
+  shows it cordoned or tainted, since it is out of service all the same.
 
 A node's name is checked against Kubernetes' own grammar (an RFC 1123 subdomain) before any
 request, and percent-encoded whole in a path (a "/" in it would name another object); in a field
@@ -26,7 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 from act.audit import Row
-from act.executors import ActionError, RefusedError, acted_on
+from act.executors import Acted, ActionError, RefusedError, acted_on
 from context.scheduler.kubernetes import ApiClient, ApiConfig, ApiError
 from vocab.ids import kubernetes_name_refusal, shown
 
@@ -114,8 +119,10 @@ class KubernetesNodes:
                 evicted += 1
         return evicted, refused
 
-    def run(self, row: Row) -> str:
+    def run(self, row: Row) -> Acted:
         name = checked(row)
+        if row.action not in ("drain", "resume"):
+            raise ActionError(f"Kubernetes does not {row.action} here")
         try:
             if row.action == "drain":
                 self._cordon(name, True)
@@ -126,20 +133,37 @@ class KubernetesNodes:
                         f"{name} cordoned and tainted, {evicted} pods evicted, {len(refused)} refused: "
                         + "; ".join(refused[:3])
                     )
-                return f"{name} cordoned, tainted {TAINT_KEY}, {evicted} pods evicted"
-            if row.action == "resume":
+                detail = f"{name} cordoned, tainted {TAINT_KEY}, {evicted} pods evicted"
+            else:
                 self._taints(name, None)
                 self._cordon(name, False)
-                return f"{name} uncordoned, {TAINT_KEY} removed"
-        except ApiError as exc:
-            raise ActionError(f"{row.action} {name}: {exc}") from None
-        raise ActionError(f"Kubernetes does not {row.action} here")
+                detail = f"{name} uncordoned, {TAINT_KEY} removed"
+            took = self._took(row, self._node(name))
+        except (ApiError, ActionError) as exc:
+            message = f"{row.action} {name}: {exc}" if isinstance(exc, ApiError) else str(exc)
+            raise ActionError(message, self._out_of_service(row, name)) from None
+        if not took:
+            raise ActionError(
+                f"{row.action} {name}: read back, the API does not show it {row.action}ed",
+                self._out_of_service(row, name),
+            )
+        return Acted(f"{detail} (read back)", frozenset({name}))
 
-    def confirmed(self, row: Row) -> bool | None:
-        try:
-            node = self._node(checked(row))
-        except (ApiError, RefusedError):
+    def _out_of_service(self, row: Row, name: str) -> frozenset[str] | None:
+        """After a drain that went wrong part way: the node, where the API shows it cordoned or
+        carrying our taint (it is out of service all the same, and the breaker counts it); none
+        where it shows neither; unknown (None) where it cannot be read, or for a resume."""
+        if row.action != "drain":
             return None
+        try:
+            spec = self._node(name).get("spec", {})
+        except ApiError:
+            return None
+        ours = any(t.get("key") == TAINT_KEY for t in spec.get("taints") or [])
+        return frozenset({name}) if spec.get("unschedulable") or ours else frozenset()
+
+    @staticmethod
+    def _took(row: Row, node: dict[str, Any]) -> bool | None:
         spec = node.get("spec", {})
         ours = any(t.get("key") == TAINT_KEY for t in spec.get("taints") or [])
         if row.action == "drain":
@@ -147,6 +171,13 @@ class KubernetesNodes:
         if row.action == "resume":
             return not spec.get("unschedulable") and not ours
         return None
+
+    def confirmed(self, row: Row) -> bool | None:
+        try:
+            node = self._node(checked(row))
+        except (ApiError, RefusedError):
+            return None
+        return self._took(row, node)
 
 
 __all__ = ["TAINT_KEY", "KubernetesNodes", "checked", "escape_field_value", "node_path"]

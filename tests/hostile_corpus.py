@@ -127,14 +127,22 @@ def _scheduler(flag: str) -> Callable[[Path, Path], Result]:
 
 
 def _events(path: Path, work: Path) -> Result:
+    """The events file (`aiops run --events`) and the events topic (each line one record, as
+    `aiops scheduler follow` publishes them): both doors refuse every line, with its reason."""
+    from aiops.events_feed import decode_events
     from detectors.detect_loop import read_events
 
     lines = [x for x in path.read_bytes().splitlines() if x.strip()]
     events, letters = read_events(path)
     if events or len(letters) != len(lines):
-        return "let-through", f"{len(events)} of {len(lines)} hostile events taken"
+        return "let-through", f"{len(events)} of {len(lines)} hostile events taken from the file"
     if not all(d.reason.startswith(f"{path.name}:") for d in letters):
         return "unclear", "a dead letter without its line"
+    taken, refused = decode_events([(0, offset, raw) for offset, raw in enumerate(lines)], "aiops.events")
+    if taken or len(refused) != len(lines):
+        return "let-through", f"{len(taken)} of {len(lines)} hostile events taken from the topic"
+    if not all(d.reason and d.source is not None and d.source.offset == i for i, d in enumerate(refused)):
+        return "unclear", "a topic's dead letter without its reason or offset"
     return "dead-lettered", letters[0].reason
 
 

@@ -29,9 +29,9 @@ NAME = NODE["metadata"]["name"]
 TOKEN = "t0ken"
 
 
-def pod(name: str, ns: str = "train", owner: str = "Job", **extra: Any) -> dict[str, Any]:
+def pod(name: str, ns: str = "train", owner: str = "Job", node: str = NAME, **extra: Any) -> dict[str, Any]:
     meta = {"name": name, "namespace": ns, "ownerReferences": [{"kind": owner, "name": "x"}], **extra}
-    return {"metadata": meta, "spec": {"nodeName": NAME}, "status": {"phase": "Running"}}
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
 
 
 def parse_field_selector(text: str) -> list[tuple[str, str, str]]:
@@ -77,13 +77,16 @@ def parse_field_selector(text: str) -> list[tuple[str, str, str]]:
 class Api:
     """Nodes and pods; each request checked against the API's documented shape or refused."""
 
-    def __init__(self, pods: list[dict[str, Any]], budgeted: set[str]) -> None:
+    def __init__(self, pods: list[dict[str, Any]], budgeted: set[str], name: str = NAME) -> None:
+        self.name = name  # the one node it holds: the recorded GPU node, under this name
         self.node = copy.deepcopy(NODE)
+        self.node["metadata"]["name"] = name
         self.rv = int(self.node["metadata"]["resourceVersion"])
         self.pods = {p["metadata"]["name"]: p for p in pods}
         self.budgeted = budgeted  # pods a PodDisruptionBudget protects: eviction answered 429
         self.seen: list[tuple[str, str, str]] = []  # method, path, content type
         self.stale_once = False
+        self.stuck = False  # an API server that answers every PATCH 200 and keeps the node as it was
         self.selectors: list[list[tuple[str, str, str]]] = []  # each fieldSelector, as the API parses it
         outer = self
 
@@ -126,13 +129,15 @@ class Api:
 
     def answer(self, method: str, path: str, query: dict[str, list[str]], req: Any) -> tuple[int, dict[str, Any]]:
         bad = (400, {"kind": "Status", "code": 400, "reason": "BadRequest"})
-        if path == f"/api/v1/nodes/{NAME}":
+        if path == f"/api/v1/nodes/{self.name}":
             if method == "GET":
                 return 200, self.node
             body = req._body()
             kind = req.headers.get("Content-Type")
             if method == "PATCH" and kind == "application/strategic-merge-patch+json" and set(body) == {"spec"}:
                 assert set(body["spec"]) == {"unschedulable"}  # a cordon touches nothing else
+                if self.stuck:
+                    return 200, self.node
                 self.node["spec"]["unschedulable"] = body["spec"]["unschedulable"] or None
                 return self._changed()
             if method == "PATCH" and kind == "application/merge-patch+json":
@@ -140,6 +145,8 @@ class Api:
                     self.stale_once = False
                     self._changed()
                     return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
+                if self.stuck:
+                    return 200, self.node
                 self.node["spec"]["taints"] = body["spec"]["taints"]
                 return self._changed()
             return bad
@@ -149,9 +156,10 @@ class Api:
             except ValueError as exc:
                 return 400, {"kind": "Status", "code": 400, "reason": "BadRequest", "message": str(exc)}
             self.selectors.append(terms)
-            if terms != [("spec.nodeName", "=", NAME)]:
-                return 200, {"kind": "PodList", "items": []}
-            return 200, {"kind": "PodList", "items": list(self.pods.values())}
+            if [(field, op) for field, op, _ in terms] != [("spec.nodeName", "=")]:
+                return bad
+            on = terms[0][2]
+            return 200, {"kind": "PodList", "items": [p for p in self.pods.values() if p["spec"]["nodeName"] == on]}
         parts = path.split("/")
         if (
             method == "POST"
@@ -194,8 +202,8 @@ def token(tmp_path: Path) -> Path:
     return path
 
 
-def serve(pods: list[dict[str, Any]], budgeted: frozenset[str] = frozenset()) -> Iterator[Api]:
-    api = Api(pods, set(budgeted))
+def serve(pods: list[dict[str, Any]], budgeted: frozenset[str] = frozenset(), name: str = NAME) -> Iterator[Api]:
+    api = Api(pods, set(budgeted), name)
     yield api
     api.close()
 
@@ -221,8 +229,9 @@ def test_drain_cordons_taints_and_evicts_then_resume_undoes_it(token: Path) -> N
         nodes = KubernetesNodes(ApiConfig(api.url, token))
         theirs = list(api.node["spec"].get("taints") or [])
         api.stale_once = True  # someone else changes the node once between our read and write
-        detail = nodes.run(row("drain"))
-        assert "1 pods evicted" in detail
+        acted = nodes.run(row("drain"))
+        assert "1 pods evicted" in acted.detail and "read back" in acted.detail
+        assert acted.nodes == {NAME}
         assert api.node["spec"]["unschedulable"] is True
         taints = api.node["spec"]["taints"]
         assert taints[:-1] == theirs and taints[-1] == {
@@ -240,17 +249,32 @@ def test_drain_cordons_taints_and_evicts_then_resume_undoes_it(token: Path) -> N
 
 def test_a_disruption_budget_is_honoured_not_forced(token: Path) -> None:
     for api in serve([pod("trainer-0"), pod("db-0", "infra")], budgeted=frozenset({"db-0"})):
-        with pytest.raises(ActionError, match="1 refused: infra/db-0: Cannot evict"):
+        with pytest.raises(ActionError, match="1 refused: infra/db-0: Cannot evict") as failed:
             KubernetesNodes(ApiConfig(api.url, token)).run(row("drain"))
         assert "db-0" in api.pods and "trainer-0" not in api.pods
+        # cordoned and tainted all the same: out of service, so the breaker is told it changed
+        assert failed.value.nodes == frozenset({NAME})
+
+
+def test_a_change_the_api_does_not_show_is_failed_not_done(token: Path) -> None:
+    """An API server (or an admission webhook, or a controller undoing us) that answers 200 and
+    keeps the node schedulable: the read-back fails the drain, and the node is reported unchanged.
+    Failed before the read-back: the drain was "done"."""
+    for api in serve([pod("trainer-0")]):
+        api.stuck = True
+        with pytest.raises(ActionError, match="read back, the API does not show it drained") as failed:
+            KubernetesNodes(ApiConfig(api.url, token)).run(row("drain"))
+        assert failed.value.nodes == frozenset()
+        assert not api.node["spec"].get("unschedulable")
 
 
 def test_without_the_token_nothing_changes(tmp_path: Path) -> None:
     wrong = tmp_path / "token"
     wrong.write_text("nope")
     for api in serve([pod("trainer-0")]):
-        with pytest.raises(ActionError, match=r"401|Unauthorized"):
+        with pytest.raises(ActionError, match=r"401|Unauthorized") as failed:
             KubernetesNodes(ApiConfig(api.url, wrong)).run(row("drain"))
+        assert failed.value.nodes is None  # nothing could be read: nothing is claimed
         assert not api.node["spec"].get("unschedulable") and "trainer-0" in api.pods
 
 

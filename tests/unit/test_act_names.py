@@ -20,13 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from act.audit import AuditLog, Row
-from act.executors import Actor, Executor, SiteCommand, SlurmCli
+from act.executors import Actor, Executor, SiteCommand, SlurmCli, Webhook
+from act.kubernetes import KubernetesNodes
 from act.loop import ActLoop
 from act.planner import Planner
 from act.policy import PolicyError, parse
 from aiops.acting import act_loop
+from context.scheduler.kubernetes import ApiConfig
 from rca.graph import TopologyGraph
-from vocab.ids import node_refusal
+from tests.http_endpoint import Endpoint
+from tests.unit.test_act_kubernetes import TOKEN, pod, serve
+from vocab.ids import kubernetes_name_refusal, node_refusal
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile" / "names" / "node-names.txt"
 
@@ -342,6 +346,59 @@ def test_every_executor_names_that_one_node_and_nothing_else(programs: Programs,
     )
     assert all(argv in allowed for argv in programs.argvs()), programs.argvs()
     assert programs.argvs("site-argv.jsonl") == [[name]]
+
+
+# a Kubernetes node's name: an RFC 1123 subdomain (lower case, digits, "-" inside a label, "."
+# between labels), which the id grammar also accepts
+K8S_LABEL = st.from_regex(r"\A[a-z0-9](?:[a-z0-9-]{0,20}[a-z0-9])?\Z", fullmatch=True)
+K8S_NAMES = (
+    st.lists(K8S_LABEL, min_size=1, max_size=4)
+    .map(".".join)
+    .filter(lambda n: node_refusal(n) is None and kubernetes_name_refusal(n) is None)
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=K8S_NAMES)
+def test_kubernetes_drains_and_resumes_that_one_node_and_nothing_else(tmp_path: Path, name: str) -> None:
+    """The API stand-in of test_act_kubernetes (each request checked as the API documents it)
+    holds the node under `name`, and a pod on it and one on a bystander. Every request names that node
+    (its path whole, its field selector as the API parses it) or one of its own pods."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    for api in serve([pod("trainer-0", node=name), pod("other-0", node="bystander")], name=name):
+        nodes = KubernetesNodes(ApiConfig(api.url, token))
+        executors: dict[str, Executor] = {"drain": nodes, "resume": nodes}
+        loop, pages = loop_over(topology([name, "bystander"]), executors, [policy("drain")])
+        loop.offer([incident(1, f"{name}-gpu0")], 0.0)
+        assert set(api.pods) == {"other-0"}  # its pod evicted, the bystander's left
+        loop.offer([{**incident(1, f"{name}-gpu0"), "status": "resolved"}], 10.0)
+        assert pages == [] and [r.state for r in loop.audit.rows()] == ["done", "done"]
+        allowed = {
+            ("GET", f"/api/v1/nodes/{name}"),
+            ("PATCH", f"/api/v1/nodes/{name}"),
+            ("GET", "/api/v1/pods"),
+            ("POST", "/api/v1/namespaces/train/pods/trainer-0/eviction"),
+        }
+        assert {(method, path) for method, path, _ in api.seen} <= allowed, api.seen
+        assert api.selectors and all(terms == [("spec.nodeName", "=", name)] for terms in api.selectors)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=NODE_NAMES)
+def test_a_webhook_is_told_that_one_node_and_its_part(name: str) -> None:
+    """A webhook per action (a ticketing system, a fabric manager's hook) gets the plan as JSON:
+    its target is the incident's part, placed in that node by the topology, nothing else."""
+    hook = Endpoint()
+    try:
+        executors: dict[str, Executor] = {"ticket": Webhook(hook.url)}
+        loop, pages = loop_over(topology([name, "bystander"]), executors, [policy("ticket")])
+        loop.offer([incident(1, f"{name}-gpu0")], 0.0)
+        assert pages == [] and [r.state for r in loop.audit.rows()] == ["done"]
+        (body,) = hook.bodies
+        assert body["target"] == f"{name}-gpu0" and body["incident_id"] == "INC-1"
+    finally:
+        hook.close()
 
 
 def refused_names() -> Iterator[str]:
