@@ -131,11 +131,22 @@ class RuleThresholds(_Section):
         "operational choice: one scrape is a blip, two in a row is a state",
     )
     application_xid_jobs: int = sourced(
-        2,
+        3,
         "an application XID (NVIDIA's class) belongs to the job; the same GPU raising application "
-        "XIDs under this many different jobs is a suspect",
+        "XIDs under this many different jobs within application_xid_window_s is a suspect",
         "NVIDIA XID catalog: XIDs 13, 31, 43, 45 are most often the user's code; one GPU that "
-        "fails different users' jobs points to the GPU (operational choice: two)",
+        "fails different users' jobs points to the GPU. Three, from the base rate: at 2e-3 "
+        "application XIDs per busy GPU-hour (the realism's floor, above Delta's Xid 31 rate of "
+        "8.3e-4, Cui et al. 2025 §4) a healthy GPU sees k of them within a day with probability "
+        "about 0.048^k/k!: two is 1.2e-3 a GPU-day (1.2 false suspects per 1,000 GPU-days, more "
+        "than the whole false-incident budget of 0.5), three is 1.8e-5 (0.02 per 1,000)",
+    )
+    application_xid_window_s: float = sourced(
+        86_400.0,
+        "how long an application XID counts toward naming its GPU a suspect",
+        "operational choice: a day, so the base-rate arithmetic of application_xid_jobs holds "
+        "(without a window a healthy GPU in a daemon that runs for months gathers three in the "
+        "end: 0.048 a day is three in about two months)",
     )
     pcie_busy_util_pct: float = sourced(
         50.0,

@@ -97,8 +97,9 @@ class HardRules:
         self._sustained_bits = _reasons(limits.sustained_throttle_reasons)
         self._sustained: np.ndarray = np.zeros(0, dtype=np.int64)  # scrapes in a row, per GPU
         self._sustained_fired: np.ndarray = np.zeros(0)  # when each GPU's sustained state last fired
-        # application XIDs: per GPU, the jobs under which it raised one, and the last value seen
-        self._app_jobs: dict[str, set[str]] = {}
+        # application XIDs: per GPU, (job, time) of each one raised within the window, and the
+        # last value seen
+        self._app_jobs: dict[str, list[tuple[str, float]]] = {}
         self._app_last: np.ndarray = np.zeros(0)  # per GPU row: the application XID still set (NaN: none)
         self.application_xids = 0  # raised under a job, left to the job (counted, not alarmed)
         # (t, job, codes, GPUs): application Xids on many GPUs of one job in one tick, for a notice
@@ -274,7 +275,7 @@ class HardRules:
 
     def _application_xids(self, m: MeasurementTick) -> list[Anomaly]:
         """An application XID is the job's; the GPU becomes a suspect when it raises them under
-        `application_xid_jobs` different jobs."""
+        `application_xid_jobs` different jobs within `application_xid_window_s`."""
         if XID_FIELD not in m.frame.fields:
             return []
         v = m.frame.fields[XID_FIELD].as_float()
@@ -297,15 +298,19 @@ class HardRules:
                 if job and n >= STORM_GPUS:
                     codes = sorted({int(c) for c in v[new_event][jobs[new_event] == job]})
                     self.storms.append((m.t, job, codes, int(n)))
+        window = self.limits.application_xid_window_s
         for r in new_event.tolist():
             gpu = str(m.ids[r])
             job = str(jobs[r]) if jobs is not None else ""
-            seen = self._app_jobs.setdefault(gpu, set())
+            seen = [(j, t) for j, t in self._app_jobs.get(gpu, []) if m.t - t < window]
             self.application_xids += 1
-            before = len(seen)
-            seen.add(job or f"unknown@{m.t:.0f}")
-            if before < self.limits.application_xid_jobs <= len(seen):
+            before = len({j for j, _ in seen})
+            seen.append((job or f"unknown@{m.t:.0f}", m.t))
+            self._app_jobs[gpu] = seen
+            if before < self.limits.application_xid_jobs <= len({j for j, _ in seen}):
                 suspects.append(r)
+        if len(self._app_jobs) > 100_000:  # GPUs long quiet
+            self._app_jobs = {g: s for g, s in self._app_jobs.items() if s and m.t - s[-1][1] < window}
         m.emit(
             out,
             np.asarray(suspects, dtype=np.intp),
@@ -360,7 +365,10 @@ class HardRules:
                 sustained_fired=self._sustained_fired.copy(),
                 app_xid_last=self._app_last.copy(),
                 app_xid_gpus=np.asarray(gpus, dtype=object),
-                app_xid_jobs=np.asarray([",".join(sorted(self._app_jobs[g])) for g in gpus], dtype=object),
+                # "job@time" a raise, ";" between (job ids hold no ";"; "@" is split from the right)
+                app_xid_raised=np.asarray(
+                    [";".join(f"{j}@{t!r}" for j, t in self._app_jobs[g]) for g in gpus], dtype=object
+                ),
             )
             out.update(pcie_run=self._pcie_run.copy(), pcie_fired=self._pcie_fired.copy())
             seen = sorted(self._info_seen)
@@ -385,8 +393,14 @@ class HardRules:
             self._sustained_fired = np.asarray(s["sustained_fired"], dtype=np.float64).copy()
             self._app_last = np.asarray(s["app_xid_last"], dtype=np.float64).copy()
             gpus = np.asarray(s["app_xid_gpus"], dtype=object).tolist()
-            jobs = np.asarray(s["app_xid_jobs"], dtype=object).tolist()
-            self._app_jobs = {str(g): set(filter(None, str(j).split(","))) for g, j in zip(gpus, jobs, strict=True)}
+            # a state saved before the window holds the jobs without their times ("app_xid_jobs"):
+            # they cannot be placed in a window, so they are let go (a suspect then needs its
+            # three jobs afresh: quieter for a day, never louder)
+            raised = np.asarray(s.get("app_xid_raised", [""] * len(gpus)), dtype=object).tolist()
+            self._app_jobs = {
+                str(g): [(j, float(t)) for j, _, t in (e.rpartition("@") for e in str(x).split(";") if e)]
+                for g, x in zip(gpus, raised, strict=True)
+            }
         if "link_recoveries" in s:
             self._recoveries[name] = np.asarray(s["link_recoveries"], dtype=np.float64).copy()
         if name == "gpu" and "pcie_run" in s:  # absent from a state saved before links were judged
