@@ -38,12 +38,21 @@ def _topology_conf(path: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]
 
 def test_the_psmn_fabric_gives_the_sites_own_leaf_to_host_grouping() -> None:
     """X5.topofile (ibnetdiscover, 2020) with the site's GUID map: every leaf of the site's
-    topology.conf (made by its own converter) carries exactly the hosts it lists there."""
+    topology.conf (made by its own converter) carries exactly the hosts it lists there, and every
+    switch above the leaves is cabled to exactly the switches its `Switches=` line lists."""
     topology = build(read(X5 / "X5.topofile"), read_node_name_map(X5 / "X5.map"))
-    site_nodes, _ = _topology_conf(X5 / "X5.topology.conf")
-    assert site_nodes
+    site_nodes, site_switches = _topology_conf(X5 / "X5.topology.conf")
+    assert site_nodes and len(site_switches) == 5
     for leaf, hosts in site_nodes.items():
         assert set(topology.leaf_hosts[leaf]) == hosts, leaf
+    switch_ids = {n["id"] for n in topology.nodes if n["kind"] in ("leaf", "spine")}
+    cabled: dict[str, set[str]] = {s: set() for s in switch_ids}
+    for link in topology.links:  # the switches themselves are joined once per cabled pair
+        if link["relation"] == "connects" and {link["source"], link["target"]} <= switch_ids:
+            cabled[link["source"]].add(link["target"])
+            cabled[link["target"]].add(link["source"])
+    above_leaves = {n["id"] for n in topology.nodes if n["kind"] == "spine"}
+    assert {s: cabled[s] for s in above_leaves} == site_switches
     # the site's hand-kept list of the switches above the leaves
     above = {line.strip() for line in (X5 / "X5.spine").read_text().splitlines() if line.strip()[:2] == "S-"}
     roles = {n["id"]: n["role"] for n in topology.nodes if n["kind"] in ("leaf", "spine")}
