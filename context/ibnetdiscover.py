@@ -118,6 +118,46 @@ _PORTS_LINE = re.compile(
 _NOISE = re.compile(r"^(Non-Chassis Nodes|Chassis\b.*|ibwarn:.*|\S+\.c:\d+;.*)$")
 
 
+# What only ibsim's fabric descriptions have (linux-rdma/ibsim, ibsim/sim_net.c: parse_netconf,
+# parse_port, parse_port_opt), never ibnetdiscover's output: the node type `Hca` (ibnetdiscover
+# prints `Ca`), link options after a port (`w=4` width, `s=2` speed), ibsim's own directives, and
+# nodes named with no GUID anywhere (ibsim numbers them itself; ibnetdiscover writes a
+# `switchguid=`/`caguid=`/`rtguid=` line before every node).
+_IBSIM_HCA = re.compile(r'^Hca\s+\d+\s+"')
+_IBSIM_OPTION = re.compile(r'^@?\[\d+\]\s*"[^"]*"(?:\[\d+\])?\s+[ws]=\d+')
+_IBSIM_DIRECTIVE = re.compile(r"^(?:include\s|do\s|module\s*=|width\s*=|speed\s*=|hcaguids\s*[=+]|pdebug\b)")
+_NODE_GUID = re.compile(r"^(?:switchguid|caguid|rtguid)\s*=")
+
+
+def _ibsim_sign(content: list[tuple[int, str]]) -> tuple[int, str] | None:
+    """The first line that shows the file is ibsim's fabric description, and what shows it."""
+    guids = any(_NODE_GUID.match(line) for _, line in content)
+    for number, line in content:
+        if _IBSIM_HCA.match(line):
+            return number, "an `Hca` node: ibnetdiscover prints `Ca`"
+        if _IBSIM_OPTION.match(line):
+            return number, "a link option after the port (w= width, s= speed)"
+        if _IBSIM_DIRECTIVE.match(line):
+            return number, f"ibsim's directive {line.split()[0].split('=')[0]!r}"
+        if not guids and (m := _NODE.match(line)) and _guid_of_name(m.group(3)) is None:
+            return number, f"node {m.group(3)[:40]!r} and every other one without a GUID: ibsim numbers them itself"
+    return None
+
+
+def _not_ibsim(path: Path, content: list[tuple[int, str]], error: FabricFormatError) -> FabricFormatError:
+    """A file the reader refused, said to be ibsim's fabric description when it is one (the shared
+    dataset has ibsim's examples beside real dumps, and both start `Switch 8 "..."`)."""
+    sign = _ibsim_sign(content)
+    if sign is None:
+        return error
+    number, why = sign
+    return FabricFormatError(
+        f"{path}:{number}: this is an ibsim topology file, not ibnetdiscover output ({why}); it describes a "
+        "fabric for ibsim to simulate: import what ibnetdiscover prints on the fabric (or under ibsim: "
+        f"`ibsim -s {path.name}`, then `ibsim-run ibnetdiscover`)"
+    )
+
+
 def _guid_of_name(name: str) -> int | None:
     """ibnetdiscover names a node it has no name map for "S-<16 hex digits>" / "H-…" / "R-…"."""
     m = re.fullmatch(r"[SHR]-([0-9a-fA-F]{16})", name)
@@ -156,11 +196,14 @@ def read(path: Path) -> Fabric:
     if not content:
         raise FabricFormatError(f"{path}: empty, no ibnetdiscover output")
     first = content[0][1]
-    if _PORTS_LINE.match(first):
-        return _read_ports(path, content)
-    if _HEADER.match(first) or _NODE.match(first):
-        return _read_topology(path, content)
-    raise FabricFormatError(f"{path}:{content[0][0]}: not ibnetdiscover output: {first[:80]!r}")
+    try:
+        if _PORTS_LINE.match(first):
+            return _read_ports(path, content)
+        if _HEADER.match(first) or _NODE.match(first):
+            return _read_topology(path, content)
+        raise FabricFormatError(f"{path}:{content[0][0]}: not ibnetdiscover output: {first[:80]!r}")
+    except FabricFormatError as refused:
+        raise _not_ibsim(path, content, refused) from None
 
 
 def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:

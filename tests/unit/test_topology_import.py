@@ -6,6 +6,7 @@ input refused with its file and line, and nothing written."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,48 @@ def test_broken_input_is_refused_with_its_file_and_line_and_nothing_is_written(
     out = tmp_path / "topology.json"
     assert main(["topology", "import", "--ibnetdiscover", str(broken), "--out", str(out)]) == 2
     assert not out.exists() and str(broken) in capsys.readouterr().err
+
+
+IBSIM_NETS = sorted((REAL / "ibsim_net_examples").glob("net*"))
+
+
+@pytest.mark.parametrize("path", IBSIM_NETS, ids=[p.name for p in IBSIM_NETS])
+def test_ibsims_own_fabric_files_are_refused_as_what_they_are(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shared folder holds ibsim's example fabrics beside the real dumps: they begin as a dump
+    does (`Switch 8 "Switch1"`) but are ibsim's input, nodes named without GUIDs. Before, the import
+    stopped at "node 'Switch1' has no GUID"; now it says what the file is and what to import."""
+    assert len(IBSIM_NETS) == 5
+    with pytest.raises(FabricFormatError, match="this is an ibsim topology file, not ibnetdiscover output"):
+        read(path)
+    out = tmp_path / "topology.json"
+    assert main(["topology", "import", "--ibnetdiscover", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:" in err and "ibsim-run ibnetdiscover" in err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "sign"),
+    [
+        # ibsim's node type for an HCA (ibnetdiscover prints `Ca`), first in the file
+        ('Hca\t1\t"h1"\t# "gpu01 mlx5_0"\n[1]\t"sw1"[1]\n', 1, "an `Hca` node"),
+        # GUIDs given, as ibsim reads them from ibnetdiscover output, but a link width option added
+        (
+            'switchguid=0x8f10500200b50\nSwitch\t8 "S-0008f10500200b50"\t# "leaf"\n'
+            '[1]\t"H-0002c9030000a001"[1]\tw=1\n',
+            3,
+            "a link option",
+        ),
+        ('include "more.net"\n', 1, "ibsim's directive 'include'"),
+    ],
+    ids=["hca", "width-option", "include"],
+)  # fmt: skip
+def test_the_other_marks_of_an_ibsim_file_are_recognised(tmp_path: Path, text: str, line: int, sign: str) -> None:
+    (tmp_path / "net").write_text(text)
+    said = f"net:{line}: this is an ibsim topology file, not ibnetdiscover output ({sign}"
+    with pytest.raises(FabricFormatError, match=re.escape(said)):
+        read(tmp_path / "net")
 
 
 def _rail_fabric(
