@@ -150,24 +150,39 @@ def test_the_other_marks_of_an_ibsim_file_are_recognised(tmp_path: Path, text: s
         read(tmp_path / "net")
 
 
+UNNAMED = "MT4129 ConnectX7   Mellanox Technologies"  # a ConnectX-7's description before rdma-ndd names it
+
+
 def _rail_fabric(
-    hosts: int = 4, rails: int = 4, moved: tuple[int, int, int] | None = None, half: int | None = None
+    hosts: int = 4,
+    rails: int = 4,
+    moved: tuple[int, int, int] | None = None,
+    half: int | None = None,
+    unnamed_host: int | None = None,
+    swapped: tuple[int, int, int] | None = None,
+    missing: tuple[int, int] | None = None,
 ) -> str:
-    """`ibnetdiscover -p` of a rail-optimised fabric: HCA r of every host on rail r's leaf, two
-    spines above; `moved` = (host, rail, to leaf): one cable on another rail's leaf; `half`: that
-    host's rail-0 cable trained at 2x."""
+    """`ibnetdiscover -p` of a rail-optimised fabric: HCA r of every host on rail r's leaf (HCA
+    GUID 0x3000 + 16 * host + rail), two spines above; `moved` = (host, rail, to leaf): one cable
+    on another rail's leaf; `half`: that host's rail-0 cable trained at 2x; `unnamed_host`: that
+    host's HCAs describe themselves without a host name; `swapped` = (host, rail a, rail b): that
+    host's two cables swapped between the two rails' leaves; `missing` = (host, rail): no such HCA."""
     lines = []
     leaf = [0x1000 + r for r in range(rails)]
     spine = [0x2000, 0x2001]
+    crossed = {(swapped[0], swapped[1]): swapped[2], (swapped[0], swapped[2]): swapped[1]} if swapped else {}
     for h in range(hosts):
         for r in range(rails):
-            to = moved[2] if moved and (h, r) == moved[:2] else r
+            if (h, r) == missing:
+                continue
+            to = moved[2] if moved and (h, r) == moved[:2] else crossed.get((h, r), r)
             width = "2x" if half == h and r == 0 else "4x"
             hca = 0x3000 + 16 * h + r
+            port = h + 1 + (20 if moved and (h, r) == moved[:2] else 0)
+            description = UNNAMED if h == unnamed_host else f"gpu{h:03d} mlx5_{r}"
             lines.append(
-                f"CA {100 + h} 1 0x{hca:016x} {width} NDR - SW {10 + to} {h + 1 + (20 if to != r else 0)} "
-                f"0x{leaf[to]:016x} "
-                f"( 'gpu{h:03d} mlx5_{r}' - 'leaf-r{to}' )"
+                f"CA {100 + h} 1 0x{hca:016x} {width} NDR - SW {10 + to} {port} 0x{leaf[to]:016x} "
+                f"( '{description}' - 'leaf-r{to}' )"
             )
     for r in range(rails):
         for s, guid in enumerate(spine):
@@ -198,6 +213,36 @@ def test_a_cable_on_another_rails_leaf_and_a_link_at_half_width_are_reported_wit
     assert "leaf-r1 port 23" in findings[("wrong_rail", "gpu002-nic3")].message
     assert findings[("wrong_rail", "gpu002-nic3")].evidence  # the dump's line of that cable
     assert "2xNDR" in findings[("degraded_link", "link-gpu001-nic0")].message
+
+
+def test_a_sites_node_name_map_gives_hcas_without_a_name_their_host_and_rail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpu002's four HCAs describe themselves without a host name (rdma-ndd not running) and the
+    cabling cannot place a host with none named: the site's node-name map, infiniband-diags' format
+    (`GUID "name"`, what `ibnetdiscover --node-name-map` reads), names each `gpu002 mlx5_N`, and
+    each HCA gets that host and rail N, with nothing left to report."""
+    (tmp_path / "f.txt").write_text(_rail_fabric(unnamed_host=2))
+    without = build(read(tmp_path / "f.txt"))
+    assert [f.kind for f in without.findings] == ["unnamed_hcas"]
+    assert "4 host unknown" in without.findings[0].message
+    (tmp_path / "node-name-map").write_text(
+        '# GUID  "name"  (the site\'s map, one line per HCA)\n'
+        + "".join(f'0x{0x3000 + 16 * 2 + r:016x} "gpu002 mlx5_{r}"\n' for r in (3, 1, 0, 2))
+    )
+    names = read_node_name_map(tmp_path / "node-name-map")
+    topology = build(read(tmp_path / "f.txt"), names)
+    nics = {n["id"]: n for n in topology.nodes if n["kind"] == "nic"}
+    assert {(n["node"], n["rail"], n["guid"]) for i, n in nics.items() if i.startswith("gpu002")} == {
+        ("gpu002", r, f"0x{0x3000 + 16 * 2 + r:016x}") for r in range(4)
+    }
+    assert topology.findings == []
+    # and the command takes the map the same way
+    out = tmp_path / "topology.json"
+    argv = ["topology", "import", "--ibnetdiscover", str(tmp_path / "f.txt"), "--node-name-map"]
+    assert main([*argv, str(tmp_path / "node-name-map"), "--out", str(out)]) == 0
+    assert "no findings" in capsys.readouterr().out
+    assert {"gpu002-nic0", "gpu002-nic3"} <= {n["id"] for n in json.loads(out.read_text())["nodes"]}
 
 
 def test_the_command_writes_the_topology_and_the_report(tmp_path: Path) -> None:
