@@ -245,6 +245,28 @@ def test_a_sites_node_name_map_gives_hcas_without_a_name_their_host_and_rail(
     assert {"gpu002-nic0", "gpu002-nic3"} <= {n["id"] for n in json.loads(out.read_text())["nodes"]}
 
 
+def test_findings_are_ranked_by_what_they_cost_in_the_report_and_on_the_first_screen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three problems of different cost (`context.fabric.COSTS`): a swapped pair (a crossed rail
+    halves a rail-optimised all-reduce), a missing HCA (the host leaves large jobs), a link at half
+    width. They are found in the order swap, link, HCA and are alphabetically swap, link, HCA too:
+    only the ranking puts the missing HCA before the slow link."""
+    fabric = tmp_path / "f.txt"
+    fabric.write_text(_rail_fabric(swapped=(1, 0, 2), missing=(3, 1), half=0))
+    order = [("crossed_cables", "gpu001"), ("missing_hca", "gpu003"), ("degraded_link", "link-gpu000-nic0")]
+    report = build(read(fabric)).report()
+    assert [(f["kind"], f["entity"]) for f in report["findings"]] == order
+    assert list(report["summary"]["problems"]) == [kind for kind, _ in order]
+    report_file = tmp_path / "report.json"
+    argv = ["topology", "import", "--ibnetdiscover", str(fabric), "--out", str(tmp_path / "t.json")]
+    assert main([*argv, "--report", str(report_file)]) == 0
+    screen = capsys.readouterr().out.splitlines()
+    assert screen[1] == "problems: 1 crossed_cables, 1 missing_hca, 1 degraded_link; notes: none"
+    assert [line.split()[:3] for line in screen[2:]] == [[f"{n}.", k, e + ":"] for n, (k, e) in enumerate(order, 1)]
+    assert [f["kind"] for f in json.loads(report_file.read_text())["findings"]] == [kind for kind, _ in order]
+
+
 def test_the_command_writes_the_topology_and_the_report(tmp_path: Path) -> None:
     out, report = tmp_path / "topology.json", tmp_path / "report.json"
     argv = ["topology", "import", "--ibnetdiscover", str(X5 / "X5.topofile"), "--node-name-map", str(X5 / "X5.map")]
