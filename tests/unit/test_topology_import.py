@@ -267,6 +267,50 @@ def test_findings_are_ranked_by_what_they_cost_in_the_report_and_on_the_first_sc
     assert [f["kind"] for f in json.loads(report_file.read_text())["findings"]] == [kind for kind, _ in order]
 
 
+def _quotes_of_the_dump(evidence: tuple[str, ...] | list[str]) -> list[str]:
+    """Each `file:line: text` of a finding's evidence checked against the file; the texts."""
+    texts = []
+    for quote in evidence:
+        m = re.fullmatch(r"(.+?):(\d+): (.*)", quote)
+        assert m, quote
+        assert Path(m[1]).read_text().splitlines()[int(m[2]) - 1].strip()[:200] == m[3], quote
+        texts.append(m[3])
+    return texts
+
+
+def test_missing_hca_no_uplink_and_duplicate_guid_quote_the_dump_lines_that_made_them(tmp_path: Path) -> None:
+    """As the cabling findings do: `file:line: the line`, each checked against the file."""
+    # a host short of an HCA (-p format): the lines of the HCAs it has
+    (tmp_path / "f.txt").write_text(_rail_fabric(missing=(3, 1)))
+    (missing,) = build(read(tmp_path / "f.txt")).findings
+    assert missing.kind == "missing_hca"
+    quoted = _quotes_of_the_dump(missing.evidence)
+    assert [q.split("'")[1] for q in quoted] == ["gpu003 mlx5_0", "gpu003 mlx5_2", "gpu003 mlx5_3"]
+    # a leaf without uplinks (OSC's trimmed -p excerpt): its cables' lines, none to a switch
+    (no_uplink,) = build(read(PORTS / "test.out")).findings
+    assert no_uplink.kind == "no_uplink" and no_uplink.evidence
+    assert all("ib-i4l1s01" in q and "- SW" in q for q in _quotes_of_the_dump(no_uplink.evidence))
+    # a GUID described twice (topology format): the first description and the second
+    text = _ibdiagnet_quantum2()
+    block = text[text.index("vendid=0x2c9\ndevid=0x1021\nsysimgguid=0xa088c20300000020") :]
+    (tmp_path / "twice.txt").write_text(text + "\n" + block)
+    (twice,) = build(read(tmp_path / "twice.txt")).findings
+    assert _quotes_of_the_dump(twice.evidence) == ['Ca  1 "H-a088c20300000020"  # "gpu02 mlx5_0"'] * 2
+    first, again = (int(q.split(":")[1]) for q in twice.evidence)
+    assert f"line {first})" in twice.message and f"twice.txt:{again}:" in twice.message
+    # one GUID on two kinds of node (-p format): the line that made it a CA and the one a switch
+    clash = "SW 99 30 0x0000000000003000 4x NDR - SW 10 30 0x0000000000001000 ( 'cloned' - 'leaf-r0' )\n"
+    (tmp_path / "clash.txt").write_text(_rail_fabric() + clash)
+    (dup,) = [f for f in build(read(tmp_path / "clash.txt")).findings if f.kind == "duplicate_guid"]
+    assert [q[:2] for q in _quotes_of_the_dump(dup.evidence)] == ["CA", "SW"]
+    assert dup.evidence[-1].endswith(clash.strip())
+    # a node-name map naming a GUID twice: both lines of the map
+    (tmp_path / "map").write_text('0x3000 "gpu000 mlx5_0"\n# a comment\n0x3000 "gpu999 mlx5_0"\n')
+    mapped = build(read(tmp_path / "f.txt"), read_node_name_map(tmp_path / "map"))
+    (named_twice,) = [f for f in mapped.findings if f.kind == "duplicate_guid"]
+    assert _quotes_of_the_dump(named_twice.evidence) == ['0x3000 "gpu000 mlx5_0"', '0x3000 "gpu999 mlx5_0"']
+
+
 def test_the_command_writes_the_topology_and_the_report(tmp_path: Path) -> None:
     out, report = tmp_path / "topology.json", tmp_path / "report.json"
     argv = ["topology", "import", "--ibnetdiscover", str(X5 / "X5.topofile"), "--node-name-map", str(X5 / "X5.map")]
