@@ -212,8 +212,8 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
     spines = {g for g in switches if g not in leaves and any(p in leaves for p, _ in neighbours[g])}
     cores = set(switches) - leaves - spines
     ids = {g: _switch_id(n, names) for g, n in switches.items()}
-    out.findings += [Finding(n.kind, n.entity, n.message, n.fix) for n in fabric.notes]
-    out.findings += [Finding(n.kind, n.entity, n.message, n.fix) for n in getattr(names, "notes", ())]
+    out.findings += [Finding(n.kind, n.entity, n.message, n.fix, n.evidence) for n in fabric.notes]
+    out.findings += [Finding(n.kind, n.entity, n.message, n.fix, n.evidence) for n in getattr(names, "notes", ())]
     for g in sorted(switches):
         given = " ".join(names.get(g, "").split())
         if given and (problem := entity_refusal(given)) is not None:
@@ -491,6 +491,7 @@ def _findings(out: FabricTopology, shape: _Shape) -> None:
                     ids[g],
                     f"{ids[g]} has hosts but no cable to another switch",
                     "cable its uplinks; its hosts reach nothing beyond it",
+                    _lines_of(shape, g),
                 )
             )
     slow: list[tuple[str, Cable, str]] = []
@@ -567,6 +568,14 @@ def _where(shape: _Shape, h: Hca) -> str:
     g, port = shape.leaf_of[h.guid]
     label = shape.fabric.labels.get((g, port))
     return f"{shape.ids[g]} port {label or port}"
+
+
+def _lines_of(shape: _Shape, guid: int) -> tuple[str, ...]:
+    """A node's lines of the dump: its block in the topology format (its node line, with the
+    description that names it, and its port lines), its cables' lines in the -p format."""
+    if guid in shape.fabric.blocks:
+        return shape.fabric.block(guid)
+    return tuple(dict.fromkeys(line for _, c in shape.neighbours[guid] for line in shape.fabric.evidence(c)))
 
 
 def _cable(shape: _Shape, h: Hca) -> Cable | None:
@@ -686,7 +695,7 @@ def _missing(out: FabricTopology, shape: _Shape) -> dict[str, list[int]]:
                 f"{host} shows {len(members)} HCAs on the fabric, its peers {usual} (rails present: {have}"
                 + (f", missing: {lacking}" if lacking else "") + ")",
                 "check the HCAs' links and firmware; a port may be down or its cable out",
-                tuple(f"{shape.fabric.source}: {m.nic} on {_where(shape, m)}" for m in members),
+                tuple(line for m in sorted(members, key=lambda m: m.rail) for line in _lines_of(shape, m.guid)),
             )
         )  # fmt: skip
     return likely

@@ -20,6 +20,7 @@ findings).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class Note:
     entity: str
     message: str
     fix: str
+    evidence: tuple[str, ...] = ()  # the input's lines that say it (`file:line: text`)
 
 
 class NameMap(dict[int, str]):
@@ -78,11 +80,23 @@ class Fabric:
     # a port's label where the file gives one: Quantum-2 (NDR) switches number their ports
     # ASIC/Cage/Port[/Split] and ibdiagnet's ibnetdiscover-format file prints it: `[1](1/1/1)`
     labels: dict[tuple[int, int], str] = field(default_factory=dict)
-    text: dict[int, str] = field(default_factory=dict)  # line number -> the line, for cables' evidence
+    text: dict[int, str] = field(default_factory=dict)  # line number -> the line, for findings' evidence
+    # a node's block in the topology format: its node line to its last port line (the -p format
+    # has no blocks: a node's lines there are its cables')
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def quote(self, numbers: Iterable[int]) -> tuple[str, ...]:
+        """The dump's lines, as `file:line: text`."""
+        return tuple(f"{self.source}:{n}: {self.text.get(n, '')[:200]}" for n in numbers)
 
     def evidence(self, cable: Cable) -> tuple[str, ...]:
-        """The dump's lines that describe a cable, as `file:line: text`."""
-        return tuple(f"{self.source}:{n}: {self.text.get(n, '')[:200]}" for n in cable.lines)
+        """The dump's lines that describe a cable."""
+        return self.quote(cable.lines)
+
+    def block(self, guid: int) -> tuple[str, ...]:
+        """A node's own lines in the topology format (its node line and its port lines); none in -p."""
+        first, last = self.blocks.get(guid, (0, -1))
+        return self.quote(n for n in range(first, last + 1) if n in self.text)
 
     def neighbours(self, guid: int) -> list[tuple[int, Cable]]:
         out = []
@@ -116,6 +130,46 @@ _PORTS_LINE = re.compile(
 # lines that are not the fabric but come with it: the chassis grouping of `ibnetdiscover -g`, and
 # infiniband-diags' own warnings when its stderr was captured too (`src/query_smp.c:195; umad ...`)
 _NOISE = re.compile(r"^(Non-Chassis Nodes|Chassis\b.*|ibwarn:.*|\S+\.c:\d+;.*)$")
+
+
+# What only ibsim's fabric descriptions have (linux-rdma/ibsim, ibsim/sim_net.c: parse_netconf,
+# parse_port, parse_port_opt), never ibnetdiscover's output: the node type `Hca` (ibnetdiscover
+# prints `Ca`), link options after a port (`w=4` width, `s=2` speed), ibsim's own directives, and
+# nodes named with no GUID anywhere (ibsim numbers them itself; ibnetdiscover writes a
+# `switchguid=`/`caguid=`/`rtguid=` line before every node).
+_IBSIM_HCA = re.compile(r'^Hca\s+\d+\s+"')
+_IBSIM_OPTION = re.compile(r'^@?\[\d+\]\s*"[^"]*"(?:\[\d+\])?\s+[ws]=\d+')
+_IBSIM_DIRECTIVE = re.compile(r"^(?:include\s|do\s|module\s*=|width\s*=|speed\s*=|hcaguids\s*[=+]|pdebug\b)")
+_NODE_GUID = re.compile(r"^(?:switchguid|caguid|rtguid)\s*=")
+
+
+def _ibsim_sign(content: list[tuple[int, str]]) -> tuple[int, str] | None:
+    """The first line that shows the file is ibsim's fabric description, and what shows it."""
+    guids = any(_NODE_GUID.match(line) for _, line in content)
+    for number, line in content:
+        if _IBSIM_HCA.match(line):
+            return number, "an `Hca` node: ibnetdiscover prints `Ca`"
+        if _IBSIM_OPTION.match(line):
+            return number, "a link option after the port (w= width, s= speed)"
+        if _IBSIM_DIRECTIVE.match(line):
+            return number, f"ibsim's directive {line.split()[0].split('=')[0]!r}"
+        if not guids and (m := _NODE.match(line)) and _guid_of_name(m.group(3)) is None:
+            return number, f"node {m.group(3)[:40]!r} and every other one without a GUID: ibsim numbers them itself"
+    return None
+
+
+def _not_ibsim(path: Path, content: list[tuple[int, str]], error: FabricFormatError) -> FabricFormatError:
+    """A file the reader refused, said to be ibsim's fabric description when it is one (the shared
+    dataset has ibsim's examples beside real dumps, and both start `Switch 8 "..."`)."""
+    sign = _ibsim_sign(content)
+    if sign is None:
+        return error
+    number, why = sign
+    return FabricFormatError(
+        f"{path}:{number}: this is an ibsim topology file, not ibnetdiscover output ({why}); it describes a "
+        "fabric for ibsim to simulate: import what ibnetdiscover prints on the fabric (or under ibsim: "
+        f"`ibsim -s {path.name}`, then `ibsim-run ibnetdiscover`)"
+    )
 
 
 def _guid_of_name(name: str) -> int | None:
@@ -156,11 +210,14 @@ def read(path: Path) -> Fabric:
     if not content:
         raise FabricFormatError(f"{path}: empty, no ibnetdiscover output")
     first = content[0][1]
-    if _PORTS_LINE.match(first):
-        return _read_ports(path, content)
-    if _HEADER.match(first) or _NODE.match(first):
-        return _read_topology(path, content)
-    raise FabricFormatError(f"{path}:{content[0][0]}: not ibnetdiscover output: {first[:80]!r}")
+    try:
+        if _PORTS_LINE.match(first):
+            return _read_ports(path, content)
+        if _HEADER.match(first) or _NODE.match(first):
+            return _read_topology(path, content)
+        raise FabricFormatError(f"{path}:{content[0][0]}: not ibnetdiscover output: {first[:80]!r}")
+    except FabricFormatError as refused:
+        raise _not_ibsim(path, content, refused) from None
 
 
 def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
@@ -185,13 +242,15 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             if guid is None:
                 raise FabricFormatError(f"{path}:{number}: node {name!r} has no GUID (no {kind.lower()}guid= line)")
             header_guid = None
+            fabric.text[number] = line
             if guid in fabric.nodes:  # described twice: the first stands, this block is left out
-                fabric.notes.append(_twice(path, guid, first_line[guid], number, kind))
+                fabric.notes.append(_twice(fabric, guid, first_line[guid], number, kind))
                 current, dropped = None, -1
                 continue
             _room(fabric, path, number)
             current = FabricNode(guid, NODE_TYPES[kind], name, " ".join(description.split()), ports)
             fabric.nodes[guid] = current
+            fabric.blocks[guid] = (number, number)
             first_line[guid] = number
             dropped = 0
             if name in by_name:  # ports naming it could mean either: the first stands
@@ -203,6 +262,7 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
                         f"{first_line[by_name[name]]} (GUID 0x{by_name[name]:016x}); "
                         "ports naming it are read as the first",
                         "give each node its own name (the node-name map, or its node description)",
+                        fabric.quote((first_line[by_name[name]], number)),
                     )
                 )
             else:
@@ -228,6 +288,7 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
                         "(ASIC/Cage/Port[/Split])"
                     )
             fabric.text[number] = line
+            fabric.blocks[current.guid] = (fabric.blocks[current.guid][0], number)
             pending.append((number, current.guid, port, peer, peer_port, comment))
             if link:
                 links[(current.guid, port)] = (link.group(1), link.group(2))
@@ -258,14 +319,15 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
     return fabric
 
 
-def _twice(path: Path, guid: int, first: int, again: int, kind: str) -> Note:
+def _twice(fabric: Fabric, guid: int, first: int, again: int, kind: str) -> Note:
     return Note(
         "duplicate_guid",
         f"0x{guid:016x}",
-        f"{path}:{again}: {kind.lower()} GUID 0x{guid:016x} is described again (first on line {first}); "
+        f"{fabric.source}:{again}: {kind.lower()} GUID 0x{guid:016x} is described again (first on line {first}); "
         "the first description stands, this one and its cables are left out",
         "GUIDs are unique on a fabric: check for a cloned GUID (a replaced board flashed with the old "
         "one) or two captures concatenated",
+        fabric.quote((first, again)),
     )
 
 
@@ -273,17 +335,21 @@ def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
     fabric = Fabric(source=str(path))
     seen: set[frozenset[tuple[int, int]]] = set()
     said: set[int] = set()  # GUIDs whose contradiction is already a note
+    first_line: dict[int, int] = {}  # GUID -> the line it first appears on
 
-    def node(kind: str, guid_text: str, description: str, number: int) -> int:
+    def node(kind: str, guid_text: str, description: str, number: int, line: str) -> int:
         guid = int(guid_text, 16)
         known = fabric.nodes.get(guid)
         clean = " ".join(description.split())
         if known is None:
             _room(fabric, path, number)
             fabric.nodes[guid] = FabricNode(guid, NODE_TYPES[kind], guid_text, clean)
+            first_line[guid] = number
+            fabric.text[number] = line
         elif known.type != NODE_TYPES[kind] and guid not in said:
             # one GUID on two kinds of node: two devices share it; the first word stands
             said.add(guid)
+            fabric.text[number] = line
             fabric.notes.append(
                 Note(
                     "duplicate_guid",
@@ -291,6 +357,7 @@ def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
                     f"{path}:{number}: GUID 0x{guid:016x} is a {NODE_TYPES[kind]} here and a {known.type} before; "
                     f"it is read as the {known.type}",
                     "GUIDs are unique on a fabric: check for a cloned GUID or two captures concatenated",
+                    fabric.quote((first_line[guid], number)),
                 )
             )
         elif not known.description:
@@ -303,11 +370,11 @@ def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
         if m is None:
             raise FabricFormatError(f"{path}:{number}: not a line of `ibnetdiscover --ports` output: {line[:80]!r}")
         if m.group(7) is None:  # an unconnected port: the node, no cable
-            node(m.group(1), m.group(4), m.group(13), number)
+            node(m.group(1), m.group(4), m.group(13), number, line)
             _port(m.group(3), path, number)
             continue
-        a = node(m.group(1), m.group(4), m.group(11), number)
-        b = node(m.group(7), m.group(10), m.group(12), number)
+        a = node(m.group(1), m.group(4), m.group(11), number, line)
+        b = node(m.group(7), m.group(10), m.group(12), number, line)
         pa, pb = _port(m.group(3), path, number), _port(m.group(9), path, number)
         ends = frozenset({(a, pa), (b, pb)})
         if ends not in seen:
@@ -330,7 +397,8 @@ def read_node_name_map(path: Path) -> NameMap:
         text = read_text(path, MAX_NAME_MAP_BYTES, "node-name map")
     except BoundError as exc:
         raise FabricFormatError(str(exc)) from None
-    for number, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for number, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith('"') else raw.strip()
         if not line:
             continue
@@ -348,6 +416,7 @@ def read_node_name_map(path: Path) -> NameMap:
                         f"{path}:{number}: the node-name map names GUID 0x{guid:016x} again ({name[:80]!r}; "
                         f"line {first[guid]} named it {out[guid][:80]!r}); the first name stands",
                         "keep one line per GUID in the node-name map",
+                        tuple(f"{path}:{n}: {lines[n - 1][:200]}" for n in (first[guid], number)),
                     )
                 )
             continue

@@ -6,6 +6,7 @@ input refused with its file and line, and nothing written."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,12 +39,21 @@ def _topology_conf(path: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]
 
 def test_the_psmn_fabric_gives_the_sites_own_leaf_to_host_grouping() -> None:
     """X5.topofile (ibnetdiscover, 2020) with the site's GUID map: every leaf of the site's
-    topology.conf (made by its own converter) carries exactly the hosts it lists there."""
+    topology.conf (made by its own converter) carries exactly the hosts it lists there, and every
+    switch above the leaves is cabled to exactly the switches its `Switches=` line lists."""
     topology = build(read(X5 / "X5.topofile"), read_node_name_map(X5 / "X5.map"))
-    site_nodes, _ = _topology_conf(X5 / "X5.topology.conf")
-    assert site_nodes
+    site_nodes, site_switches = _topology_conf(X5 / "X5.topology.conf")
+    assert site_nodes and len(site_switches) == 5
     for leaf, hosts in site_nodes.items():
         assert set(topology.leaf_hosts[leaf]) == hosts, leaf
+    switch_ids = {n["id"] for n in topology.nodes if n["kind"] in ("leaf", "spine")}
+    cabled: dict[str, set[str]] = {s: set() for s in switch_ids}
+    for link in topology.links:  # the switches themselves are joined once per cabled pair
+        if link["relation"] == "connects" and {link["source"], link["target"]} <= switch_ids:
+            cabled[link["source"]].add(link["target"])
+            cabled[link["target"]].add(link["source"])
+    above_leaves = {n["id"] for n in topology.nodes if n["kind"] == "spine"}
+    assert {s: cabled[s] for s in above_leaves} == site_switches
     # the site's hand-kept list of the switches above the leaves
     above = {line.strip() for line in (X5 / "X5.spine").read_text().splitlines() if line.strip()[:2] == "S-"}
     roles = {n["id"]: n["role"] for n in topology.nodes if n["kind"] in ("leaf", "spine")}
@@ -98,24 +108,81 @@ def test_broken_input_is_refused_with_its_file_and_line_and_nothing_is_written(
     assert not out.exists() and str(broken) in capsys.readouterr().err
 
 
+IBSIM_NETS = sorted((REAL / "ibsim_net_examples").glob("net*"))
+
+
+@pytest.mark.parametrize("path", IBSIM_NETS, ids=[p.name for p in IBSIM_NETS])
+def test_ibsims_own_fabric_files_are_refused_as_what_they_are(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shared folder holds ibsim's example fabrics beside the real dumps: they begin as a dump
+    does (`Switch 8 "Switch1"`) but are ibsim's input, nodes named without GUIDs. Before, the import
+    stopped at "node 'Switch1' has no GUID"; now it says what the file is and what to import."""
+    assert len(IBSIM_NETS) == 5
+    with pytest.raises(FabricFormatError, match="this is an ibsim topology file, not ibnetdiscover output"):
+        read(path)
+    out = tmp_path / "topology.json"
+    assert main(["topology", "import", "--ibnetdiscover", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:" in err and "ibsim-run ibnetdiscover" in err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "sign"),
+    [
+        # ibsim's node type for an HCA (ibnetdiscover prints `Ca`), first in the file
+        ('Hca\t1\t"h1"\t# "gpu01 mlx5_0"\n[1]\t"sw1"[1]\n', 1, "an `Hca` node"),
+        # GUIDs given, as ibsim reads them from ibnetdiscover output, but a link width option added
+        (
+            'switchguid=0x8f10500200b50\nSwitch\t8 "S-0008f10500200b50"\t# "leaf"\n'
+            '[1]\t"H-0002c9030000a001"[1]\tw=1\n',
+            3,
+            "a link option",
+        ),
+        ('include "more.net"\n', 1, "ibsim's directive 'include'"),
+    ],
+    ids=["hca", "width-option", "include"],
+)  # fmt: skip
+def test_the_other_marks_of_an_ibsim_file_are_recognised(tmp_path: Path, text: str, line: int, sign: str) -> None:
+    (tmp_path / "net").write_text(text)
+    said = f"net:{line}: this is an ibsim topology file, not ibnetdiscover output ({sign}"
+    with pytest.raises(FabricFormatError, match=re.escape(said)):
+        read(tmp_path / "net")
+
+
+UNNAMED = "MT4129 ConnectX7   Mellanox Technologies"  # a ConnectX-7's description before rdma-ndd names it
+
+
 def _rail_fabric(
-    hosts: int = 4, rails: int = 4, moved: tuple[int, int, int] | None = None, half: int | None = None
+    hosts: int = 4,
+    rails: int = 4,
+    moved: tuple[int, int, int] | None = None,
+    half: int | None = None,
+    unnamed_host: int | None = None,
+    swapped: tuple[int, int, int] | None = None,
+    missing: tuple[int, int] | None = None,
 ) -> str:
-    """`ibnetdiscover -p` of a rail-optimised fabric: HCA r of every host on rail r's leaf, two
-    spines above; `moved` = (host, rail, to leaf): one cable on another rail's leaf; `half`: that
-    host's rail-0 cable trained at 2x."""
+    """`ibnetdiscover -p` of a rail-optimised fabric: HCA r of every host on rail r's leaf (HCA
+    GUID 0x3000 + 16 * host + rail), two spines above; `moved` = (host, rail, to leaf): one cable
+    on another rail's leaf; `half`: that host's rail-0 cable trained at 2x; `unnamed_host`: that
+    host's HCAs describe themselves without a host name; `swapped` = (host, rail a, rail b): that
+    host's two cables swapped between the two rails' leaves; `missing` = (host, rail): no such HCA."""
     lines = []
     leaf = [0x1000 + r for r in range(rails)]
     spine = [0x2000, 0x2001]
+    crossed = {(swapped[0], swapped[1]): swapped[2], (swapped[0], swapped[2]): swapped[1]} if swapped else {}
     for h in range(hosts):
         for r in range(rails):
-            to = moved[2] if moved and (h, r) == moved[:2] else r
+            if (h, r) == missing:
+                continue
+            to = moved[2] if moved and (h, r) == moved[:2] else crossed.get((h, r), r)
             width = "2x" if half == h and r == 0 else "4x"
             hca = 0x3000 + 16 * h + r
+            port = h + 1 + (20 if moved and (h, r) == moved[:2] else 0)
+            description = UNNAMED if h == unnamed_host else f"gpu{h:03d} mlx5_{r}"
             lines.append(
-                f"CA {100 + h} 1 0x{hca:016x} {width} NDR - SW {10 + to} {h + 1 + (20 if to != r else 0)} "
-                f"0x{leaf[to]:016x} "
-                f"( 'gpu{h:03d} mlx5_{r}' - 'leaf-r{to}' )"
+                f"CA {100 + h} 1 0x{hca:016x} {width} NDR - SW {10 + to} {port} 0x{leaf[to]:016x} "
+                f"( '{description}' - 'leaf-r{to}' )"
             )
     for r in range(rails):
         for s, guid in enumerate(spine):
@@ -146,6 +213,102 @@ def test_a_cable_on_another_rails_leaf_and_a_link_at_half_width_are_reported_wit
     assert "leaf-r1 port 23" in findings[("wrong_rail", "gpu002-nic3")].message
     assert findings[("wrong_rail", "gpu002-nic3")].evidence  # the dump's line of that cable
     assert "2xNDR" in findings[("degraded_link", "link-gpu001-nic0")].message
+
+
+def test_a_sites_node_name_map_gives_hcas_without_a_name_their_host_and_rail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpu002's four HCAs describe themselves without a host name (rdma-ndd not running) and the
+    cabling cannot place a host with none named: the site's node-name map, infiniband-diags' format
+    (`GUID "name"`, what `ibnetdiscover --node-name-map` reads), names each `gpu002 mlx5_N`, and
+    each HCA gets that host and rail N, with nothing left to report."""
+    (tmp_path / "f.txt").write_text(_rail_fabric(unnamed_host=2))
+    without = build(read(tmp_path / "f.txt"))
+    assert [f.kind for f in without.findings] == ["unnamed_hcas"]
+    assert "4 host unknown" in without.findings[0].message
+    (tmp_path / "node-name-map").write_text(
+        '# GUID  "name"  (the site\'s map, one line per HCA)\n'
+        + "".join(f'0x{0x3000 + 16 * 2 + r:016x} "gpu002 mlx5_{r}"\n' for r in (3, 1, 0, 2))
+    )
+    names = read_node_name_map(tmp_path / "node-name-map")
+    topology = build(read(tmp_path / "f.txt"), names)
+    nics = {n["id"]: n for n in topology.nodes if n["kind"] == "nic"}
+    assert {(n["node"], n["rail"], n["guid"]) for i, n in nics.items() if i.startswith("gpu002")} == {
+        ("gpu002", r, f"0x{0x3000 + 16 * 2 + r:016x}") for r in range(4)
+    }
+    assert topology.findings == []
+    # and the command takes the map the same way
+    out = tmp_path / "topology.json"
+    argv = ["topology", "import", "--ibnetdiscover", str(tmp_path / "f.txt"), "--node-name-map"]
+    assert main([*argv, str(tmp_path / "node-name-map"), "--out", str(out)]) == 0
+    assert "no findings" in capsys.readouterr().out
+    assert {"gpu002-nic0", "gpu002-nic3"} <= {n["id"] for n in json.loads(out.read_text())["nodes"]}
+
+
+def test_findings_are_ranked_by_what_they_cost_in_the_report_and_on_the_first_screen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three problems of different cost (`context.fabric.COSTS`): a swapped pair (a crossed rail
+    halves a rail-optimised all-reduce), a missing HCA (the host leaves large jobs), a link at half
+    width. They are found in the order swap, link, HCA and are alphabetically swap, link, HCA too:
+    only the ranking puts the missing HCA before the slow link."""
+    fabric = tmp_path / "f.txt"
+    fabric.write_text(_rail_fabric(swapped=(1, 0, 2), missing=(3, 1), half=0))
+    order = [("crossed_cables", "gpu001"), ("missing_hca", "gpu003"), ("degraded_link", "link-gpu000-nic0")]
+    report = build(read(fabric)).report()
+    assert [(f["kind"], f["entity"]) for f in report["findings"]] == order
+    assert list(report["summary"]["problems"]) == [kind for kind, _ in order]
+    report_file = tmp_path / "report.json"
+    argv = ["topology", "import", "--ibnetdiscover", str(fabric), "--out", str(tmp_path / "t.json")]
+    assert main([*argv, "--report", str(report_file)]) == 0
+    screen = capsys.readouterr().out.splitlines()
+    assert screen[1] == "problems: 1 crossed_cables, 1 missing_hca, 1 degraded_link; notes: none"
+    assert [line.split()[:3] for line in screen[2:]] == [[f"{n}.", k, e + ":"] for n, (k, e) in enumerate(order, 1)]
+    assert [f["kind"] for f in json.loads(report_file.read_text())["findings"]] == [kind for kind, _ in order]
+
+
+def _quotes_of_the_dump(evidence: tuple[str, ...] | list[str]) -> list[str]:
+    """Each `file:line: text` of a finding's evidence checked against the file; the texts."""
+    texts = []
+    for quote in evidence:
+        m = re.fullmatch(r"(.+?):(\d+): (.*)", quote)
+        assert m, quote
+        assert Path(m[1]).read_text().splitlines()[int(m[2]) - 1].strip()[:200] == m[3], quote
+        texts.append(m[3])
+    return texts
+
+
+def test_missing_hca_no_uplink_and_duplicate_guid_quote_the_dump_lines_that_made_them(tmp_path: Path) -> None:
+    """As the cabling findings do: `file:line: the line`, each checked against the file."""
+    # a host short of an HCA (-p format): the lines of the HCAs it has
+    (tmp_path / "f.txt").write_text(_rail_fabric(missing=(3, 1)))
+    (missing,) = build(read(tmp_path / "f.txt")).findings
+    assert missing.kind == "missing_hca"
+    quoted = _quotes_of_the_dump(missing.evidence)
+    assert [q.split("'")[1] for q in quoted] == ["gpu003 mlx5_0", "gpu003 mlx5_2", "gpu003 mlx5_3"]
+    # a leaf without uplinks (OSC's trimmed -p excerpt): its cables' lines, none to a switch
+    (no_uplink,) = build(read(PORTS / "test.out")).findings
+    assert no_uplink.kind == "no_uplink" and no_uplink.evidence
+    assert all("ib-i4l1s01" in q and "- SW" in q for q in _quotes_of_the_dump(no_uplink.evidence))
+    # a GUID described twice (topology format): the first description and the second
+    text = _ibdiagnet_quantum2()
+    block = text[text.index("vendid=0x2c9\ndevid=0x1021\nsysimgguid=0xa088c20300000020") :]
+    (tmp_path / "twice.txt").write_text(text + "\n" + block)
+    (twice,) = build(read(tmp_path / "twice.txt")).findings
+    assert _quotes_of_the_dump(twice.evidence) == ['Ca  1 "H-a088c20300000020"  # "gpu02 mlx5_0"'] * 2
+    first, again = (int(q.split(":")[1]) for q in twice.evidence)
+    assert f"line {first})" in twice.message and f"twice.txt:{again}:" in twice.message
+    # one GUID on two kinds of node (-p format): the line that made it a CA and the one a switch
+    clash = "SW 99 30 0x0000000000003000 4x NDR - SW 10 30 0x0000000000001000 ( 'cloned' - 'leaf-r0' )\n"
+    (tmp_path / "clash.txt").write_text(_rail_fabric() + clash)
+    (dup,) = [f for f in build(read(tmp_path / "clash.txt")).findings if f.kind == "duplicate_guid"]
+    assert [q[:2] for q in _quotes_of_the_dump(dup.evidence)] == ["CA", "SW"]
+    assert dup.evidence[-1].endswith(clash.strip())
+    # a node-name map naming a GUID twice: both lines of the map
+    (tmp_path / "map").write_text('0x3000 "gpu000 mlx5_0"\n# a comment\n0x3000 "gpu999 mlx5_0"\n')
+    mapped = build(read(tmp_path / "f.txt"), read_node_name_map(tmp_path / "map"))
+    (named_twice,) = [f for f in mapped.findings if f.kind == "duplicate_guid"]
+    assert _quotes_of_the_dump(named_twice.evidence) == ['0x3000 "gpu000 mlx5_0"', '0x3000 "gpu999 mlx5_0"']
 
 
 def test_the_command_writes_the_topology_and_the_report(tmp_path: Path) -> None:
@@ -329,7 +492,9 @@ def _ibdiagnet_quantum2() -> str:
     """A Quantum-2 leaf in split mode as ibdiagnet's ibnetdiscover-format file prints it (its port
     label ASIC/Cage/Port/Split in parentheses, two spaces before the comment), written from the
     line the issue quotes from a real file (`[1](1/1/1) "S-…"[63]  # "…" lid 13 4xNDR`): not a
-    recording. Two hosts on the two halves of cage 1, an uplink on cage 33."""
+    recording. Its `#` header is a stand-in: no document found shows ibdiagnet's (what was
+    searched is in docs/cluster-context.md). Two hosts on the two halves of cage 1, an uplink on
+    cage 33."""
     return """#
 # This file was generated by ibdiagnet: ibnetdiscover format; ports of Quantum-2 switches are
 # labelled ASIC/Cage/Port[/Split]
