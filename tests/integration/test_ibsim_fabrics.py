@@ -244,3 +244,38 @@ def test_the_report_names_the_swap_first_and_the_unnamed_hcas_in_one_line(tmp_pa
     first = [line for line in screen if line.lstrip().startswith("1.")]
     assert first and "crossed_cables" in first[0]
     assert sum("unnamed_hcas" in line for line in screen[:24]) >= 1 and len(screen) <= 24
+
+
+IBSIM_EXAMPLES = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "datasets"
+    / "real-formats"
+    / "ibnetdiscover"
+    / "ibsim_net_examples"
+)
+
+
+def test_ibsims_own_example_fabrics_import_once_discovered(tmp_path: Path) -> None:
+    """The shared folder's ibsim net files are ibsim's input, not a dump (the import refuses them
+    with what to run instead: tests/unit/test_topology_import.py). Served by ibsim and discovered
+    by the real ibnetdiscover, as a site would, each imports: every switch and every HCA the net
+    file declares is in the topology, and the only finding is the note that its HCAs name no host."""
+    nets = sorted(p for p in IBSIM_EXAMPLES.glob("net*") if p.is_file())
+    assert len(nets) == 5
+    for net in nets:
+        text = net.read_text()
+        declared = {
+            kind: sum(1 for line in text.splitlines() if line.split(None, 1)[:1] == [kind])
+            for kind in ("Switch", "Hca")
+        }
+        folder = tmp_path / net.name
+        folder.mkdir()
+        topology = build(read(_ibnetdiscover(folder, text)))
+        TopologyGraph(topology.nodes, topology.links)
+        kinds = [n["kind"] for n in topology.nodes]
+        switches = sum(kinds.count(k) for k in ("leaf", "spine", "switch"))
+        assert switches == declared["Switch"], net.name
+        assert kinds.count("nic") == declared["Hca"], (net.name, [f.message for f in topology.findings][:5])
+        # ibsim's HCAs are named "Hca1" and the like, no host: one note says so, nothing else
+        assert [f.kind for f in topology.findings] == ["unnamed_hcas"], net.name
