@@ -352,13 +352,16 @@ class PeerThresholds(_Section):
         "reads 87-100 % while training, 0 % in its checkpoints and eval gap (operational choice: half)",
     )
     busy_tensor_active: float = sourced(
-        0.01,
+        0.05,
         "where DCGM_FI_PROF_PIPE_TENSOR_ACTIVE is exported, a GPU counts as working for the busy_only "
         "rules only with at least this tensor-pipe activity: one spinning in a collective that waits "
         "for a stalled peer shows 100 % utilisation, no tensor work and a fraction of its power",
         "DCGM field guide: PIPE_TENSOR_ACTIVE is the ratio of cycles the tensor pipes are active "
         "(0 while a kernel only waits); NVML utilization.gpu counts any kernel running, a NCCL wait "
-        "kernel included (operational choice: 1 %)",
+        "kernel included. Operational choice: 5 %, a twentieth of the cycles, far under what a "
+        "compute step keeps busy (tenths) and clear of a sampled ratio's jitter around 0 during a "
+        "wait (at 1 %, waits that read 0.01-0.02 passed as work: a GPU of a job stalled every other "
+        "minute by a flapping link took its 528 W waits for its level and was named a straggler)",
     )
     window_min_scrapes: int = sourced(
         8,

@@ -259,6 +259,27 @@ def test_gpus_spinning_in_a_collective_that_waits_are_not_judged_on_work() -> No
     assert run(DetectorStack(30), ticks) == [[]] * 16
 
 
+def test_a_job_stalled_by_a_flapping_link_is_no_straggler_for_a_wait_read_as_a_trace_of_work() -> None:
+    """A job a flapping link stalls about every other scrape: each GPU spins in the collective at
+    1980 MHz and 528 W, its tensor pipes idle, and the scrapes that catch work catch a step
+    boundary now and then (the node's GPUs together). One GPU's sampled ratio reads 0.01-0.02 in
+    its waits (jitter about 0), the others' 0: its waits are no more work than theirs. Failed at
+    a 1 % bar (dev seed 4531, harsh: its waits and the step seconds were its level, 530 W against
+    the job's 690 W)."""
+    rng = np.random.default_rng(11)
+    pattern = "WwWwWDwDwWWwDwDwWWwWDw"  # W work, D work caught at a step boundary, w wait
+    ticks = []
+    for k, what in enumerate(pattern):
+        if what == "w":
+            phase = {f"g{i}": {"clock": 1980, "power": 528.0, "tensor": 0.0} for i in range(8)}
+            phase["g0"] = {"clock": 1980, "power": 528.0, "tensor": 0.015}
+        else:
+            power = {"W": None, "D": 297.0 + 124.0 * (k % 2)}[what]
+            phase = {f"g{i}": {"tensor": 0.5, **({"power": power} if power else {})} for i in range(8)}
+        ticks.append(capped_tick(30 * k, rng, **phase))
+    assert run(DetectorStack(30), ticks) == [[]] * len(pattern)
+
+
 def test_a_restored_stack_keeps_each_gpus_window() -> None:
     rng = np.random.default_rng(8)
     ticks = [capped_tick(30 * k, rng, g5={"clock": 1300}) for k in range(10)]
