@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS actions (
     node TEXT
 );
 CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
+"""
+# one record per drain: its (node, incident, policy), as the drain's plan id is
+REMEDIATION_TABLE = """
 CREATE TABLE IF NOT EXISTS remediation (
     node TEXT NOT NULL,
     incident_id TEXT NOT NULL,
@@ -56,7 +59,7 @@ CREATE TABLE IF NOT EXISTS remediation (
     closed_at REAL,
     history TEXT NOT NULL,
     updated_at REAL NOT NULL,
-    PRIMARY KEY (node, incident_id)
+    PRIMARY KEY (node, incident_id, policy)
 );
 """
 REMEDIATION_COLUMNS = (
@@ -96,7 +99,10 @@ class Row:
 
 @dataclass(frozen=True)
 class RemediationRecord:
-    """One node's way through act.remediation's state machine for one incident."""
+    """One node's way through act.remediation's state machine for one drain: the drain's
+    (node, incident, policy), as its plan id is. A warning keeps its incident id when the failure
+    it foresaw opens, so one incident can drain a node twice (under the prediction's policy, then
+    the failure's), each drain a round of its own."""
 
     node: str
     incident_id: str
@@ -143,14 +149,29 @@ class AuditLog:
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(SCHEMA)
+            self._db.executescript(SCHEMA + REMEDIATION_TABLE)
             # a log written before rows named their node: the column added, the old rows NULL
             columns = {c[1] for c in self._db.execute("PRAGMA table_info(actions)").fetchall()}
             if "node" not in columns:
                 self._db.execute("ALTER TABLE actions ADD COLUMN node TEXT")
+            self._rekey_remediation()
         # told the plan's row after every change (a Grafana panel, through InfluxDB); its failure
         # must not undo the change, which is already committed
         self.listener: Callable[[Row], None] | None = None
+
+    def _rekey_remediation(self) -> None:
+        """A log whose remediation table was keyed by (node, incident) alone: rebuilt with the
+        policy in the key, every record kept (SQLite cannot change a primary key in place)."""
+        key = {c[1] for c in self._db.execute("PRAGMA table_info(remediation)").fetchall() if c[5]}
+        if "policy" in key:
+            return
+        self._db.executescript(
+            "BEGIN; ALTER TABLE remediation RENAME TO remediation_by_incident;"
+            + REMEDIATION_TABLE
+            + f"INSERT INTO remediation ({REMEDIATION_COLUMNS}, updated_at)"
+            f" SELECT {REMEDIATION_COLUMNS}, updated_at FROM remediation_by_incident;"
+            " DROP TABLE remediation_by_incident; COMMIT;"
+        )
 
     def _tell(self, pid: str) -> None:
         if self.listener is None:
@@ -227,7 +248,7 @@ class AuditLog:
     # ------------------------------------------------------------------ remediation (act.remediation)
 
     def remediation_add(self, rec: RemediationRecord) -> bool:
-        """A node's record, unless it has one for the incident already; False then."""
+        """A drain's record, unless it has one already (a repeated state, a restart); False then."""
         return self._put(rec, "INSERT OR IGNORE") == 1
 
     def remediation_put(self, rec: RemediationRecord) -> None:
@@ -256,9 +277,11 @@ class AuditLog:
             ),
         )
 
-    def remediation_get(self, node: str, incident: str) -> RemediationRecord | None:
+    def remediation_get(self, node: str, incident: str, policy: str) -> RemediationRecord | None:
+        """The record of the drain of `node` for `incident` under `policy`."""
         found = self._query(
-            f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE node = ? AND incident_id = ?", (node, incident)
+            f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE node = ? AND incident_id = ? AND policy = ?",
+            (node, incident, policy),
         )
         return _record(found[0]) if found else None
 

@@ -60,9 +60,9 @@ class Planner:
         self.config, self.audit = config, audit
         self.node_of, self.scope_size, self.scope_of = node_of, scope_size, scope_of
         self.jobs_on = jobs_on  # the jobs running on a node at t, and the GPUs each holds in all
-        # (node, incident) -> whether act.remediation returns that node itself, once it is healthy,
-        # rather than when the incident resolves
-        self.returns_itself: Callable[[str, str], bool] = lambda node, incident: False
+        # (node, incident, the policy that drained it) -> whether act.remediation returns that node
+        # itself, once it is healthy, rather than when the incident resolves
+        self.returns_itself: Callable[[str, str, str], bool] = lambda node, incident, policy: False
 
     def consider(self, state: dict[str, Any], t: float) -> list[Plan]:
         """The plans for one incident state, at event time t (new ones only)."""
@@ -201,7 +201,7 @@ class Planner:
         for row in self.audit.rows("done"):
             if row.incident_id != incident or row.action not in ("drain", "reboot"):
                 continue
-            if self.returns_itself(row.target, incident):
+            if self.returns_itself(row.target, incident, row.policy):
                 continue  # checked before it goes back (act.remediation), not on the incident's word
             policy = by_name.get(row.policy)
             pid = plan_id(incident, row.policy, "resume", row.target)

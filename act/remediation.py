@@ -158,22 +158,22 @@ class RemediationMachine:
             Record(row.target, row.incident_id, kind, root, source, row.policy, "suspect", -1, t, t, None, None, ())
         )
 
-    def owns(self, node: str, incident: str) -> bool:
-        """Whether the machine returns this node (the incident resolving must not)."""
-        rec = self.audit.remediation_get(node, incident)
+    def owns(self, node: str, incident: str, policy: str) -> bool:
+        """Whether the machine returns the node this drain took out (the incident resolving must not)."""
+        rec = self.audit.remediation_get(node, incident, policy)
         return self.live and rec is not None and rec.state != "suspect"
 
     # ------------------------------------------------------------------ each tick
 
     def step(self, t: float) -> None:
         for row in self.audit.rows("done"):  # drains it was not told of (an unplanned one, an upgrade)
-            if row.action == "drain" and self.audit.remediation_get(row.target, row.incident_id) is None:
+            if row.action == "drain" and self.audit.remediation_get(row.target, row.incident_id, row.policy) is None:
                 kind, root = _reason_fields(row.reason)
                 source = self._sources.get(row.policy, "incident")
                 self._open(row, kind, root, "prediction" if source == "prediction" else "incident", t)
         for first in self.audit.remediation_open():
             self._jobs_back(first, t)
-            rec: Record | None = self.audit.remediation_get(first.node, first.incident_id)
+            rec: Record | None = self.audit.remediation_get(first.node, first.incident_id, first.policy)
             for _ in range(4 * (len(STATES) + len(DEFAULT_LADDER))):  # as far as it can go now
                 if rec is None or rec.state not in OPEN or rec.next_at > t:
                     break
@@ -182,7 +182,7 @@ class RemediationMachine:
                 except Exception:  # one node's trouble must not stop the others
                     log.exception("remediation of %s for %s failed at %s", rec.node, rec.incident_id, rec.state)
                     break
-                after = self.audit.remediation_get(rec.node, rec.incident_id)
+                after = self.audit.remediation_get(rec.node, rec.incident_id, rec.policy)
                 if after == rec:
                     break  # waiting (a drain not done yet, a step to settle)
                 rec = after
@@ -246,7 +246,7 @@ class RemediationMachine:
         for job in waiting:
             if job not in seen and self.job_state(job) == "RUNNING":
                 self._move(rec, rec.state, rec.next_at, step={"at": t, "step": "job_running", "target": job})
-                rec = self.audit.remediation_get(rec.node, rec.incident_id) or rec
+                rec = self.audit.remediation_get(rec.node, rec.incident_id, rec.policy) or rec
 
     def _ladder(self, kind: str) -> tuple[str, ...]:
         return tuple(self.settings.ladders.get(kind, LADDERS.get(kind, DEFAULT_LADDER)))

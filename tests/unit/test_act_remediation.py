@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from act.audit import AuditLog, Row
+from act.audit import REMEDIATION_TABLE, AuditLog, RemediationRecord, Row
 from act.executors import ActionError
 from act.loop import ActLoop
 from act.policy import PolicyError, parse
@@ -334,3 +334,57 @@ def test_the_jobs_left_on_a_drained_node_are_requeued_and_their_return_recorded(
     (rec,) = machine(act).audit.remediation_all()
     (back,) = [h for h in rec.history if h.get("step") == "job_running"]
     assert back["at"] == 220.0 and back["target"] == "4242" and rec.state == "returned"
+
+
+def test_a_prediction_returned_healthy_is_remediated_when_its_failure_opens_for_real() -> None:
+    """A warning keeps its incident id when the failure it foresaw opens (rca/incidents.py): the
+    prediction's round ended with the node returned healthy, and the failure's drain starts a
+    round of its own, which remediates the node and resumes it."""
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(None, calls, fixed_by="nothing")
+    failed_at: list[int] = []  # where in `calls` the part failed: sick until a reset after that
+
+    def check(node: str) -> CheckResult:
+        healthy = not failed_at or ("reset_gpu", "n00001-gpu3") in calls[failed_at[0] :]
+        return CheckResult(healthy, f"dcgmi diag -r 2 on {node}: {'pass' if healthy else 'fail'}")
+
+    machine(act).checks = [check]
+    act.offer([state("gpu_hbm_ecc", status="warning")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("resume", "n00001")]  # healthy yet: back at once
+    failed_at.append(len(calls))
+    act.offer([state("gpu_hbm_ecc")], 1000.0)  # the same incident id, now open
+    act.tick(1000.0, {})
+    assert calls[2:] == [("drain", "n00001"), ("reset_gpu", "n00001-gpu3"), ("resume", "n00001")]
+    assert [(r.source, r.state) for r in machine(act).audit.remediation_all()] == [
+        ("prediction", "returned"),
+        ("incident", "returned"),
+    ]
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 2000.0)
+    act.tick(2000.0, {})
+    assert calls.count(("resume", "n00001")) == 2 and not pages  # nothing resumed twice
+
+
+def test_an_audit_log_keyed_by_node_and_incident_alone_is_rekeyed_with_its_records(tmp_path: Path) -> None:
+    """A log written before a drain was a round of its own keeps every record, now keyed by
+    (node, incident, policy), so a second drain for the same incident gets a record too."""
+    import sqlite3
+
+    path = tmp_path / "actions.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(
+        REMEDIATION_TABLE.replace("PRIMARY KEY (node, incident_id, policy)", "PRIMARY KEY (node, incident_id)")
+        + "INSERT INTO remediation VALUES ('n00001', 'INC-1', 'gpu_hbm_ecc', 'n00001-gpu3', 'prediction',"
+        " 'drain-predicted', 'returned', -1, 1e300, 100, 100, 160, '[]', 0);"
+    )
+    old.close()
+    audit = AuditLog(path)
+    (kept,) = audit.remediation_all()
+    assert (kept.node, kept.incident_id, kept.policy, kept.state) == ("n00001", "INC-1", "drain-predicted", "returned")
+    second = RemediationRecord(
+        **{**kept.__dict__, "policy": "drain-failed", "state": "suspect", "source": "incident", "opened_at": 1000.0}
+    )
+    assert audit.remediation_add(second)
+    assert audit.remediation_get("n00001", "INC-1", "drain-failed") == second
+    audit.close()
+    assert [r.policy for r in AuditLog(path).remediation_all()] == ["drain-predicted", "drain-failed"]
