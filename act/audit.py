@@ -325,7 +325,9 @@ class AuditLog:
     def out_of_service(self, since: float) -> set[str]:
         """Nodes this service drained (or is draining, or will drain at a checkpoint) since `since`
         and has not resumed: a plan waiting for its checkpoint counts, or ten of them planned at
-        once would each pass the breaker."""
+        once would each pass the breaker. A node act.remediation is working on counts however long
+        ago it was drained: its steps (a reset, a reboot, a requeue) do not pass the breaker
+        themselves, so the node must count until it is back."""
         drained = {
             t
             for (t,) in self._query(
@@ -343,7 +345,13 @@ class AuditLog:
                 " AND d.action IN ('drain', 'reboot') AND d.state IN ('executing', 'done'))"
             )
         }
-        return drained - resumed_after
+        remediating = {
+            n
+            for (n,) in self._query(
+                "SELECT DISTINCT node FROM remediation WHERE state IN ('drained', 'remediating', 'validating')"
+            )
+        }
+        return (drained - resumed_after) | remediating
 
 
 __all__ = ["HELD", "AuditLog", "RemediationRecord", "Row", "plan_id"]

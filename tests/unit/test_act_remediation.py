@@ -55,12 +55,12 @@ class Health:
         return CheckResult(healthy, f"dcgmi diag -r 2 on {node}: {'pass' if healthy else 'fail'}")
 
 
-def state(kind: str, status: str = "open", incident: str = "INC-1") -> dict[str, Any]:
+def state(kind: str, status: str = "open", incident: str = "INC-1", root: str = "n00001-gpu3") -> dict[str, Any]:
     return {
         "incident_id": incident,
         "status": status,
         "severity": "critical",
-        "root_cause": {"entity": "n00001-gpu3", "kind": kind, "confidence": 0.9},
+        "root_cause": {"entity": root, "kind": kind, "confidence": 0.9},
         "job_gpus": {},
     }
 
@@ -72,11 +72,12 @@ def loop(
     remediation: dict[str, Any] | None = None,
     fail: frozenset[str] = frozenset(),
     dry_run: bool = False,
+    breaker: dict[str, Any] | None = None,
 ) -> tuple[ActLoop, list[str], Health]:
     config = parse(
         {
             "dry_run": dry_run,
-            "breaker": {"max_nodes": 100, "max_fraction": 1.0},
+            "breaker": breaker or {"max_nodes": 100, "max_fraction": 1.0},
             "policies": [DRAIN, PREDICTED],
             "remediation": REMEDIATE if remediation is None else remediation,
         }
@@ -388,3 +389,29 @@ def test_an_audit_log_keyed_by_node_and_incident_alone_is_rekeyed_with_its_recor
     assert audit.remediation_get("n00001", "INC-1", "drain-failed") == second
     audit.close()
     assert [r.policy for r in AuditLog(path).remediation_all()] == ["drain-predicted", "drain-failed"]
+
+
+def test_the_breaker_stops_new_drains_while_a_drained_node_is_remediated() -> None:
+    """Remediation steps do not pass the breaker: each acts on a node the breaker counted when it
+    was drained (a reboot of it counts once, that node), and the node counts until it is back,
+    even once its drain is older than the breaker's window."""
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(
+        None,
+        calls,
+        fixed_by="reboot",
+        remediation={**REMEDIATE, "reboot_wait_s": 1800},
+        breaker={"max_nodes": 1, "max_fraction": 1.0, "window_s": 600},
+    )
+    act.offer([state("gpu_fell_off_bus")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("reboot", "n00001")]  # the reboot was not stopped
+    assert act.audit.out_of_service(100.0 - 600) == {"n00001"}  # drained and rebooted: one node
+    act.offer([state("gpu_fell_off_bus", incident="INC-2", root="n00002-gpu0")], 1000.0)  # window passed
+    act.tick(1000.0, {})
+    assert ("drain", "n00002") not in calls and any("breaker" in p for p in pages)
+    act.tick(1900.0, {})  # n00001 checked healthy after its reboot, and back
+    assert calls[-1] == ("resume", "n00001")
+    act.offer([state("gpu_fell_off_bus", incident="INC-3", root="n00002-gpu0")], 2000.0)
+    act.tick(2000.0, {})
+    assert ("drain", "n00002") in calls
