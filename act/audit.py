@@ -290,7 +290,7 @@ class AuditLog:
             _record(r)
             for r in self._query(
                 f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE state IN"
-                " ('suspect', 'drained', 'remediating', 'validating') ORDER BY opened_at, node"
+                " ('suspect', 'cordoned', 'drained', 'remediating', 'validating') ORDER BY opened_at, node"
             )
         ]
 
@@ -302,7 +302,8 @@ class AuditLog:
     def remediation_count(self, node: str, since: float) -> int:
         """The node's remediations (drained and worked on) opened since event time `since`."""
         ((n,),) = self._query(
-            "SELECT COUNT(*) FROM remediation WHERE node = ? AND opened_at >= ? AND state != 'suspect'", (node, since)
+            "SELECT COUNT(*) FROM remediation WHERE node = ? AND opened_at >= ? AND drained_at IS NOT NULL",
+            (node, since),
         )
         return int(n)
 
@@ -314,9 +315,10 @@ class AuditLog:
 
     def attempts(self, target: str, since: float) -> int:
         """Actions done (or under way) on `target` since event time `since`, putting it back in
-        service aside: what the limit counts."""
+        service, a check and a cordon (the first half of its drain) aside: what the limit counts."""
         ((n,),) = self._query(
-            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ? AND action NOT IN ('resume', 'check')"
+            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ?"
+            " AND action NOT IN ('resume', 'check', 'cordon')"
             " AND state IN ('executing', 'done', 'failed')",
             (target, since),
         )
@@ -331,7 +333,7 @@ class AuditLog:
         drained = {
             t
             for (t,) in self._query(
-                "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot') AND event_time >= ?"
+                "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot', 'cordon') AND event_time >= ?"
                 " AND (state IN ('waiting', 'executing', 'done')"
                 " OR (state = 'planned' AND decision IN ('execute', 'at_checkpoint')))",
                 (since,),
@@ -342,7 +344,7 @@ class AuditLog:
             for (t,) in self._query(
                 "SELECT r.target FROM actions r WHERE r.action = 'resume' AND r.state = 'done' AND r.event_time >="
                 " (SELECT MAX(d.event_time) FROM actions d WHERE d.target = r.target"
-                " AND d.action IN ('drain', 'reboot') AND d.state IN ('executing', 'done'))"
+                " AND d.action IN ('drain', 'reboot', 'cordon') AND d.state IN ('executing', 'done'))"
             )
         }
         remediating = {

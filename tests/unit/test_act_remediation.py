@@ -415,3 +415,67 @@ def test_the_breaker_stops_new_drains_while_a_drained_node_is_remediated() -> No
     act.offer([state("gpu_fell_off_bus", incident="INC-3", root="n00002-gpu0")], 2000.0)
     act.tick(2000.0, {})
     assert ("drain", "n00002") in calls
+
+
+CHECKPOINTED = {**PREDICTED, "action": {"type": "drain", "when": "checkpoint"}}
+
+
+def cordoning_loop(
+    calls: list[tuple[str, str]], policies: tuple[dict[str, Any], ...] = (DRAIN, CHECKPOINTED)
+) -> ActLoop:
+    """Drains (on a prediction, by default) at the job's next checkpoint, with a cordon executor
+    (Slurm's or Kubernetes'), a job on the node, and healthy checks."""
+    config = parse({"dry_run": False, "policies": list(policies), "remediation": REMEDIATE})
+    act = ActLoop(
+        config,
+        AuditLog(None),
+        dict.fromkeys(("drain", "resume", "cordon", "reset_gpu", "reboot"), Recorder(calls)),
+        lambda message, subject: None,
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+        jobs_on=lambda node, t: {"job-7": 256},
+    )
+    machine(act).checks = [lambda node: CheckResult(True, "ok")]
+    return act
+
+
+BUSY, DIP = {"job-7": 96.0}, {"job-7": 4.0}
+
+
+def test_a_suspect_node_is_cordoned_at_once_and_drained_at_its_jobs_checkpoint() -> None:
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls)
+    for t in range(0, 300, 10):
+        act.tick(float(t), BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    assert calls == [("cordon", "n00001")]  # no new work from now on; the job runs on
+    (rec,) = act.audit.remediation_all()
+    assert rec.state == "cordoned" and act.audit.attempts("n00001", 0.0) == 0  # a cordon is no attempt
+    assert act.audit.out_of_service(0.0) == {"n00001"}
+    for t in range(310, 900, 10):
+        act.tick(float(t), BUSY)
+    assert calls == [("cordon", "n00001")]
+    act.tick(900.0, DIP)
+    act.tick(910.0, BUSY)  # the checkpoint written: drained, checked at once, returned
+    assert calls == [("cordon", "n00001"), ("drain", "n00001"), ("resume", "n00001")]
+    (rec,) = act.audit.remediation_all()
+    assert [h["state"] for h in rec.history] == ["cordoned", "validating", "returned"]
+    assert act.audit.attempts("n00001", 0.0) == 1
+
+
+def test_a_cordoned_node_whose_incident_resolves_before_the_checkpoint_is_resumed_not_drained() -> None:
+    calls: list[tuple[str, str]] = []
+    at_checkpoint = {**DRAIN, "action": {"type": "drain", "when": "checkpoint"}}
+    act = cordoning_loop(calls, (at_checkpoint,))
+    act.tick(0.0, BUSY)
+    act.offer([{**state("gpu_nvlink"), "job_gpus": {"job-7": 256}}], 10.0)
+    assert calls == [("cordon", "n00001")]
+    act.offer([state("gpu_nvlink", status="resolved")], 20.0)  # over before the job's checkpoint
+    assert calls == [("cordon", "n00001"), ("resume", "n00001")]
+    act.tick(30.0, DIP)
+    act.tick(40.0, BUSY)  # the checkpoint comes: nothing is drained for a resolved incident
+    assert calls == [("cordon", "n00001"), ("resume", "n00001")]
+    assert act.audit.out_of_service(0.0) == set()
+    (rec,) = act.audit.remediation_all()
+    assert rec.state == "returned" and rec.drained_at is None
+    assert act.audit.remediation_count("n00001", 0.0) == 0  # never drained: not a remediation
