@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS actions (
     node TEXT
 );
 CREATE INDEX IF NOT EXISTS actions_target ON actions (target, event_time);
+"""
+# one record per drain: its (node, incident, policy), as the drain's plan id is
+REMEDIATION_TABLE = """
 CREATE TABLE IF NOT EXISTS remediation (
     node TEXT NOT NULL,
     incident_id TEXT NOT NULL,
@@ -56,7 +59,7 @@ CREATE TABLE IF NOT EXISTS remediation (
     closed_at REAL,
     history TEXT NOT NULL,
     updated_at REAL NOT NULL,
-    PRIMARY KEY (node, incident_id)
+    PRIMARY KEY (node, incident_id, policy)
 );
 """
 REMEDIATION_COLUMNS = (
@@ -96,7 +99,10 @@ class Row:
 
 @dataclass(frozen=True)
 class RemediationRecord:
-    """One node's way through act.remediation's state machine for one incident."""
+    """One node's way through act.remediation's state machine for one drain: the drain's
+    (node, incident, policy), as its plan id is. A warning keeps its incident id when the failure
+    it foresaw opens, so one incident can drain a node twice (under the prediction's policy, then
+    the failure's), each drain a round of its own."""
 
     node: str
     incident_id: str
@@ -143,14 +149,29 @@ class AuditLog:
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(SCHEMA)
+            self._db.executescript(SCHEMA + REMEDIATION_TABLE)
             # a log written before rows named their node: the column added, the old rows NULL
             columns = {c[1] for c in self._db.execute("PRAGMA table_info(actions)").fetchall()}
             if "node" not in columns:
                 self._db.execute("ALTER TABLE actions ADD COLUMN node TEXT")
+            self._rekey_remediation()
         # told the plan's row after every change (a Grafana panel, through InfluxDB); its failure
         # must not undo the change, which is already committed
         self.listener: Callable[[Row], None] | None = None
+
+    def _rekey_remediation(self) -> None:
+        """A log whose remediation table was keyed by (node, incident) alone: rebuilt with the
+        policy in the key, every record kept (SQLite cannot change a primary key in place)."""
+        key = {c[1] for c in self._db.execute("PRAGMA table_info(remediation)").fetchall() if c[5]}
+        if "policy" in key:
+            return
+        self._db.executescript(
+            "BEGIN; ALTER TABLE remediation RENAME TO remediation_by_incident;"
+            + REMEDIATION_TABLE
+            + f"INSERT INTO remediation ({REMEDIATION_COLUMNS}, updated_at)"
+            f" SELECT {REMEDIATION_COLUMNS}, updated_at FROM remediation_by_incident;"
+            " DROP TABLE remediation_by_incident; COMMIT;"
+        )
 
     def _tell(self, pid: str) -> None:
         if self.listener is None:
@@ -227,7 +248,7 @@ class AuditLog:
     # ------------------------------------------------------------------ remediation (act.remediation)
 
     def remediation_add(self, rec: RemediationRecord) -> bool:
-        """A node's record, unless it has one for the incident already; False then."""
+        """A drain's record, unless it has one already (a repeated state, a restart); False then."""
         return self._put(rec, "INSERT OR IGNORE") == 1
 
     def remediation_put(self, rec: RemediationRecord) -> None:
@@ -256,9 +277,11 @@ class AuditLog:
             ),
         )
 
-    def remediation_get(self, node: str, incident: str) -> RemediationRecord | None:
+    def remediation_get(self, node: str, incident: str, policy: str) -> RemediationRecord | None:
+        """The record of the drain of `node` for `incident` under `policy`."""
         found = self._query(
-            f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE node = ? AND incident_id = ?", (node, incident)
+            f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE node = ? AND incident_id = ? AND policy = ?",
+            (node, incident, policy),
         )
         return _record(found[0]) if found else None
 
@@ -267,7 +290,7 @@ class AuditLog:
             _record(r)
             for r in self._query(
                 f"SELECT {REMEDIATION_COLUMNS} FROM remediation WHERE state IN"
-                " ('suspect', 'drained', 'remediating', 'validating') ORDER BY opened_at, node"
+                " ('suspect', 'cordoned', 'drained', 'remediating', 'validating') ORDER BY opened_at, node"
             )
         ]
 
@@ -279,7 +302,8 @@ class AuditLog:
     def remediation_count(self, node: str, since: float) -> int:
         """The node's remediations (drained and worked on) opened since event time `since`."""
         ((n,),) = self._query(
-            "SELECT COUNT(*) FROM remediation WHERE node = ? AND opened_at >= ? AND state != 'suspect'", (node, since)
+            "SELECT COUNT(*) FROM remediation WHERE node = ? AND opened_at >= ? AND drained_at IS NOT NULL",
+            (node, since),
         )
         return int(n)
 
@@ -291,9 +315,10 @@ class AuditLog:
 
     def attempts(self, target: str, since: float) -> int:
         """Actions done (or under way) on `target` since event time `since`, putting it back in
-        service aside: what the limit counts."""
+        service, a check and a cordon (the first half of its drain) aside: what the limit counts."""
         ((n,),) = self._query(
-            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ? AND action NOT IN ('resume', 'check')"
+            "SELECT COUNT(*) FROM actions WHERE target = ? AND event_time >= ?"
+            " AND action NOT IN ('resume', 'check', 'cordon')"
             " AND state IN ('executing', 'done', 'failed')",
             (target, since),
         )
@@ -302,11 +327,13 @@ class AuditLog:
     def out_of_service(self, since: float) -> set[str]:
         """Nodes this service drained (or is draining, or will drain at a checkpoint) since `since`
         and has not resumed: a plan waiting for its checkpoint counts, or ten of them planned at
-        once would each pass the breaker."""
+        once would each pass the breaker. A node act.remediation is working on counts however long
+        ago it was drained: its steps (a reset, a reboot, a requeue) do not pass the breaker
+        themselves, so the node must count until it is back."""
         drained = {
             t
             for (t,) in self._query(
-                "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot') AND event_time >= ?"
+                "SELECT DISTINCT target FROM actions WHERE action IN ('drain', 'reboot', 'cordon') AND event_time >= ?"
                 " AND (state IN ('waiting', 'executing', 'done')"
                 " OR (state = 'planned' AND decision IN ('execute', 'at_checkpoint')))",
                 (since,),
@@ -317,10 +344,16 @@ class AuditLog:
             for (t,) in self._query(
                 "SELECT r.target FROM actions r WHERE r.action = 'resume' AND r.state = 'done' AND r.event_time >="
                 " (SELECT MAX(d.event_time) FROM actions d WHERE d.target = r.target"
-                " AND d.action IN ('drain', 'reboot') AND d.state IN ('executing', 'done'))"
+                " AND d.action IN ('drain', 'reboot', 'cordon') AND d.state IN ('executing', 'done'))"
             )
         }
-        return drained - resumed_after
+        remediating = {
+            n
+            for (n,) in self._query(
+                "SELECT DISTINCT node FROM remediation WHERE state IN ('drained', 'remediating', 'validating')"
+            )
+        }
+        return (drained - resumed_after) | remediating
 
 
 __all__ = ["HELD", "AuditLog", "RemediationRecord", "Row", "plan_id"]

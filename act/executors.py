@@ -200,15 +200,17 @@ class SlurmCli:
 
     def _node_action(self, row: Row) -> Acted:
         node = acted_on(row)
-        if row.action not in ("drain", "resume"):
+        if row.action not in ("drain", "resume", "cordon"):
             raise ActionError(f"Slurm does not {row.action}")
         before = self.drained()
-        if row.action == "drain":
+        # Slurm's DRAIN is a cordon: no new job lands, the running ones go on (DRAINING); a cordon
+        # and the drain after the checkpoint are the same update, with the same reason
+        if row.action in ("drain", "cordon"):
             self._run("update", f"NodeName={node}", "State=DRAIN", f"Reason={row.reason}")
         else:
             self._run("update", f"NodeName={node}", "State=RESUME")
         after = self.drained()
-        if row.action == "drain":  # drained with our reason now, and not before
+        if row.action in ("drain", "cordon"):  # drained with our reason now, and not before
             changed = {n for n, why in after.items() if why == row.reason and before.get(n) != row.reason}
         else:  # drained before, not now
             changed = set(before) - set(after)
@@ -224,7 +226,7 @@ class SlurmCli:
     @staticmethod
     def _took(row: Row, state: Mapping[str, str]) -> bool | None:
         flags = state.get("State", "")
-        if row.action == "drain":
+        if row.action in ("drain", "cordon"):
             return "DRAIN" in flags and state.get("Reason", "") == row.reason
         if row.action == "resume":
             return "DRAIN" not in flags

@@ -12,6 +12,8 @@ does it, and no more:
   DaemonSet's and not a mirror pod, `POST /api/v1/namespaces/{ns}/pods/{pod}/eviction` with a
   `policy/v1` Eviction; a 429 is a PodDisruptionBudget saying not now: the drain is reported
   partial and the action fails, to be retried (or seen by a person), never forced;
+- the cordon alone (a node whose drain waits for its job's checkpoint): cordoned and tainted as
+  above, nothing evicted; the drain after the checkpoint does the rest;
 - resume: uncordon (`unschedulable: false`) and our taint removed;
 - read back: the node is read again after the change (`GET /api/v1/nodes/{name}`) and the action
   is done only where it shows cordoned and tainted (drain) or neither (resume); the node is reported
@@ -121,10 +123,14 @@ class KubernetesNodes:
 
     def run(self, row: Row) -> Acted:
         name = checked(row)
-        if row.action not in ("drain", "resume"):
+        if row.action not in ("drain", "resume", "cordon"):
             raise ActionError(f"Kubernetes does not {row.action} here")
         try:
-            if row.action == "drain":
+            if row.action == "cordon":  # no new pod lands; the running ones stay until the drain
+                self._cordon(name, True)
+                self._taints(name, {"key": TAINT_KEY, "value": _taint_value(row.incident_id), "effect": "NoSchedule"})
+                detail = f"{name} cordoned, tainted {TAINT_KEY}"
+            elif row.action == "drain":
                 self._cordon(name, True)
                 self._taints(name, {"key": TAINT_KEY, "value": _taint_value(row.incident_id), "effect": "NoSchedule"})
                 evicted, refused = self._evict(name)
@@ -153,7 +159,7 @@ class KubernetesNodes:
         """After a drain that went wrong part way: the node, where the API shows it cordoned or
         carrying our taint (it is out of service all the same, and the breaker counts it); none
         where it shows neither; unknown (None) where it cannot be read, or for a resume."""
-        if row.action != "drain":
+        if row.action not in ("drain", "cordon"):
             return None
         try:
             spec = self._node(name).get("spec", {})
@@ -166,7 +172,7 @@ class KubernetesNodes:
     def _took(row: Row, node: dict[str, Any]) -> bool | None:
         spec = node.get("spec", {})
         ours = any(t.get("key") == TAINT_KEY for t in spec.get("taints") or [])
-        if row.action == "drain":
+        if row.action in ("drain", "cordon"):
             return bool(spec.get("unschedulable")) and ours
         if row.action == "resume":
             return not spec.get("unschedulable") and not ours

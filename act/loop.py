@@ -52,6 +52,7 @@ class ActLoop:
         self.config, self.audit = config, audit
         self.planner = Planner(config, audit, node_of, scope_size, scope_of, jobs_on)
         self.actor = Actor(audit, executors, lambda message: page(message, ""))
+        self.planner.cordons = "cordon" in executors
         self.clock = CheckpointClock()
         # the node's way back after a drain: remediated, checked, returned or a person paged
         self.remediation: RemediationMachine | None = None
@@ -91,6 +92,8 @@ class ActLoop:
     def offer(self, states: list[bytes] | list[dict[str, Any]], t: float) -> None:
         for raw in states:
             state = json.loads(raw) if isinstance(raw, bytes | str) else raw
+            if state.get("status") == "resolved":
+                self._cancel_waiting(str(state.get("incident_id")))
             plans = self.planner.consider(state, t)
             self.actor.take(plans, t)
             if self.remediation is not None:
@@ -100,6 +103,16 @@ class ActLoop:
                 if plan.row.decision == "at_checkpoint":
                     jobs = self._jobs_of(plan.row)
                     self.waiting[plan.row.plan_id] = Waiting(plan.row, jobs, t, t + self._max_wait(plan.row))
+
+    def _cancel_waiting(self, incident: str) -> None:
+        """The incident resolved before its job's checkpoint: its drains waiting for one are not
+        done (a drain then would leave a node out with nothing left to resume it); a node
+        cordoned meanwhile is resumed with the incident's other nodes (Planner._resume)."""
+        for pid, w in list(self.waiting.items()):
+            if w.row.incident_id == incident:
+                del self.waiting[pid]
+                log.info("%s %s for %s: the incident resolved first", w.row.action, w.row.target, incident)
+                self.audit.move(pid, "held", "the incident resolved before the checkpoint", decision="cancelled")
 
     def tick(self, t: float, utilisation: dict[str, float]) -> None:
         """One tick's mean GPU utilisation per job: checkpoints read, what waited for them done."""

@@ -15,7 +15,9 @@ from act.audit import AuditLog, Row, plan_id
 from act.policy import ActConfig, Policy
 from vocab.ids import entity_refusal, node_refusal, shown
 
-NODE_ACTIONS = frozenset({"drain", "reboot", "resume"})
+# a cordon is planned by the planner itself, never by a policy: with a drain that waits for the
+# job's checkpoint, so that no new work lands on a suspect node in the meantime
+NODE_ACTIONS = frozenset({"drain", "reboot", "resume", "cordon"})
 # actions on a part of a node (a GPU reset): the site's command is told the node too, and the
 # topology must know which one it is
 IN_A_NODE = NODE_ACTIONS | {"reset_gpu"}
@@ -60,9 +62,12 @@ class Planner:
         self.config, self.audit = config, audit
         self.node_of, self.scope_size, self.scope_of = node_of, scope_size, scope_of
         self.jobs_on = jobs_on  # the jobs running on a node at t, and the GPUs each holds in all
-        # (node, incident) -> whether act.remediation returns that node itself, once it is healthy,
-        # rather than when the incident resolves
-        self.returns_itself: Callable[[str, str], bool] = lambda node, incident: False
+        # (node, incident, the policy that drained it) -> whether act.remediation returns that node
+        # itself, once it is healthy, rather than when the incident resolves
+        self.returns_itself: Callable[[str, str, str], bool] = lambda node, incident, policy: False
+        # whether a node whose drain waits for a checkpoint is cordoned at once (the site has a
+        # cordon executor: Slurm's DRAIN, Kubernetes' unschedulable)
+        self.cordons = False
 
     def consider(self, state: dict[str, Any], t: float) -> list[Plan]:
         """The plans for one incident state, at event time t (new ones only)."""
@@ -76,6 +81,8 @@ class Planner:
             plan = self._plan(policy, incident, state, t)
             if plan is not None:
                 plans.append(plan)
+                if plan.row.decision == "at_checkpoint" and plan.row.action == "drain" and self.cordons:
+                    plans.append(self._cordon(plan.row, t))
         return plans
 
     # ------------------------------------------------------------------ internals
@@ -110,6 +117,27 @@ class Planner:
         )
         self.audit.add(row)
         return Plan(row, execute, page)
+
+    def _cordon(self, drain: Row, t: float) -> Plan:
+        """The drain waits for the job's checkpoint; the node takes no new work from now on (the
+        drain passed every check a cordon would: the breaker, approval, dry run)."""
+        pid = plan_id(drain.incident_id, drain.policy, "cordon", drain.target)
+        row = Row(
+            pid,
+            drain.incident_id,
+            drain.policy,
+            "cordon",
+            drain.target,
+            drain.reason,  # the drain's own: Slurm's DRAIN reason, read back by both
+            "execute",
+            "planned",
+            None,
+            f"no new work until the drain ({drain.detail})",
+            t,
+            node=drain.node,
+        )
+        self.audit.add(row)
+        return Plan(row, True)
 
     @staticmethod
     def _refused(action: str, root: str, node: str | None) -> str | None:
@@ -199,9 +227,9 @@ class Planner:
         plans = []
         by_name = {p.name: p for p in self.config.policies}
         for row in self.audit.rows("done"):
-            if row.incident_id != incident or row.action not in ("drain", "reboot"):
+            if row.incident_id != incident or row.action not in ("drain", "reboot", "cordon"):
                 continue
-            if self.returns_itself(row.target, incident):
+            if self.returns_itself(row.target, incident, row.policy):
                 continue  # checked before it goes back (act.remediation), not on the incident's word
             policy = by_name.get(row.policy)
             pid = plan_id(incident, row.policy, "resume", row.target)

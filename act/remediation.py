@@ -1,14 +1,19 @@
 """The per-node remediation state machine: a node the service drained is put right and checked
 before it goes back, or handed to a person with everything that was tried.
 
-    suspect -> drained -> remediating -> validating -> returned
-                  |            ^  |          |
-                  |            |  +----------+-> escalated (a person, with the history)
-                  +-> validating (a node drained on a prediction: checked at once)
+    suspect -> (cordoned) -> drained -> remediating -> validating -> returned
+                                |            ^  |          |
+                                |            |  +----------+-> escalated (a person, with the history)
+                                +-> validating (a node drained on a prediction: checked at once)
 
 - suspect: a drain is planned for the node (waiting for the job's checkpoint, for approval, or
-  held by a dry run); nothing more happens until the drain is done. In Slurm a DRAIN is itself
-  the cordon (no new work lands on the node), so there is no separate cordon step here.
+  held by a dry run); nothing more happens until the drain is done.
+- cordoned: the drain waits for the job's checkpoint and the site has a cordon executor: the node
+  was cordoned when the drain was planned (act.planner.Planner._cordon), so no new work lands
+  on it meanwhile; its job runs on. In Slurm the cordon is the DRAIN itself (a DRAINING node's
+  jobs run on) and the drain at the checkpoint repeats it; the requeue is what moves the job.
+  If the incident resolves first, the drain is cancelled (act.loop) and the cordon resumed
+  with the incident: the record closes as returned, never drained.
 - drained: the drain is done. A node drained on a *prediction* is validated at once: a false
   prediction costs minutes, not the hours until its warning lapses; the prediction stays open as
   a watch (its incident is not touched). A node drained on a *failure* goes up its kind's ladder.
@@ -46,8 +51,10 @@ from vocab.ids import InvalidIdError, check_node
 
 log = logging.getLogger(__name__)
 
-STATES = ("suspect", "drained", "remediating", "validating", "returned", "escalated")
-OPEN = ("suspect", "drained", "remediating", "validating")
+STATES = ("suspect", "cordoned", "drained", "remediating", "validating", "returned", "escalated")
+OPEN = ("suspect", "cordoned", "drained", "remediating", "validating")
+# before the drain is done: the machine has not taken the node, its incident resolving resumes it
+BEFORE_DRAIN = ("suspect", "cordoned")
 
 # The ladder per kind: what is tried, cheapest first, before a person. Read from NVIDIA's Xid
 # catalog (vocab/xid_catalog.tsv, the immediate action of the Xid each kind shows):
@@ -152,28 +159,37 @@ class RemediationMachine:
         root = state.get("root_cause") or {}
         source = "prediction" if state.get("status") == "warning" else "incident"
         self._open(row, str(root.get("kind", "")), str(root.get("entity", "")), source, t)
+        self._cordoned(row, t)
+
+    def _cordoned(self, drain: Row, t: float) -> None:
+        """The drain waits for its job's checkpoint and the node was cordoned meanwhile."""
+        cordon = self.audit.get(plan_id(drain.incident_id, drain.policy, "cordon", drain.target))
+        rec = self.audit.remediation_get(drain.target, drain.incident_id, drain.policy)
+        if cordon is not None and rec is not None and rec.state == "suspect":
+            step = {"at": t, "step": "cordon", "target": drain.target, "result": cordon.state}
+            self._move(rec, "cordoned" if cordon.state == "done" else "suspect", t, step=step)
 
     def _open(self, row: Row, kind: str, root: str, source: str, t: float) -> None:
         self.audit.remediation_add(
             Record(row.target, row.incident_id, kind, root, source, row.policy, "suspect", -1, t, t, None, None, ())
         )
 
-    def owns(self, node: str, incident: str) -> bool:
-        """Whether the machine returns this node (the incident resolving must not)."""
-        rec = self.audit.remediation_get(node, incident)
-        return self.live and rec is not None and rec.state != "suspect"
+    def owns(self, node: str, incident: str, policy: str) -> bool:
+        """Whether the machine returns the node this drain took out (the incident resolving must not)."""
+        rec = self.audit.remediation_get(node, incident, policy)
+        return self.live and rec is not None and rec.state not in BEFORE_DRAIN
 
     # ------------------------------------------------------------------ each tick
 
     def step(self, t: float) -> None:
         for row in self.audit.rows("done"):  # drains it was not told of (an unplanned one, an upgrade)
-            if row.action == "drain" and self.audit.remediation_get(row.target, row.incident_id) is None:
+            if row.action == "drain" and self.audit.remediation_get(row.target, row.incident_id, row.policy) is None:
                 kind, root = _reason_fields(row.reason)
                 source = self._sources.get(row.policy, "incident")
                 self._open(row, kind, root, "prediction" if source == "prediction" else "incident", t)
         for first in self.audit.remediation_open():
             self._jobs_back(first, t)
-            rec: Record | None = self.audit.remediation_get(first.node, first.incident_id)
+            rec: Record | None = self.audit.remediation_get(first.node, first.incident_id, first.policy)
             for _ in range(4 * (len(STATES) + len(DEFAULT_LADDER))):  # as far as it can go now
                 if rec is None or rec.state not in OPEN or rec.next_at > t:
                     break
@@ -182,14 +198,18 @@ class RemediationMachine:
                 except Exception:  # one node's trouble must not stop the others
                     log.exception("remediation of %s for %s failed at %s", rec.node, rec.incident_id, rec.state)
                     break
-                after = self.audit.remediation_get(rec.node, rec.incident_id)
+                after = self.audit.remediation_get(rec.node, rec.incident_id, rec.policy)
                 if after == rec:
                     break  # waiting (a drain not done yet, a step to settle)
                 rec = after
 
     def _advance(self, rec: Record, t: float) -> None:
-        if rec.state == "suspect":
+        if rec.state in BEFORE_DRAIN:
             drain = self.audit.get(plan_id(rec.incident_id, rec.policy, "drain", rec.node))
+            if drain is not None and drain.decision == "cancelled":  # the incident resolved first
+                why = "the incident resolved before the checkpoint: never drained (a cordon resumed with it)"
+                self._move(rec, "returned", t, closed=True, note=why)
+                return
             if drain is None or drain.state != "done":
                 return
             at = drain.acted_at if drain.acted_at is not None else t
@@ -246,7 +266,7 @@ class RemediationMachine:
         for job in waiting:
             if job not in seen and self.job_state(job) == "RUNNING":
                 self._move(rec, rec.state, rec.next_at, step={"at": t, "step": "job_running", "target": job})
-                rec = self.audit.remediation_get(rec.node, rec.incident_id) or rec
+                rec = self.audit.remediation_get(rec.node, rec.incident_id, rec.policy) or rec
 
     def _ladder(self, kind: str) -> tuple[str, ...]:
         return tuple(self.settings.ladders.get(kind, LADDERS.get(kind, DEFAULT_LADDER)))

@@ -22,7 +22,7 @@ def executors_of(config: ActConfig) -> dict[str, Executor]:
     out: dict[str, Executor] = {}
     if config.executors.slurm:
         slurm = SlurmCli(config.executors.slurm_env, config.executors.scontrol)
-        out["drain"] = out["resume"] = out["requeue"] = slurm
+        out["drain"] = out["resume"] = out["requeue"] = out["cordon"] = slurm
     k8s = config.executors.kubernetes
     if k8s is not None:
         from act.kubernetes import KubernetesNodes
@@ -38,7 +38,7 @@ def executors_of(config: ActConfig) -> dict[str, Executor]:
             )
         else:
             raise ValueError("executors.kubernetes needs in_cluster: true or a server")
-        out["drain"] = out["resume"] = KubernetesNodes(api)
+        out["drain"] = out["resume"] = out["cordon"] = KubernetesNodes(api)
     for action, argv in config.executors.commands.items():  # a site's own tool wins over scontrol
         out[action] = SiteCommand(argv)
     for action, url in config.executors.webhooks.items():

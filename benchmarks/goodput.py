@@ -513,10 +513,18 @@ def big_job_ettr(faults: list[Outcome], wrong_drains: int, gpu_days: float, args
     return float(1.0 - lost / 86_400.0)
 
 
+def fleet_ettr(lost_gpu_s: float, gpu_days: float) -> float:
+    """The fleet's ETTR: 1 - the GPU-time the cost model says faults cost (interrupted jobs' lost
+    steps and restarts, nodes idle after a wrong drain) / the fleet's GPU-time (every GPU's wall
+    time, whether a job held it or not)."""
+    return 1.0 - lost_gpu_s / (gpu_days * 86_400.0) if gpu_days > 0 else float("nan")
+
+
 def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     totals = {m: ModeCost() for m in MODES}
     per_mode: dict[str, list[Outcome]] = {m: [] for m in MODES}
     wrong: dict[str, int] = dict.fromkeys(MODES, 0)
+    seed_ettr: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}  # (large job, fleet), per seed
     gpu_days = 0.0
     faults = 0
     report: dict[str, Any] = {"seeds": list(args.seeds), "gpus": args.gpus, "hours": args.hours, "modes": {}}
@@ -562,8 +570,13 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 t.wrong_gpu_s += c.wrong_gpu_s
                 t.blocked += c.blocked
                 wrong[mode] += c.wrong
-                per_mode[mode] += outcomes(mode, tape.truth, rows, records, node_of, t0, args)
+                seed_outs = outcomes(mode, tape.truth, rows, records, node_of, t0, args)
+                per_mode[mode] += seed_outs
                 report.setdefault("per_seed", {}).setdefault(str(seed), {})[mode] = c.gpu_s / 3600
+                seed_days = args.gpus * args.hours / 24
+                seed_ettr[mode].append(
+                    (big_job_ettr(seed_outs, c.wrong, seed_days, args), fleet_ettr(c.gpu_s, seed_days))
+                )
             gpu_days += args.gpus * args.hours / 24
     per = 1000.0 / gpu_days
     table = Table(
@@ -574,7 +587,8 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             f"fleet: GPU-hours lost per 1,000 GPU-days, each interrupted job's GPUs × (time since its last checkpoint"
             f" + {args.restart_s:g} s restart); none: a person drains a failed node {args.human_s:g} s after. "
             f"ETTR: one {args.big_gpus:,}-GPU job, checkpoint every {args.big_ckpt_s / 60:g} min, restart "
-            f"{args.restart_s / 60:g} min, spares, at the Llama 3 rate ({LLAMA3_RATE:.2f} per 1,000 GPU-days). "
+            f"{args.restart_s / 60:g} min, spares, at the Llama 3 rate ({LLAMA3_RATE:.2f} per 1,000 GPU-days); "
+            "per seed, in seed order. Fleet ETTR: 1 - GPU-time lost / the fleet's GPU-time (every GPU, busy or not). "
             f"Self-heal: faults in a node put right and returned with no person (all; of kinds a reset or reboot "
             "fixes). MTTR: median onset -> the job running again; -> the node back, checked, with no person; "
             "faults that went to a person (a drained node waits for one without remediation), and the median time"
@@ -588,6 +602,9 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "wrong drains",
         "wrong GPU-h",
         f"ETTR {args.big_gpus // 1000}k job",
+        "per seed",
+        "fleet ETTR",
+        "per seed ",
         "self-healed",
         "of fixable",
         "MTTR job",
@@ -608,6 +625,8 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         t, outs = totals[mode], per_mode[mode]
         saved = 1 - t.gpu_s / base if base else 0.0
         ettr = big_job_ettr(outs, wrong[mode], gpu_days, args)
+        fleet = fleet_ettr(t.gpu_s, gpu_days)
+        big_seeds, fleet_seeds = [b for b, _ in seed_ettr[mode]], [f for _, f in seed_ettr[mode]]
         fixable = [o for o in outs if o.kind in REBOOT_FIXES]
         healed = sum(o.healed for o in outs)
         healed_fixable = sum(o.healed for o in fixable)
@@ -632,6 +651,9 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             f"{t.wrong}",
             f"{t.wrong_gpu_s / 3600 * per:,.1f}",
             f"{ettr:.2%}",
+            " / ".join(f"{v:.1%}" for v in big_seeds),
+            f"{fleet:.2%}",
+            " / ".join(f"{v:.2%}" for v in fleet_seeds),
             f"{healed}/{len(outs)}",
             f"{healed_fixable}/{len(fixable)}",
             minutes(job),
@@ -646,6 +668,9 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "wrong_drains": t.wrong,
             "blocked": t.blocked,
             "ettr_big_job": ettr,
+            "ettr_big_job_per_seed": big_seeds,
+            "ettr_fleet": fleet,
+            "ettr_fleet_per_seed": fleet_seeds,
             "self_healed": healed,
             "faults_in_nodes": len(outs),
             "self_healed_fixable": healed_fixable,
@@ -661,4 +686,14 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     return report
 
 
-__all__ = ["Outcome", "TruthCheck", "bench_goodput", "big_job_ettr", "cost_of", "outcomes", "policies", "record"]
+__all__ = [
+    "Outcome",
+    "TruthCheck",
+    "bench_goodput",
+    "big_job_ettr",
+    "cost_of",
+    "fleet_ettr",
+    "outcomes",
+    "policies",
+    "record",
+]

@@ -5,6 +5,7 @@ resumed when the incident resolves; a drain interrupted by a SIGKILL is read bac
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -51,12 +52,14 @@ def warning(n: int, node: str) -> dict[str, Any]:
     }
 
 
-def loop_on(site: SlurmSite, policies: dict[str, Any], job: str | None, pages: list[str]) -> ActLoop:
+def loop_on(
+    site: SlurmSite, policies: dict[str, Any], job: str | None, pages: list[str], actions: tuple[str, ...] = ()
+) -> ActLoop:
     slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
     return ActLoop(
         parse(policies),
         AuditLog(),
-        {"drain": slurm, "resume": slurm},
+        dict.fromkeys(("drain", "resume", *actions), slurm),
         lambda message, subject: pages.append(message),
         node_of=lambda entity: entity.split("-")[0],
         scope_size=lambda scope: len(site.node_names()),
@@ -90,6 +93,45 @@ def test_a_predicted_failure_drains_the_node_after_the_jobs_checkpoint(site: Slu
         # resolved: the node comes back
         loop.offer([{**warning(1, node), "status": "resolved"}], 900.0)
         assert "DRAIN" not in SlurmCli({"SLURM_CONF": str(site.conf)}).node(node)["State"]
+    finally:
+        site.cancel(job)
+
+
+def test_a_suspect_node_is_cordoned_at_once_its_job_runs_on_to_the_checkpoint(site: SlurmSite) -> None:
+    """Slurm's cordon is the DRAIN itself: no new job lands, the running one goes on (DRAINING);
+    the drain after the checkpoint repeats it and is read back done, the node counted once."""
+    node = site.node_names()[1]
+    job = site.sbatch("-w", node, "--gres=gpu:8")
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    try:
+        site.wait_for([job], {"RUNNING"})
+        pages: list[str] = []
+        policies = {"dry_run": False, "breaker": {"max_nodes": 2, "max_fraction": 1.0}, "policies": [POLICY]}
+        loop = loop_on(site, policies, job, pages, ("cordon",))
+        busy, dip = {job: 96.0}, {job: 4.0}
+        loop.tick(0.0, busy)
+        loop.offer([warning(13, node)], 10.0)
+        state = slurm.node(node)
+        assert "DRAIN" in state["State"] and state["Reason"].startswith("aiops inc-test-13: gpu_hbm_ecc")
+        assert slurm.job_state(job) == "RUNNING"  # cordoned, not stopped
+        later = site.sbatch("-w", node)  # a CPU job, which would fit beside the GPU job: it waits
+        try:
+            state_reason = ""
+            for _ in range(100):  # until the scheduler has looked at it (its reason set)
+                state_reason = site.run("squeue", "-h", "-j", later, "-o", "%T %r").strip()
+                if not state_reason.endswith("None"):
+                    break
+                time.sleep(0.2)
+            assert state_reason.startswith("PENDING") and "ReqNodeNotAvail" in state_reason, state_reason
+        finally:
+            site.cancel(later)
+        loop.tick(20.0, dip)
+        loop.tick(30.0, busy)
+        states = {r.action: (r.state, r.decision) for r in loop.audit.rows()}
+        assert states == {"cordon": ("done", "execute"), "drain": ("done", "execute")}, states
+        assert loop.audit.out_of_service(0.0) == {node} and pages == []
+        loop.offer([{**warning(13, node), "status": "resolved"}], 900.0)
+        assert "DRAIN" not in slurm.node(node)["State"]
     finally:
         site.cancel(job)
 
@@ -192,9 +234,17 @@ def test_the_breaker_counts_the_nodes_slurm_reports_drained(site: SlurmSite) -> 
 # ---------------------------------------------------------------- the whole loop (act/remediation.py)
 
 
-def remediating_loop(site: SlurmSite, path: Any, check: list[str], job: str) -> tuple[ActLoop, list[str]]:
+def remediating_loop(
+    site: SlurmSite,
+    path: Any,
+    check: list[str],
+    job: str,
+    audit: AuditLog | None = None,
+    reset: tuple[str, ...] = ("true",),
+) -> tuple[ActLoop, list[str]]:
     """Drain on a failure, requeue, reset (a stand-in site command), check (a stand-in check
-    command), resume, all through the real slurmctld; the audit log at `path` (a restart reopens it)."""
+    command), resume, all through the real slurmctld; the audit log at `path` (a restart reopens
+    it), or `audit` opened there."""
     slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
     config = parse(
         {
@@ -204,7 +254,7 @@ def remediating_loop(site: SlurmSite, path: Any, check: list[str], job: str) -> 
                 {"name": "drain-failed", "match": {"source": "incident"}, "action": {"type": "drain"}, "execute": True}
             ],
             "remediation": {"execute": True, "checks": [check], "reboot_wait_s": 0},
-            "executors": {"commands": {"reset_gpu": ["true"], "reboot": ["true"]}},
+            "executors": {"commands": {"reset_gpu": list(reset), "reboot": ["true"]}},
         }
     )
     from aiops.acting import executors_of
@@ -213,7 +263,7 @@ def remediating_loop(site: SlurmSite, path: Any, check: list[str], job: str) -> 
     pages: list[str] = []
     loop = ActLoop(
         config,
-        AuditLog(path),
+        audit if audit is not None else AuditLog(path),
         executors,
         lambda message, subject: pages.append(message),
         node_of=lambda entity: entity.split("-")[0],
@@ -254,6 +304,83 @@ def test_the_whole_loop_drain_requeue_check_resume_with_a_kill_between_each_step
         assert sorted(done) == sorted(
             [("drain", node), ("requeue", job), ("reset_gpu", f"{node}-gpu3"), ("check", f"{node}@1"), ("resume", node)]
         )  # each once
+    finally:
+        site.cancel(job)
+
+
+class Killed(BaseException):
+    """The daemon stopped dead: no `except Exception` in the loop catches it, as none catches a
+    SIGKILL; what the audit log committed before it is all a restart has."""
+
+
+class KilledAfter(AuditLog):
+    """The audit log of a daemon killed right after one write: `when(kind, what)` says which
+    (a remediation record put, or a plan moved to a state)."""
+
+    def __init__(self, path: Any, when: Any) -> None:
+        super().__init__(path)
+        self.when = when
+
+    def remediation_put(self, rec: Any) -> None:
+        super().remediation_put(rec)
+        if self.when("record", rec):
+            raise Killed
+
+    def move(self, pid: str, state: str, *args: Any, **kwargs: Any) -> None:
+        super().move(pid, state, *args, **kwargs)
+        if self.when("plan", (self.get(pid), state)):
+            raise Killed
+
+
+@pytest.mark.parametrize("between", ["the requeue and the reset", "the check and the resume"])
+def test_the_whole_loop_killed_between_two_steps_resumes_from_the_audit_log_and_does_nothing_twice(
+    site: SlurmSite, tmp_path: Any, between: str
+) -> None:
+    """The daemon dies right after the step before (its result committed) and before the next
+    one starts; a new one, from the audit log alone, takes the next step and repeats none: the
+    job requeued once (Slurm's restart count), the reset and the check run once (each command
+    writes a line), the node drained and resumed once."""
+    node = site.node_names()[3]
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    job = site.sbatch("-w", node, "--gres=gpu:8", "--requeue")
+    path, ran = tmp_path / "actions.sqlite", tmp_path / "ran"
+    reset = ("sh", "-c", f"echo reset >> {ran}")
+    check = ["sh", "-c", f"echo check >> {ran}"]
+
+    def kill_point(kind: str, what: Any) -> bool:
+        if between == "the requeue and the reset":  # the record moved on after the requeue
+            return kind == "record" and what.state == "remediating" and what.rung == 0
+        row, state = what if kind == "plan" else (None, None)
+        return row is not None and row.action == "check" and state == "done"
+
+    try:
+        site.wait_for([job], {"RUNNING"})
+        loop, _ = remediating_loop(site, path, check, job, KilledAfter(path, kill_point), reset)
+        loop.offer([failed(21, node)], 0.0)
+        with pytest.raises(Killed):
+            loop.tick(10.0, {})
+        loop.audit.close()
+        rows = {r.action: r.state for r in AuditLog(path).rows()}
+        if between == "the requeue and the reset":
+            assert rows == {"drain": "done", "requeue": "done"}  # the reset not begun
+        else:
+            assert rows["check"] == "done" and "resume" not in rows
+            assert "DRAIN" in slurm.node(node)["State"]
+        for t in (20.0, 30.0):  # a start from the audit log, then one more tick
+            loop, pages = remediating_loop(site, path, check, job)
+            loop.restore(t)
+            loop.tick(t, {})
+            loop.audit.close()
+        audit = AuditLog(path)
+        (rec,) = audit.remediation_all()
+        assert rec.state == "returned" and "DRAIN" not in slurm.node(node)["State"]
+        done = sorted((r.action, r.target) for r in audit.rows() if r.state == "done")
+        assert done == sorted(
+            [("drain", node), ("requeue", job), ("reset_gpu", f"{node}-gpu3"), ("check", f"{node}@1"), ("resume", node)]
+        )
+        assert ran.read_text().split() == ["reset", "check"]  # each command ran once
+        assert slurm.job(job).get("Restarts") == "1"  # requeued once
+        assert not pages
     finally:
         site.cancel(job)
 

@@ -247,6 +247,18 @@ def test_drain_cordons_taints_and_evicts_then_resume_undoes_it(token: Path) -> N
         assert all(kind != "" or method == "GET" for method, _, kind in api.seen)
 
 
+def test_a_cordon_keeps_new_pods_off_and_evicts_nothing_until_the_drain(token: Path) -> None:
+    for api in serve([pod("trainer-0")]):
+        nodes = KubernetesNodes(ApiConfig(api.url, token))
+        acted = nodes.run(row("cordon"))
+        assert acted.nodes == {NAME} and "cordoned" in acted.detail and "evicted" not in acted.detail
+        assert api.node["spec"]["unschedulable"] is True and api.node["spec"]["taints"][-1]["key"] == TAINT_KEY
+        assert set(api.pods) == {"trainer-0"}  # the job runs on to its checkpoint
+        assert nodes.confirmed(row("cordon")) is True
+        nodes.run(row("drain"))  # after the checkpoint
+        assert not api.pods and nodes.confirmed(row("drain")) is True
+
+
 def test_a_disruption_budget_is_honoured_not_forced(token: Path) -> None:
     for api in serve([pod("trainer-0"), pod("db-0", "infra")], budgeted=frozenset({"db-0"})):
         with pytest.raises(ActionError, match="1 refused: infra/db-0: Cannot evict") as failed:

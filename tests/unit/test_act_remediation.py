@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from act.audit import AuditLog, Row
+from act.audit import REMEDIATION_TABLE, AuditLog, RemediationRecord, Row
 from act.executors import ActionError
 from act.loop import ActLoop
 from act.policy import PolicyError, parse
@@ -55,12 +55,12 @@ class Health:
         return CheckResult(healthy, f"dcgmi diag -r 2 on {node}: {'pass' if healthy else 'fail'}")
 
 
-def state(kind: str, status: str = "open", incident: str = "INC-1") -> dict[str, Any]:
+def state(kind: str, status: str = "open", incident: str = "INC-1", root: str = "n00001-gpu3") -> dict[str, Any]:
     return {
         "incident_id": incident,
         "status": status,
         "severity": "critical",
-        "root_cause": {"entity": "n00001-gpu3", "kind": kind, "confidence": 0.9},
+        "root_cause": {"entity": root, "kind": kind, "confidence": 0.9},
         "job_gpus": {},
     }
 
@@ -72,11 +72,12 @@ def loop(
     remediation: dict[str, Any] | None = None,
     fail: frozenset[str] = frozenset(),
     dry_run: bool = False,
+    breaker: dict[str, Any] | None = None,
 ) -> tuple[ActLoop, list[str], Health]:
     config = parse(
         {
             "dry_run": dry_run,
-            "breaker": {"max_nodes": 100, "max_fraction": 1.0},
+            "breaker": breaker or {"max_nodes": 100, "max_fraction": 1.0},
             "policies": [DRAIN, PREDICTED],
             "remediation": REMEDIATE if remediation is None else remediation,
         }
@@ -334,3 +335,147 @@ def test_the_jobs_left_on_a_drained_node_are_requeued_and_their_return_recorded(
     (rec,) = machine(act).audit.remediation_all()
     (back,) = [h for h in rec.history if h.get("step") == "job_running"]
     assert back["at"] == 220.0 and back["target"] == "4242" and rec.state == "returned"
+
+
+def test_a_prediction_returned_healthy_is_remediated_when_its_failure_opens_for_real() -> None:
+    """A warning keeps its incident id when the failure it foresaw opens (rca/incidents.py): the
+    prediction's round ended with the node returned healthy, and the failure's drain starts a
+    round of its own, which remediates the node and resumes it."""
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(None, calls, fixed_by="nothing")
+    failed_at: list[int] = []  # where in `calls` the part failed: sick until a reset after that
+
+    def check(node: str) -> CheckResult:
+        healthy = not failed_at or ("reset_gpu", "n00001-gpu3") in calls[failed_at[0] :]
+        return CheckResult(healthy, f"dcgmi diag -r 2 on {node}: {'pass' if healthy else 'fail'}")
+
+    machine(act).checks = [check]
+    act.offer([state("gpu_hbm_ecc", status="warning")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("resume", "n00001")]  # healthy yet: back at once
+    failed_at.append(len(calls))
+    act.offer([state("gpu_hbm_ecc")], 1000.0)  # the same incident id, now open
+    act.tick(1000.0, {})
+    assert calls[2:] == [("drain", "n00001"), ("reset_gpu", "n00001-gpu3"), ("resume", "n00001")]
+    assert [(r.source, r.state) for r in machine(act).audit.remediation_all()] == [
+        ("prediction", "returned"),
+        ("incident", "returned"),
+    ]
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 2000.0)
+    act.tick(2000.0, {})
+    assert calls.count(("resume", "n00001")) == 2 and not pages  # nothing resumed twice
+
+
+def test_an_audit_log_keyed_by_node_and_incident_alone_is_rekeyed_with_its_records(tmp_path: Path) -> None:
+    """A log written before a drain was a round of its own keeps every record, now keyed by
+    (node, incident, policy), so a second drain for the same incident gets a record too."""
+    import sqlite3
+
+    path = tmp_path / "actions.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(
+        REMEDIATION_TABLE.replace("PRIMARY KEY (node, incident_id, policy)", "PRIMARY KEY (node, incident_id)")
+        + "INSERT INTO remediation VALUES ('n00001', 'INC-1', 'gpu_hbm_ecc', 'n00001-gpu3', 'prediction',"
+        " 'drain-predicted', 'returned', -1, 1e300, 100, 100, 160, '[]', 0);"
+    )
+    old.close()
+    audit = AuditLog(path)
+    (kept,) = audit.remediation_all()
+    assert (kept.node, kept.incident_id, kept.policy, kept.state) == ("n00001", "INC-1", "drain-predicted", "returned")
+    second = RemediationRecord(
+        **{**kept.__dict__, "policy": "drain-failed", "state": "suspect", "source": "incident", "opened_at": 1000.0}
+    )
+    assert audit.remediation_add(second)
+    assert audit.remediation_get("n00001", "INC-1", "drain-failed") == second
+    audit.close()
+    assert [r.policy for r in AuditLog(path).remediation_all()] == ["drain-predicted", "drain-failed"]
+
+
+def test_the_breaker_stops_new_drains_while_a_drained_node_is_remediated() -> None:
+    """Remediation steps do not pass the breaker: each acts on a node the breaker counted when it
+    was drained (a reboot of it counts once, that node), and the node counts until it is back,
+    even once its drain is older than the breaker's window."""
+    calls: list[tuple[str, str]] = []
+    act, pages, _ = loop(
+        None,
+        calls,
+        fixed_by="reboot",
+        remediation={**REMEDIATE, "reboot_wait_s": 1800},
+        breaker={"max_nodes": 1, "max_fraction": 1.0, "window_s": 600},
+    )
+    act.offer([state("gpu_fell_off_bus")], 100.0)
+    act.tick(100.0, {})
+    assert calls == [("drain", "n00001"), ("reboot", "n00001")]  # the reboot was not stopped
+    assert act.audit.out_of_service(100.0 - 600) == {"n00001"}  # drained and rebooted: one node
+    act.offer([state("gpu_fell_off_bus", incident="INC-2", root="n00002-gpu0")], 1000.0)  # window passed
+    act.tick(1000.0, {})
+    assert ("drain", "n00002") not in calls and any("breaker" in p for p in pages)
+    act.tick(1900.0, {})  # n00001 checked healthy after its reboot, and back
+    assert calls[-1] == ("resume", "n00001")
+    act.offer([state("gpu_fell_off_bus", incident="INC-3", root="n00002-gpu0")], 2000.0)
+    act.tick(2000.0, {})
+    assert ("drain", "n00002") in calls
+
+
+CHECKPOINTED = {**PREDICTED, "action": {"type": "drain", "when": "checkpoint"}}
+
+
+def cordoning_loop(
+    calls: list[tuple[str, str]], policies: tuple[dict[str, Any], ...] = (DRAIN, CHECKPOINTED)
+) -> ActLoop:
+    """Drains (on a prediction, by default) at the job's next checkpoint, with a cordon executor
+    (Slurm's or Kubernetes'), a job on the node, and healthy checks."""
+    config = parse({"dry_run": False, "policies": list(policies), "remediation": REMEDIATE})
+    act = ActLoop(
+        config,
+        AuditLog(None),
+        dict.fromkeys(("drain", "resume", "cordon", "reset_gpu", "reboot"), Recorder(calls)),
+        lambda message, subject: None,
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+        jobs_on=lambda node, t: {"job-7": 256},
+    )
+    machine(act).checks = [lambda node: CheckResult(True, "ok")]
+    return act
+
+
+BUSY, DIP = {"job-7": 96.0}, {"job-7": 4.0}
+
+
+def test_a_suspect_node_is_cordoned_at_once_and_drained_at_its_jobs_checkpoint() -> None:
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls)
+    for t in range(0, 300, 10):
+        act.tick(float(t), BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    assert calls == [("cordon", "n00001")]  # no new work from now on; the job runs on
+    (rec,) = act.audit.remediation_all()
+    assert rec.state == "cordoned" and act.audit.attempts("n00001", 0.0) == 0  # a cordon is no attempt
+    assert act.audit.out_of_service(0.0) == {"n00001"}
+    for t in range(310, 900, 10):
+        act.tick(float(t), BUSY)
+    assert calls == [("cordon", "n00001")]
+    act.tick(900.0, DIP)
+    act.tick(910.0, BUSY)  # the checkpoint written: drained, checked at once, returned
+    assert calls == [("cordon", "n00001"), ("drain", "n00001"), ("resume", "n00001")]
+    (rec,) = act.audit.remediation_all()
+    assert [h["state"] for h in rec.history] == ["cordoned", "validating", "returned"]
+    assert act.audit.attempts("n00001", 0.0) == 1
+
+
+def test_a_cordoned_node_whose_incident_resolves_before_the_checkpoint_is_resumed_not_drained() -> None:
+    calls: list[tuple[str, str]] = []
+    at_checkpoint = {**DRAIN, "action": {"type": "drain", "when": "checkpoint"}}
+    act = cordoning_loop(calls, (at_checkpoint,))
+    act.tick(0.0, BUSY)
+    act.offer([{**state("gpu_nvlink"), "job_gpus": {"job-7": 256}}], 10.0)
+    assert calls == [("cordon", "n00001")]
+    act.offer([state("gpu_nvlink", status="resolved")], 20.0)  # over before the job's checkpoint
+    assert calls == [("cordon", "n00001"), ("resume", "n00001")]
+    act.tick(30.0, DIP)
+    act.tick(40.0, BUSY)  # the checkpoint comes: nothing is drained for a resolved incident
+    assert calls == [("cordon", "n00001"), ("resume", "n00001")]
+    assert act.audit.out_of_service(0.0) == set()
+    (rec,) = act.audit.remediation_all()
+    assert rec.state == "returned" and rec.drained_at is None
+    assert act.audit.remediation_count("n00001", 0.0) == 0  # never drained: not a remediation

@@ -9,7 +9,17 @@ import argparse
 import pytest
 
 from act.audit import RemediationRecord, Row
-from benchmarks.goodput import CHECK_S, RESET_S, JobTimes, Outcome, TruthCheck, big_job_ettr, cost_of, outcomes
+from benchmarks.goodput import (
+    CHECK_S,
+    RESET_S,
+    JobTimes,
+    Outcome,
+    TruthCheck,
+    big_job_ettr,
+    cost_of,
+    fleet_ettr,
+    outcomes,
+)
 
 JOB = JobTimes(frozenset({"n1"}), 16, start=0.0, end=10_000.0, period=1800.0, phase=0.0)
 FAULT = {"kind": "gpu_fell_off_bus", "root": "n1-gpu3", "onset": 5000.0, "end": 9000.0, "jobs": ["job-1"]}
@@ -119,3 +129,13 @@ def test_the_large_jobs_ettr_at_the_llama3_rate() -> None:
     assert big_job_ettr([met], 0, 1.0, ARGS) == pytest.approx(1 - per_day * 1800.0 / 86_400)
     # all ahead: a restart each; a wrong drain per 10,000 GPU-days costs a restart a day more
     assert big_job_ettr([ahead], 1, 10_000.0, ARGS) == pytest.approx(1 - (per_day + 1) * RESTART / 86_400)
+
+
+def test_the_fleets_ettr_is_the_share_of_its_gpu_time_the_faults_left() -> None:
+    # the hand-made fault of test_what_each_mode_costs, with no action, on 16 GPUs for a day:
+    # the job's 16 GPUs lose the steps since the checkpoint and three restarts
+    lost, _, _ = cost("none", [])
+    assert lost == 16 * (5000 - 3660 + 3 * RESTART)
+    assert fleet_ettr(lost, 16.0) == pytest.approx(1 - 16 * 3140 / (16 * 86_400))
+    assert fleet_ettr(0.0, 16.0) == 1.0
+    assert fleet_ettr(16 * 86_400.0, 16.0) == 0.0  # every GPU-second lost
