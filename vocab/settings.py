@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from vocab.thresholds import DetectorSettings
@@ -38,25 +38,43 @@ class KafkaSettings(BaseModel):
     # How long one poll waits and how much it may return; a poll becomes one decoded batch.
     poll_timeout_ms: int = Field(default=500, ge=1)
     max_poll_records: int = Field(default=50_000, ge=1)
-    # TLS to the broker (docs/operating.md, "Kafka over TLS"): SSL, or PLAINTEXT on a private
-    # network. With SSL the broker's certificate is checked against ssl_cafile (the system's CAs
-    # when unset) and its name against the bootstrap host; ssl_certfile/ssl_keyfile (PEM) are this
-    # client's own, for a broker that asks for one (ssl.client.auth=required).
-    security_protocol: Literal["PLAINTEXT", "SSL"] = "PLAINTEXT"
+    # TLS to the broker (docs/operating.md, "Kafka over TLS"): SSL, SASL_SSL, or PLAINTEXT on a
+    # private network. With SSL the broker's certificate is checked against ssl_cafile (the
+    # system's CAs when unset) and its name against the bootstrap host; ssl_certfile/ssl_keyfile
+    # (PEM) are this client's own, for a broker that asks for one (ssl.client.auth=required).
+    # SASL_SSL is the same TLS plus a SCRAM-SHA-512 login (the one SASL mechanism tested against a
+    # real broker; PLAIN, GSSAPI and OAUTHBEARER are not offered, nor SASL without TLS).
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL"] = "PLAINTEXT"
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     ssl_check_hostname: bool = True
+    sasl_mechanism: Literal["SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _sasl_has_a_login(self) -> KafkaSettings:
+        if self.security_protocol == "SASL_SSL" and (not self.sasl_username or self.sasl_password is None):
+            raise ValueError("security_protocol SASL_SSL needs sasl_username and sasl_password")
+        return self
 
     def client_security(self) -> dict[str, object]:
         """kafka-python's keyword arguments for these settings (none for PLAINTEXT)."""
         if self.security_protocol == "PLAINTEXT":
             return {}
-        out: dict[str, object] = {"security_protocol": "SSL", "ssl_check_hostname": self.ssl_check_hostname}
+        out: dict[str, object] = {
+            "security_protocol": self.security_protocol,
+            "ssl_check_hostname": self.ssl_check_hostname,
+        }
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = str(value)
+        if self.security_protocol == "SASL_SSL" and self.sasl_password is not None:  # the validator's
+            out["sasl_mechanism"] = self.sasl_mechanism
+            out["sasl_plain_username"] = self.sasl_username
+            out["sasl_plain_password"] = self.sasl_password.get_secret_value()
         return out
 
 

@@ -131,9 +131,20 @@ class NodeRun:
             yield from (line for line in value.split(b"\n") if line.strip())
 
 
-def _run_node_agent(telegraf: Path, kafka: KafkaSettings, counters: Path, tmp_path: Path) -> NodeRun:
+def _run_node_agent(
+    telegraf: Path,
+    kafka: KafkaSettings,
+    counters: Path,
+    tmp_path: Path,
+    conf: Path = NODE_CONF,
+    broker: str | None = None,
+    client_env: dict[str, str] | None = None,
+) -> NodeRun:
     """A healthy node for 8 scrapes, then XID 79 on GPU 3 for 5 more, through Telegraf and Kafka
-    into `aiops run --kafka`, which stops once the topic has been quiet."""
+    into `aiops run --kafka`, which stops once the topic has been quiet. Telegraf and the daemon
+    reach the broker at `broker` (kafka.bootstrap unless given; a TLS listener, say) with
+    `client_env` added to both environments; the topics are made and read at kafka.bootstrap."""
+    broker = broker or kafka.bootstrap
     ensure_topics(kafka.bootstrap, [kafka.telemetry_topic], partitions=3)
     tree = InfinibandTree(tmp_path / "sys", devices=8)
     topology = _topology(tmp_path)
@@ -144,14 +155,14 @@ def _run_node_agent(telegraf: Path, kafka: KafkaSettings, counters: Path, tmp_pa
     ):
         agent = run_in_fake_sysfs(
             tree,
-            [str(telegraf), "--config", str(NODE_CONF)],
-            env=_agent_env(kafka, exporter.url),
+            [str(telegraf), "--config", str(conf)],
+            env={**_agent_env(kafka, exporter.url), "AIOPS_KAFKA_BROKER": broker, **(client_env or {})},
             stdout=subprocess.DEVNULL,
             stderr=agent_log,
         )
         daemon = subprocess.Popen(
-            [*DAEMON, "--kafka", kafka.bootstrap, "--topology", str(topology), *DAEMON_FLAGS],
-            env=_daemon_env(kafka),
+            [*DAEMON, "--kafka", broker, "--topology", str(topology), *DAEMON_FLAGS],
+            env={**_daemon_env(kafka), **(client_env or {})},
             stdout=run_log,
             stderr=run_log,
         )

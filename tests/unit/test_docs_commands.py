@@ -82,3 +82,13 @@ def test_a_shown_command_exists_as_written(
         main([*path, "--help"])
     assert done.value.code == 0
     capsys.readouterr()
+
+
+def test_every_compose_command_of_the_site_checklist_names_the_site_file() -> None:
+    """The README's split-profile command once left out `-f compose.site.yml`: run at a site, it
+    recreates Kafka with its loopback ports only and the GPU nodes lose the broker."""
+    readme = (ROOT / "README.md").read_text()
+    site = readme.split("## Pointing it at a real cluster", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"docker compose [^`\n#]*", site.replace("\n   ", " "))
+    assert len(commands) >= 3
+    assert [c for c in commands if "-f compose.site.yml" not in c] == []
