@@ -13,10 +13,15 @@ substitutes them (values regex-escaped inside regex literals, several values as 
 and every query must answer without error and with at least one series holding a value: an
 unknown measurement or field is no error in InfluxQL, only an empty answer.
 
-Each query runs three ways: every variable at "All", every variable at one value (a query must
+Each query runs three ways: every variable at its default ("All", or for a variable that picks
+nodes, GPUs, jobs, switches or racks of the telemetry the first value its query finds, as Grafana
+picks it: tests/unit/test_dashboards_variables.py), every variable at one value (a query must
 answer for each value tried, and with data for at least one of them: a value with no data, such
 as a node without ECC fields, is no fault of the query), and at several values (that one and
 another: the alternation must keep what the single value found).
+
+The scheduler's events get two node states at the end of the history (a drain and a node down,
+as a Slurm source reports them) for the fleet dashboard's node panels.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ STOCK_NODES = ("n00000", "n00001")
 # not in the stock counters file, nor in this site's: NVLink faults are judged on part of their
 # evidence, and the coverage table says so
 NEVER_SENT = "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
+NODE_STATES = {"n00030": "drain", "n00031": "down"}  # said by the scheduler at the end of the history
 ALL = ".*"  # the dashboards' allValue
 TRIES = 12  # single values tried per variable before a query is said to find nothing
 # ... or, for a query of one variable, up to this many: a panel whose data is on few entities (a
@@ -114,6 +120,10 @@ def run_db(
     gen = ["gen", "--gpus", "256", "--hours", str(HOURS), "--interval", str(INTERVAL_S), "--seed", "2704"]
     assert main([*gen, "--start", str(start), "--faults", FAULTS, "--out", str(folder)]) == 0
     as_collected(folder / "telemetry.lp", STOCK_NODES, NEVER_SENT)
+    with (folder / "events.jsonl").open("a") as events:  # late: the faults' incidents stand as they were
+        for node, state in NODE_STATES.items():
+            said = {"type": "node_state", "nodes": [node], "state": state, "reason": f"test: {state}"}
+            events.write(json.dumps({**said, "time": start + HOURS * 3600 - 60}) + "\n")
     common = ["--kafka", kafka.bootstrap, "--topic", topics["telemetry_topic"]]
     assert main(["produce", str(folder / "telemetry.lp"), *common, "--partitions", "3"]) == 0
     to_influx = ["--influx", influx.url, "--database", influx.database]
@@ -227,7 +237,8 @@ def resolve_variables(
     settings: InfluxSettings, dashboard: dict[str, Any], macros: dict[str, str]
 ) -> tuple[Values, Values, list[str]]:
     """Run the template variables' queries in order, as Grafana does (a later one may name an
-    earlier one, at "All"): each variable's "All" value and the values its query found."""
+    earlier one, at its default): each variable's default ("All", or the first value its query
+    found where "All" is not offered) and the values its query found."""
     at_all: Values = {}
     found: Values = {}
     failures: list[str] = []
@@ -244,8 +255,13 @@ def resolve_variables(
             if not values:
                 failures.append(f"variable ${name}: {query}\n    returned no values")
                 continue
-            assert variable.get("includeAll") and variable.get("allValue") == ALL, f"${name}: no All of {ALL}"
-            at_all[name], found[name] = [ALL], values
+            if variable.get("includeAll"):
+                assert variable.get("allValue") == ALL, f"${name}: no All of {ALL}"
+                at_all[name] = [ALL]
+            else:  # Grafana's choice with no saved value: the first option, sorted as `sort` 1 sorts
+                assert variable.get("sort") == 1 and "current" not in variable, f"${name}: not the first value"
+                at_all[name] = values[:1]
+            found[name] = values
         elif kind in ("custom", "constant", "textbox", "interval"):
             current = variable.get("current", {}).get("value") or variable.get("query", "")
             at_all[name] = found[name] = [str(current[0] if isinstance(current, list) else current).split(",")[0]]
@@ -314,7 +330,7 @@ def test_the_run_wrote_what_the_dashboards_read(run_db: tuple[InfluxSettings, di
     measurements = {row[0] for s in series_of(body) for row in s["values"]}
     wanted = {"gpu", "nic", "switch", "optic", "psu", "cooling", "aiops_ingest"}
     wanted |= {"aiops_incident", "aiops_anomaly", "aiops_prediction", "aiops_notice", "aiops_job", "aiops_service"}
-    wanted |= {"aiops_action"}
+    wanted |= {"aiops_action", "aiops_node"}
     assert wanted <= measurements
     for key, allowed in (("rail", {str(r) for r in range(8)}), ("pod", {"pod0"})):  # 256 GPUs: one pod of 8 rails
         body = influxql(settings, f'SHOW TAG VALUES FROM "aiops_anomaly" WITH KEY = "{key}"', settings.database)
@@ -337,7 +353,7 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
         try:
             if not answer(settings, query, at_all, macros):
                 failures.append(
-                    f"{title}: {render(query, at_all, macros)}\n    returned nothing with every variable at All"
+                    f"{title}: {render(query, at_all, macros)}\n    returned nothing with every variable at its default"
                 )
                 continue
             chosen = [v for v in named(query) if v in found and found[v] != at_all[v]]
