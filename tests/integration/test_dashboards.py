@@ -20,7 +20,8 @@ answer for each value tried, and with data for at least one of them: a value wit
 as a node without ECC fields, is no fault of the query), and at several values (that one and
 another: the alternation must keep what the single value found).
 
-The scheduler's events get two node states at the end of the history (a drain and a node down,
+A panel with its own relative time (the fleet's "last 5 minutes", `timeFrom`) is queried over
+that last span of the generated history. The scheduler's events get two node states at the end of the history (a drain and a node down,
 as a Slurm source reports them) for the fleet dashboard's node panels.
 """
 
@@ -166,14 +167,33 @@ def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from panels(panel.get("panels", []))
 
 
-def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(title, target) of every panel target and annotation query."""
+def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """(title, target, the panel's own relative time) of every panel target and annotation query."""
     for panel in panels(dashboard["panels"]):
         for target in panel.get("targets", []):
-            yield f"{panel.get('title')!r} [{target.get('refId')}]", target
+            yield f"{panel.get('title')!r} [{target.get('refId')}]", target, panel.get("timeFrom")
     for annotation in dashboard.get("annotations", {}).get("list", []):
         if isinstance(annotation.get("target"), dict):
-            yield f"annotation {annotation.get('name')!r}", annotation["target"]
+            yield f"annotation {annotation.get('name')!r}", annotation["target"], None
+
+
+SPAN = re.compile(r"^(\d+)([smhd])$")
+SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def own_range(macros: dict[str, str], time_from: str | None) -> dict[str, str]:
+    """The macros for a panel with its own relative time (`timeFrom`: "5m", "7d"), as Grafana
+    applies it: the last span of the range, here ending where the generated history ends (the
+    last 5 minutes of telemetry, not of the wall clock the test ran on past it)."""
+    if not time_from:
+        return macros
+    span = SPAN.match(time_from)
+    assert span is not None, f"a timeFrom this test does not read: {time_from!r}"
+    start_ns = int(macros["__from"]) * 10**6
+    end_ns = start_ns + HOURS * 3600 * 10**9
+    since_ns = max(start_ns, end_ns - int(span[1]) * SPAN_S[span[2]] * 10**9)
+    window = f"time >= {since_ns}ns AND time <= {end_ns}ns"
+    return {**macros, "timeFilter": window, "__timeFilter": window}
 
 
 def variable_query(variable: dict[str, Any]) -> str:
@@ -344,16 +364,18 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
     dashboard = json.loads(path.read_text(encoding="utf-8"))
     at_all, found, failures = resolve_variables(settings, dashboard, macros)
     checked = 0
-    for title, target in queries(dashboard):
+    for title, target, time_from in queries(dashboard):
+        panel_macros = own_range(macros, time_from)
         query = target.get("query")
         if not target.get("rawQuery") or not isinstance(query, str):
             failures.append(f"{title}: not a raw InfluxQL query, which this test cannot check")
             continue
         checked += 1
         try:
-            if not answer(settings, query, at_all, macros):
+            if not answer(settings, query, at_all, panel_macros):
                 failures.append(
-                    f"{title}: {render(query, at_all, macros)}\n    returned nothing with every variable at its default"
+                    f"{title}: {render(query, at_all, panel_macros)}\n"
+                    "    returned nothing with every variable at its default"
                 )
                 continue
             chosen = [v for v in named(query) if v in found and found[v] != at_all[v]]
@@ -363,7 +385,9 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
                 (
                     c
                     for c in candidates
-                    if answer(settings, query, {**at_all, **dict(zip(chosen, ([x] for x in c), strict=True))}, macros)
+                    if answer(
+                        settings, query, {**at_all, **dict(zip(chosen, ([x] for x in c), strict=True))}, panel_macros
+                    )
                 ),
                 None,
             )
@@ -374,8 +398,8 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
                 several = {
                     v: [x, next((y for y in found[v] if y != x), x)] for v, x in zip(chosen, single, strict=True)
                 }
-                if not answer(settings, query, {**at_all, **several}, macros):
-                    rendered = render(query, {**at_all, **several}, macros)
+                if not answer(settings, query, {**at_all, **several}, panel_macros):
+                    rendered = render(query, {**at_all, **several}, panel_macros)
                     failures.append(f"{title}: {rendered}\n    lost the data with several values")
         except AssertionError as error:
             failures.append(f"{title}: {query}\n    {error}")
