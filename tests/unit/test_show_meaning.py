@@ -360,7 +360,7 @@ def test_a_leaf_down_first_shows_its_ports_its_hosts_links_and_their_throughput(
 def test_the_page_shows_the_plans_with_decision_state_and_approver(graph: TopologyGraph) -> None:
     node = sorted(e for e in graph.ids if graph.kind(e) == "node")[2]
     record = _record(f"{node}-gpu3", "gpu_hbm_ecc", [f"{node}-gpu3"])
-    plans = [
+    plans: list[dict[str, Any]] = [
         {
             "plan_id": "p-drain",
             "incident_id": "inc-1",
