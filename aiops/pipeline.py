@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiops.daemon_metrics import DaemonMetrics
 from aiops.incident_index import IncidentIndex
+from context.watch import file_digest
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from detectors.detect_loop import DetectLoop, read_chunks, read_events
@@ -365,6 +366,18 @@ def entity_tags(graph: TopologyGraph) -> Callable[[str], dict[str, str]]:
 NoticeSink = Callable[[list[Notice]], None]  # monitoring notices as they come (e.g. to InfluxDB)
 
 
+def input_record(input_dir: Path) -> dict[str, str | None]:
+    """What run.json says of the input a run read: its folder, and digests of the files whose
+    content names the entities and the jobs (context/watch.py `digest`, as the daemon's
+    checkpoint takes the topology's): `aiops eval` and `aiops report` refuse a truth file whose
+    own input differs (show/report.py `check_truth`)."""
+    return {
+        "path": str(input_dir.resolve()),
+        "topology": file_digest(input_dir / "topology.json"),
+        "events": file_digest(input_dir / "events.jsonl"),
+    }
+
+
 def run_folder(
     input_dir: Path,
     out_dir: Path,
@@ -439,7 +452,13 @@ def run_folder(
     pipeline.finish_stats(stats, time.perf_counter() - started)
     (out_dir / "run.json").write_text(
         json.dumps(
-            {**asdict(stats), "engine": asdict(pipeline.engine_stats), "coverage": pipeline.coverage()}, indent=1
+            {
+                **asdict(stats),
+                "engine": asdict(pipeline.engine_stats),
+                "coverage": pipeline.coverage(),
+                "input": input_record(input_dir),
+            },
+            indent=1,
         )
         + "\n"
     )
@@ -475,5 +494,6 @@ __all__ = [
     "ScheduleSink",
     "TickOutputs",
     "entity_tags",
+    "input_record",
     "run_folder",
 ]

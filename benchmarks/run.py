@@ -416,6 +416,11 @@ def run_bench(args: argparse.Namespace) -> int:
 
         bench_rca(args, console)
         return 0
+    if args.bench == "dashboards":
+        from benchmarks.dashboards import bench_dashboards
+
+        times = bench_dashboards(args, console)
+        return 1 if any(t.error for t in times) else 0
     if args.bench == "hostile-poll":
         from benchmarks.hostile import bench_hostile_poll
 

@@ -18,6 +18,16 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
+def file_digest(path: Path) -> str | None:
+    """A file's digest as `digest` takes it (None when there is no file): what a run records of
+    its input, so that a truth file of another input can be told apart (show/report.py)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return digest(data)
+
+
 @dataclass(slots=True)
 class TopologyFile:
     """Notices a changed file (its size or modification time, then its content) and hands over

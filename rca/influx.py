@@ -36,6 +36,9 @@ SERVICE_MEASUREMENT = "aiops_service"
 # which job holds which node, as the scheduler said: telemetry carries no job tag unless the
 # exporter maps jobs (a stock dcgm-exporter does not), so a dashboard's job picks its nodes here
 JOB_MEASUREMENT = "aiops_job"
+# each node's state as the scheduler said it (drain, down, ok), for the fleet dashboard's node
+# states: one point per node per node_state event
+NODE_MEASUREMENT = "aiops_node"
 Locate = Callable[[str], dict[str, str]]
 
 
@@ -136,11 +139,17 @@ def service_line(
 
 
 def job_lines(events: list[dict[str, Any]]) -> list[str]:
-    """Scheduler events (already validated: vocab.schedule) as one point per job and node it
-    holds (`running` 1, the GPUs it holds there), and one per job that ended (`running` 0)."""
+    """Scheduler events (already validated: vocab.schedule) as points: per job and node it holds
+    (`running` 1, the GPUs it holds there), per job (tagged by the job alone: `running` 1 and
+    the GPUs it holds in all when it starts, `running` 0 and no GPUs when it ends, so that the
+    last point of each job's series says what it holds now), and per node whose state the
+    scheduler said (`aiops_node`: the state, its reason, `drained` and `down` as 0 or 1)."""
     lines = []
     for e in events:
         kind, job, at = e.get("type"), e.get("job"), e.get("time")
+        if kind == "node_state" and isinstance(at, int | float):
+            lines += node_lines(e)
+            continue
         if not isinstance(job, str) or not isinstance(at, int | float):
             continue
         stamp = int(float(at) * 1e9)
@@ -148,13 +157,27 @@ def job_lines(events: list[dict[str, Any]]) -> list[str]:
             held = e.get("gpus_by_node") or {}
             nodes = e.get("nodes") or []
             each = int(e.get("gpus") or 0) // max(len(nodes), 1)
+            total = 0
             for node in nodes:
                 gpus = len(held[node]) if node in held else each
+                total += gpus
                 lines.append(f"{_head(JOB_MEASUREMENT, {'job': job, 'node': node})} running=1i,gpus={gpus}i {stamp}")
+            lines.append(f"{_head(JOB_MEASUREMENT, {'job': job})} running=1i,gpus={total}i {stamp}")
         elif kind == "job_end":
             reason = string_field(str(e.get("reason", "")))
-            lines.append(f"{_head(JOB_MEASUREMENT, {'job': job})} running=0i,reason={reason} {stamp}")
+            lines.append(f"{_head(JOB_MEASUREMENT, {'job': job})} running=0i,gpus=0i,reason={reason} {stamp}")
     return lines
+
+
+def node_lines(e: dict[str, Any]) -> list[str]:
+    """A node_state event (vocab.schedule NODE_STATES) as one `aiops_node` point per node."""
+    state = str(e.get("state"))
+    fields = (
+        f"state={string_field(state)},reason={string_field(str(e.get('reason', '')))},"
+        f"drained={int(state == 'drain')}i,down={int(state == 'down')}i"
+    )
+    stamp = int(float(e["time"]) * 1e9)
+    return [f"{_head(NODE_MEASUREMENT, {'node': str(n)})} {fields} {stamp}" for n in e.get("nodes") or []]
 
 
 class IncidentWriter:
@@ -222,6 +245,7 @@ __all__ = [
     "ANOMALY_MEASUREMENT",
     "JOB_MEASUREMENT",
     "MEASUREMENT",
+    "NODE_MEASUREMENT",
     "NOTICE_MEASUREMENT",
     "PREDICTION_MEASUREMENT",
     "SERVICE_MEASUREMENT",
@@ -229,6 +253,7 @@ __all__ = [
     "anomaly_line",
     "incident_line",
     "job_lines",
+    "node_lines",
     "notice_line",
     "prediction_line",
     "service_line",

@@ -21,6 +21,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from context.watch import file_digest
 from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
 from rca.graph import TopologyGraph
 from show.blast import blast_radius
@@ -94,14 +95,49 @@ class TruthMismatchError(ValueError):
     """The truth file is not of the run's input: scoring against it would print nonsense."""
 
 
-def check_truth(files: RunFiles) -> None:
-    """Refuse a truth file that is not of this run, with the reason: a fault whose root or
+def _check_input(files: RunFiles, where: str) -> list[str]:
+    """The truth's own input (the folder it lies in, as `aiops gen` writes them together) and the
+    input the pages draw from against what the run recorded of the input it read (run.json
+    `input`): a topology or scheduler events of other content is another run's, whatever its
+    times. Returns notes on what could not be compared."""
+    recorded = files.stats.get("input")
+    if not isinstance(recorded, dict) or not recorded.get("topology"):
+        return [
+            f"{files.run / 'run.json'} records no digest of the input it read (written before runs did): "
+            "the truth is checked by its times, entities and jobs only"
+        ]
+    read_from = recorded.get("path") or "its input"
+    folders = [f for f in dict.fromkeys([files.truth.parent if files.truth else None, files.input]) if f is not None]
+    compared = False
+    for folder in folders:
+        for name, key in (("topology.json", "topology"), ("events.jsonl", "events")):
+            ours = file_digest(folder / name)
+            theirs = recorded.get(key)
+            if ours is None or theirs is None:
+                continue
+            compared = compared or key == "topology"
+            if ours != theirs:
+                raise TruthMismatchError(
+                    f"{where}: {folder / name} (digest {ours}) is not the {name} the run read "
+                    f"({read_from}, digest {theirs}): the truth is of another generated run "
+                    f"({'another cluster' if key == 'topology' else 'another schedule, e.g. another seed'})"
+                )
+    if not compared:
+        return [f"no topology.json beside {files.truth}: its input could not be compared with the run's ({read_from})"]
+    return []
+
+
+def check_truth(files: RunFiles) -> list[str]:
+    """Refuse a truth file that is not of this run, with the reason: its input's topology or
+    scheduler events differ from those the run read (run.json `input`), a fault whose root or
     affected entity is not in the run's topology, an onset outside the run's ticks (one interval
-    of slack), or a fault naming a job the run's scheduler events never mention."""
+    of slack), or a fault naming a job the run's scheduler events never mention. Returns notes
+    on what could not be checked (a run.json written before runs recorded their input)."""
+    where = f"{files.truth} does not match the run {files.run}"
+    notes = _check_input(files, where) if files.truth is not None else []
     faults = files.faults
     if not faults:
-        return
-    where = f"{files.truth} does not match the run {files.run}"
+        return notes
     lo, hi = files.stats.get("first_tick"), files.stats.get("last_tick")
     if lo is not None and hi is not None:
         slack = float(files.stats.get("interval_s") or 60.0)
@@ -113,7 +149,7 @@ def check_truth(files: RunFiles) -> None:
                 f"({_when(float(lo))} to {_when(float(hi))}), e.g. {f['fault_id']} at {_when(float(f['onset']))}"
             )
     if files.input is None or not (files.input / "topology.json").is_file():
-        return
+        return notes
     graph = TopologyGraph.load(files.input / "topology.json")
     for f in faults:
         missing = [e for e in [f["root"], *f.get("affected", [])] if e not in graph]
@@ -124,7 +160,7 @@ def check_truth(files: RunFiles) -> None:
             )
     events_path = files.input / "events.jsonl"
     if not events_path.is_file():
-        return
+        return notes
     events, _ = read_events(events_path)
     schedule = Schedule.from_events(events)
     # a fault's jobs are those it touched, on its root's node or not (a job stalled with a node it
@@ -137,6 +173,7 @@ def check_truth(files: RunFiles) -> None:
             f"{where}: {len(wrong)} faults name jobs the run's scheduler events never mention, "
             f"e.g. {f['fault_id']}: {', '.join(unknown[:5])}"
         )
+    return notes
 
 
 # ------------------------------------------------------------------ the timeline
@@ -399,8 +436,7 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     latest = [dict(i) for i in latest_states(files.incidents)]
     latest.sort(key=lambda r: float(r["opened"]))
-    if truth is not None:
-        check_truth(files)
+    notes = check_truth(files) if truth is not None else []
     evaluation = evaluate_paths(truth, run) if truth is not None else None
     false_ids = {fp["incident_id"] for fp in evaluation.false_positives} if evaluation else set()
     pages = _incident_pages(out, files, latest, progress)
@@ -445,7 +481,7 @@ def write_report(
         when=_when,
     )
     (out / "index.html").write_text(html)
-    return {"incidents": len(latest), "faults": len(files.faults), "pages": len(pages), "pngs": pngs}
+    return {"incidents": len(latest), "faults": len(files.faults), "pages": len(pages), "pngs": pngs, "notes": notes}
 
 
 __all__ = [

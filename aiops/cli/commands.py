@@ -804,6 +804,17 @@ def build_parser() -> argparse.ArgumentParser:
         "100,000-GPU recording is ~40 GB as a folder)",
     )
     b.add_argument("--out", default="docs/bench", help="where scale.json (and, live, scale-lag.svg) go")
+    b = bench.add_parser(
+        "dashboards", help="each dashboard panel's query on a GPU history in InfluxDB: rows and time per query"
+    )
+    b.add_argument("--influx", metavar="URL", default="http://127.0.0.1:8086")
+    b.add_argument("--gpus", type=int, default=10_000, help="cluster size of the history")
+    b.add_argument("--hours", type=float, default=1.0, help="history written, ending now")
+    b.add_argument("--interval", type=float, default=10.0, help="scrape interval, seconds")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--faults", metavar="SPEC", help="fault schedule (aiops gen syntax; default: the published rate)")
+    b.add_argument("--keep", action="store_true", help="keep the database afterwards (default: dropped)")
+    b.add_argument("--out", help="also write the times as JSON here")
     b = bench.add_parser("hostile-poll", help="a poll with strings never closed: time, values kept, dead letters")
     b.add_argument("--messages", type=int, nargs="+", default=[10, 20, 40, 80], help="poll sizes, in messages")
     b.add_argument("--repeat", type=int, default=3, help="runs per size (best is reported)")

@@ -1,4 +1,5 @@
-"""`aiops dashboards push`: the provisioned dashboards into a Grafana over its HTTP API."""
+"""`aiops dashboards push`: the provisioned dashboards into a Grafana over its HTTP API.
+`aiops dashboards inventory`: every panel and the question it answers (docs/dashboards.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,27 @@ def add_parsers(sub: Any) -> None:
     )
     push.add_argument("--folder", default="AIOps", help="the folder to put them in (made if missing)")
     push.set_defaults(handler=cmd_push)
+    inventory = what.add_parser("inventory", help="every panel, what it reads and the question it answers (Markdown)")
+    inventory.add_argument("--out", metavar="FILE", help="write it there (docs/dashboards.md) instead of printing it")
+    inventory.set_defaults(handler=cmd_inventory)
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aiops.cli.common import CliError
+    from aiops.dashboards_inventory import InventoryError, markdown
+
+    try:
+        text = markdown()
+    except InventoryError as exc:
+        raise CliError(str(exc)) from None
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"{args.out}: {text.count(chr(10) + '| ') - text.count(chr(10) + '| id |')} panels")
+    else:
+        print(text, end="")
+    return 0
 
 
 def cmd_push(args: argparse.Namespace) -> int:

@@ -131,7 +131,7 @@ def _pages(
     seconds: float,
 ) -> None:
     """The run as `aiops run --out` and `aiops gen --out` leave it, then its report pages."""
-    from aiops.pipeline import RunStats
+    from aiops.pipeline import RunStats, input_record
     from aiops.progress_bar import Progress
     from show.report import write_report
     from telemetry_gen.generator import write_jsonl, write_meta
@@ -149,7 +149,11 @@ def _pages(
     stats.anomalies, stats.predictions, stats.incidents = pipeline.detect.stats.anomalies, len(predictions), len(states)
     engine = asdict(pipeline.engine_stats)
     (run / "run.json").write_text(
-        json.dumps({**asdict(stats), "engine": engine, "coverage": pipeline.coverage()}, indent=1) + "\n"
+        json.dumps(
+            {**asdict(stats), "engine": engine, "coverage": pipeline.coverage(), "input": input_record(cluster)},
+            indent=1,
+        )
+        + "\n"
     )
     incidents = len(latest_states(states))
     with Progress(incidents, "the report pages", "incident pages") as bar:

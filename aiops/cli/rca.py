@@ -288,7 +288,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     for truth, run in zip(args.truth, args.run, strict=True):  # a truth file of another run is refused
         try:
-            check_truth(load(Path(run), Path(truth), None))
+            for note in check_truth(load(Path(run), Path(truth), None)):
+                print(f"aiops eval: {note}", file=sys.stderr)
         except TruthMismatchError as exc:
             raise CliError(str(exc)) from None
         except FileNotFoundError:

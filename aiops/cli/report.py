@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         done = write_report(Path(args.run), Path(args.out), truth, Path(args.input) if args.input else None)
     except (OSError, GraphError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    for note in done["notes"]:
+        print(f"aiops report: {note}", file=sys.stderr)
     print(
         f"{Path(args.out) / 'index.html'}: {done['incidents']} incidents, {done['faults']} faults, "
         f"{done['pages']} incident pages, {len(done['pngs'])} pictures"

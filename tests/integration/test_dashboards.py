@@ -13,10 +13,17 @@ substitutes them (values regex-escaped inside regex literals, several values as 
 and every query must answer without error and with at least one series holding a value: an
 unknown measurement or field is no error in InfluxQL, only an empty answer.
 
-Each query runs three ways: every variable at "All", every variable at one value (a query must
+Each query runs three ways: every variable at its default ("All", or for a variable that picks
+nodes, GPUs, jobs, switches or racks of the telemetry the first value its query finds, as Grafana
+picks it: tests/unit/test_dashboards_variables.py), every variable at one value (a query must
 answer for each value tried, and with data for at least one of them: a value with no data, such
 as a node without ECC fields, is no fault of the query), and at several values (that one and
 another: the alternation must keep what the single value found).
+
+A panel with its own relative time (the fleet's "last 5 minutes", `timeFrom`) is queried over
+that last span of the generated history. The scheduler's events get two node states at the end
+of the history (a drain and a node down, as a Slurm source reports them) for the fleet
+dashboard's node panels.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ STOCK_NODES = ("n00000", "n00001")
 # not in the stock counters file, nor in this site's: NVLink faults are judged on part of their
 # evidence, and the coverage table says so
 NEVER_SENT = "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
+NODE_STATES = {"n00030": "drain", "n00031": "down"}  # said by the scheduler at the end of the history
 ALL = ".*"  # the dashboards' allValue
 TRIES = 12  # single values tried per variable before a query is said to find nothing
 # ... or, for a query of one variable, up to this many: a panel whose data is on few entities (a
@@ -114,6 +122,10 @@ def run_db(
     gen = ["gen", "--gpus", "256", "--hours", str(HOURS), "--interval", str(INTERVAL_S), "--seed", "2704"]
     assert main([*gen, "--start", str(start), "--faults", FAULTS, "--out", str(folder)]) == 0
     as_collected(folder / "telemetry.lp", STOCK_NODES, NEVER_SENT)
+    with (folder / "events.jsonl").open("a") as events:  # late: the faults' incidents stand as they were
+        for node, state in NODE_STATES.items():
+            said = {"type": "node_state", "nodes": [node], "state": state, "reason": f"test: {state}"}
+            events.write(json.dumps({**said, "time": start + HOURS * 3600 - 60}) + "\n")
     common = ["--kafka", kafka.bootstrap, "--topic", topics["telemetry_topic"]]
     assert main(["produce", str(folder / "telemetry.lp"), *common, "--partitions", "3"]) == 0
     to_influx = ["--influx", influx.url, "--database", influx.database]
@@ -156,14 +168,33 @@ def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from panels(panel.get("panels", []))
 
 
-def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(title, target) of every panel target and annotation query."""
+def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """(title, target, the panel's own relative time) of every panel target and annotation query."""
     for panel in panels(dashboard["panels"]):
         for target in panel.get("targets", []):
-            yield f"{panel.get('title')!r} [{target.get('refId')}]", target
+            yield f"{panel.get('title')!r} [{target.get('refId')}]", target, panel.get("timeFrom")
     for annotation in dashboard.get("annotations", {}).get("list", []):
         if isinstance(annotation.get("target"), dict):
-            yield f"annotation {annotation.get('name')!r}", annotation["target"]
+            yield f"annotation {annotation.get('name')!r}", annotation["target"], None
+
+
+SPAN = re.compile(r"^(\d+)([smhd])$")
+SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def own_range(macros: dict[str, str], time_from: str | None) -> dict[str, str]:
+    """The macros for a panel with its own relative time (`timeFrom`: "5m", "7d"), as Grafana
+    applies it: the last span of the range, here ending where the generated history ends (the
+    last 5 minutes of telemetry, not of the wall clock the test ran on past it)."""
+    if not time_from:
+        return macros
+    span = SPAN.match(time_from)
+    assert span is not None, f"a timeFrom this test does not read: {time_from!r}"
+    start_ns = int(macros["__from"]) * 10**6
+    end_ns = start_ns + HOURS * 3600 * 10**9
+    since_ns = max(start_ns, end_ns - int(span[1]) * SPAN_S[span[2]] * 10**9)
+    window = f"time >= {since_ns}ns AND time <= {end_ns}ns"
+    return {**macros, "timeFilter": window, "__timeFilter": window}
 
 
 def variable_query(variable: dict[str, Any]) -> str:
@@ -227,7 +258,8 @@ def resolve_variables(
     settings: InfluxSettings, dashboard: dict[str, Any], macros: dict[str, str]
 ) -> tuple[Values, Values, list[str]]:
     """Run the template variables' queries in order, as Grafana does (a later one may name an
-    earlier one, at "All"): each variable's "All" value and the values its query found."""
+    earlier one, at its default): each variable's default ("All", or the first value its query
+    found where "All" is not offered) and the values its query found."""
     at_all: Values = {}
     found: Values = {}
     failures: list[str] = []
@@ -244,8 +276,13 @@ def resolve_variables(
             if not values:
                 failures.append(f"variable ${name}: {query}\n    returned no values")
                 continue
-            assert variable.get("includeAll") and variable.get("allValue") == ALL, f"${name}: no All of {ALL}"
-            at_all[name], found[name] = [ALL], values
+            if variable.get("includeAll"):
+                assert variable.get("allValue") == ALL, f"${name}: no All of {ALL}"
+                at_all[name] = [ALL]
+            else:  # Grafana's choice with no saved value: the first option, sorted as `sort` 1 sorts
+                assert variable.get("sort") == 1 and "current" not in variable, f"${name}: not the first value"
+                at_all[name] = values[:1]
+            found[name] = values
         elif kind in ("custom", "constant", "textbox", "interval"):
             current = variable.get("current", {}).get("value") or variable.get("query", "")
             at_all[name] = found[name] = [str(current[0] if isinstance(current, list) else current).split(",")[0]]
@@ -314,7 +351,7 @@ def test_the_run_wrote_what_the_dashboards_read(run_db: tuple[InfluxSettings, di
     measurements = {row[0] for s in series_of(body) for row in s["values"]}
     wanted = {"gpu", "nic", "switch", "optic", "psu", "cooling", "aiops_ingest"}
     wanted |= {"aiops_incident", "aiops_anomaly", "aiops_prediction", "aiops_notice", "aiops_job", "aiops_service"}
-    wanted |= {"aiops_action"}
+    wanted |= {"aiops_action", "aiops_node"}
     assert wanted <= measurements
     for key, allowed in (("rail", {str(r) for r in range(8)}), ("pod", {"pod0"})):  # 256 GPUs: one pod of 8 rails
         body = influxql(settings, f'SHOW TAG VALUES FROM "aiops_anomaly" WITH KEY = "{key}"', settings.database)
@@ -328,16 +365,22 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
     dashboard = json.loads(path.read_text(encoding="utf-8"))
     at_all, found, failures = resolve_variables(settings, dashboard, macros)
     checked = 0
-    for title, target in queries(dashboard):
+    for title, target, time_from in queries(dashboard):
+        panel_macros = own_range(macros, time_from)
         query = target.get("query")
         if not target.get("rawQuery") or not isinstance(query, str):
             failures.append(f"{title}: not a raw InfluxQL query, which this test cannot check")
             continue
         checked += 1
         try:
-            if not answer(settings, query, at_all, macros):
+            # a variable that defaults to its first value may find none of the query's data there
+            # (a node on the stock exporter sends no ECC fields): a value that holds some is looked
+            # for below, among those its query found
+            narrowed = [v for v in named(query) if v in found and at_all[v] != [ALL] and found[v] != at_all[v]]
+            if not answer(settings, query, at_all, panel_macros) and not narrowed:
                 failures.append(
-                    f"{title}: {render(query, at_all, macros)}\n    returned nothing with every variable at All"
+                    f"{title}: {render(query, at_all, panel_macros)}\n"
+                    "    returned nothing with every variable at its default"
                 )
                 continue
             chosen = [v for v in named(query) if v in found and found[v] != at_all[v]]
@@ -347,7 +390,9 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
                 (
                     c
                     for c in candidates
-                    if answer(settings, query, {**at_all, **dict(zip(chosen, ([x] for x in c), strict=True))}, macros)
+                    if answer(
+                        settings, query, {**at_all, **dict(zip(chosen, ([x] for x in c), strict=True))}, panel_macros
+                    )
                 ),
                 None,
             )
@@ -358,8 +403,8 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
                 several = {
                     v: [x, next((y for y in found[v] if y != x), x)] for v, x in zip(chosen, single, strict=True)
                 }
-                if not answer(settings, query, {**at_all, **several}, macros):
-                    rendered = render(query, {**at_all, **several}, macros)
+                if not answer(settings, query, {**at_all, **several}, panel_macros):
+                    rendered = render(query, {**at_all, **several}, panel_macros)
                     failures.append(f"{title}: {rendered}\n    lost the data with several values")
         except AssertionError as error:
             failures.append(f"{title}: {query}\n    {error}")

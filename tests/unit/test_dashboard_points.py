@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiops.pipeline import entity_tags
 from rca.graph import TopologyGraph
-from rca.influx import JOB_MEASUREMENT, SERVICE_MEASUREMENT, job_lines, service_line
+from rca.influx import JOB_MEASUREMENT, NODE_MEASUREMENT, SERVICE_MEASUREMENT, job_lines, service_line
 from telemetry_gen.topology import build_fat_tree
 
 
@@ -32,7 +32,7 @@ def test_a_topology_without_labels_gives_none() -> None:
     assert "rail" not in where("n1-nic0") and "pod" not in where("n1")
 
 
-def test_jobs_become_one_point_per_node_they_hold() -> None:
+def test_jobs_become_one_point_per_node_they_hold_and_node_states_one_per_node() -> None:
     events = [
         {"type": "job_start", "job": "j1", "nodes": ["n1", "n2"], "gpus": 12, "time": 100.0},
         {
@@ -45,13 +45,21 @@ def test_jobs_become_one_point_per_node_they_hold() -> None:
         },
         {"type": "job_end", "job": "j1", "reason": "node failure, requeued", "time": 200.0},
         {"type": "maintenance", "nodes": ["n4"], "time": 150.0},  # not a job: nothing
+        {"type": "node_state", "nodes": ["n5", "n6"], "state": "drain", "reason": "hbm ecc", "time": 160.0},
+        {"type": "node_state", "nodes": ["n6"], "state": "ok", "time": 170.0},
     ]
     lines = job_lines(events)
     assert lines == [
         f"{JOB_MEASUREMENT},job=j1,node=n1 running=1i,gpus=6i 100000000000",
         f"{JOB_MEASUREMENT},job=j1,node=n2 running=1i,gpus=6i 100000000000",
+        # the job's own series: what it holds in all, while it runs (the fleet's GPUs allocated)
+        f"{JOB_MEASUREMENT},job=j1 running=1i,gpus=12i 100000000000",
         f"{JOB_MEASUREMENT},job=j2,node=n3 running=1i,gpus=4i 100000000000",
-        f'{JOB_MEASUREMENT},job=j1 running=0i,reason="node failure, requeued" 200000000000',
+        f"{JOB_MEASUREMENT},job=j2 running=1i,gpus=4i 100000000000",
+        f'{JOB_MEASUREMENT},job=j1 running=0i,gpus=0i,reason="node failure, requeued" 200000000000',
+        f'{NODE_MEASUREMENT},node=n5 state="drain",reason="hbm ecc",drained=1i,down=0i 160000000000',
+        f'{NODE_MEASUREMENT},node=n6 state="drain",reason="hbm ecc",drained=1i,down=0i 160000000000',
+        f'{NODE_MEASUREMENT},node=n6 state="ok",reason="",drained=0i,down=0i 170000000000',
     ]
 
 

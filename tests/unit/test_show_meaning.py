@@ -20,7 +20,7 @@ from show.blast import blast_radius
 from show.page import changes, list_order, render_incident, render_list
 from show.report import RunFiles, TruthMismatchError, check_truth, lead_times, timeline_svg
 from show.spark import metric_info, sparkline, state_legend, xid_meaning
-from show.topology_svg import MAX_PER_ROW, neighbourhood, to_svg
+from show.topology_svg import MAX_PER_ROW, Picture, neighbourhood, to_svg
 from telemetry_gen.topology import build_fat_tree
 from vocab.schedule import Schedule
 
@@ -337,3 +337,83 @@ def test_the_onset_includes_the_warning_taken_over(graph: TopologyGraph) -> None
     events = [_start("ran", [node], T0 - 7200), {"type": "job_end", "job": "ran", "time": T0 - 1800}]
     record = _record(f"{node}-gpu1", "gpu_hbm_ecc", [f"{node}-gpu1"], warned=T0 - 3600)
     assert [j.when for j in blast_radius(record, graph, Schedule.from_events(events)).jobs] == ["at onset"]
+
+
+def test_a_leaf_down_first_shows_its_ports_its_hosts_links_and_their_throughput(graph: TopologyGraph) -> None:
+    from show.series import key_series
+
+    leaf = next(e for e in graph.ids if graph.kind(e) == "leaf")
+    nics = [far for _, far in graph.cables(leaf) if far is not None and graph.kind(far) == "nic"]
+    # the engine's evidence of a dead leaf is its NICs' downed-link counters: drawn after the root
+    # evidence (vocab/faults.toml leaf_down `needs`), not before it
+    record = _record(
+        leaf,
+        "leaf_down",
+        [leaf, *nics],
+        evidence=[{"entity": n, "metric": "link_downed", "at": T0, "value": 1.0} for n in nics[:3]],
+    )
+    keys = key_series(record, 8, lambda e: graph.kind(e) if e in graph else None, graph.parent)
+    assert keys[:3] == [(leaf, "ports_up"), (nics[0], "link_state"), (nics[0], "port_xmit_data")]
+    assert (nics[0], "link_downed") in keys[3:]
+
+
+def test_the_page_shows_the_plans_with_decision_state_and_approver(graph: TopologyGraph) -> None:
+    node = sorted(e for e in graph.ids if graph.kind(e) == "node")[2]
+    record = _record(f"{node}-gpu3", "gpu_hbm_ecc", [f"{node}-gpu3"])
+    plans: list[dict[str, Any]] = [
+        {
+            "plan_id": "p-drain",
+            "incident_id": "inc-1",
+            "policy": "drain-sick-gpus",
+            "action": "drain",
+            "target": node,
+            "reason": "hbm ecc",
+            "decision": "awaiting_approval",
+            "state": "done",
+            "approved_by": "alice",
+            "detail": "drained by the scheduler",
+            "event_time": T0 + 120,
+        },
+        {
+            "plan_id": "p-page",
+            "incident_id": "inc-1",
+            "policy": "page-on-call",
+            "action": "page",
+            "target": node,
+            "reason": "critical",
+            "decision": "blocked",
+            "state": "held",
+            "approved_by": None,
+            "detail": "",
+            "event_time": T0 + 60,
+        },
+    ]
+    page = render_incident(record, Picture([("node", [node])], root=node), {}, plans=plans)
+    card = re.search(r'<div class="card" id="plans">(.*?)</div>', page, re.S)
+    assert card is not None
+    header = re.findall(r"<th>([^<]+)</th>", card.group(1))
+    rows = {
+        pid: dict(zip(header, (html.unescape(re.sub(r"<[^>]+>", "", c)) for c in cells), strict=True))
+        for pid, cells in (
+            (m.group(1), re.findall(r"<td>(.*?)</td>", m.group(2)))
+            for m in re.finditer(r'<tr data-plan="([^"]+)">(.*?)</tr>', card.group(1), re.S)
+        )
+    }
+    assert rows["p-drain"] | {"planned": ""} == {
+        "planned": "",
+        "action": "drain",
+        "target": node,
+        "policy": "drain-sick-gpus",
+        "decision": "awaiting_approval",
+        "state": "done",
+        "approved by": "alice",
+        "detail": "drained by the scheduler",
+    }
+    # a plan nobody approved says so, and with no detail its reason is shown
+    assert (rows["p-page"]["decision"], rows["p-page"]["state"], rows["p-page"]["approved by"]) == (
+        "blocked",
+        "held",
+        "-",
+    )
+    assert rows["p-page"]["detail"] == "critical"
+    assert "No action policy planned" in render_incident(record, Picture([("node", [node])], root=node), {})
