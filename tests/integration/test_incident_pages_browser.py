@@ -88,6 +88,9 @@ def test_report_pages_render_in_chromium(
         marks = browser.execute("return document.querySelectorAll('svg.timeline rect.fault').length")
         assert marks == len(shown_run.truth)
         browser.screenshot(artifacts_dir() / "report-index.png")
+        # docs/pages.md's picture of the report's timeline: the linked SVG as the browser draws it
+        DOCS_IMG.mkdir(exist_ok=True)
+        browser.find_css("svg.timeline").screenshot(str(DOCS_IMG / "report-timeline.png"))
 
 
 def test_the_daemon_serves_a_live_incident_page_that_acknowledges_with_the_token(
