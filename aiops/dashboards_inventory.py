@@ -58,10 +58,11 @@ class PanelRow:
         return f"{self.file}#{self.panel_id}"
 
 
-def _panels(items: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+def panels(items: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    """Every panel of a dashboard's `panels`, those inside collapsed rows too, rows first."""
     for p in items:
         yield p
-        yield from _panels(p.get("panels", []))
+        yield from panels(p.get("panels", []))
 
 
 def reads(queries: Sequence[str]) -> str:
@@ -97,7 +98,7 @@ def rows(files: Sequence[Path]) -> list[PanelRow]:
     for path in files:
         board = json.loads(path.read_text(encoding="utf-8"))
         defaults = _defaults(board)
-        for panel in _panels(board["panels"]):
+        for panel in panels(board["panels"]):
             if panel.get("type") == "row":
                 continue
             description = str(panel.get("description") or "").strip()

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
+from aiops.dashboards_inventory import panels
 from aiops.dashboards_push import DASHBOARDS
 from ingest.influx_writer import InfluxWriter
 from vocab.settings import InfluxSettings
@@ -143,12 +143,6 @@ def defaults(settings: InfluxSettings, board: dict[str, Any], macros: dict[str, 
     return chosen
 
 
-def _panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for p in items:
-        yield p
-        yield from _panels(p.get("panels", []))
-
-
 def time_queries(settings: InfluxSettings, interval_s: float, files: list[Path] | None = None) -> list[QueryTime]:
     """Every panel and annotation query of the dashboards, once, at the variables' defaults."""
     out = []
@@ -159,7 +153,7 @@ def time_queries(settings: InfluxSettings, interval_s: float, files: list[Path] 
         values = defaults(settings, board, macros_for(board_range, interval_s, now_ns))
         asked = [
             (str(p.get("title")), str(t.get("refId")), str(t.get("query")), p.get("timeFrom"))
-            for p in _panels(board["panels"])
+            for p in panels(board["panels"])
             for t in p.get("targets", [])
         ]
         asked += [

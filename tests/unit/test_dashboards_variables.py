@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from aiops.dashboards_inventory import panels
 from vocab.catalog import MEASUREMENTS
 
 FILES = sorted((Path(__file__).resolve().parents[2] / "dashboards" / "json").glob("*.json"))
@@ -25,14 +26,6 @@ KEY = re.compile(r'WITH KEY\s*=\s*"(\w+)"')
 FROM = re.compile(r'FROM\s+"(\w+)"')
 
 
-def _panels(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for p in items:
-        out.append(p)
-        out += _panels(p.get("panels", []))
-    return out
-
-
 def _uses(query: str, name: str) -> bool:
     return re.search(rf"\$\{{?{name}\b|\[\[{name}\]\]", query) is not None
 
@@ -40,7 +33,7 @@ def _uses(query: str, name: str) -> bool:
 def unscaled(board: dict[str, Any]) -> list[str]:
     """The variables of `board` that pick entities of per-entity series and default to, or offer,
     every value."""
-    queries = [t.get("query", "") for p in _panels(board["panels"]) for t in p.get("targets", [])]
+    queries = [t.get("query", "") for p in panels(board["panels"]) for t in p.get("targets", [])]
     found = []
     for v in board.get("templating", {}).get("list", []):
         query = v.get("query")
