@@ -135,11 +135,12 @@ class RuleThresholds(_Section):
         "an application XID (NVIDIA's class) belongs to the job; the same GPU raising application "
         "XIDs under this many different jobs within application_xid_window_s is a suspect",
         "NVIDIA XID catalog: XIDs 13, 31, 43, 45 are most often the user's code; one GPU that "
-        "fails different users' jobs points to the GPU. Three, from the base rate: at 2e-3 "
-        "application XIDs per busy GPU-hour (the realism's floor, above Delta's Xid 31 rate of "
-        "8.3e-4, Cui et al. 2025 §4) a healthy GPU sees k of them within a day with probability "
-        "about 0.048^k/k!: two is 1.2e-3 a GPU-day (1.2 false suspects per 1,000 GPU-days, more "
-        "than the whole false-incident budget of 0.5), three is 1.8e-5 (0.02 per 1,000)",
+        "fails different users' jobs points to the GPU. Three, from the field's base rate: Delta "
+        "measured Xid 31 at 8.3e-4 per GPU-hour (Cui et al. 2025 §4), and the other application "
+        "XIDs add to it; at r per busy GPU-hour a healthy GPU sees k within a day with probability "
+        "about (24r)^k/k!. At Delta's rate two are 2e-4 a GPU-day (0.2 false suspects per 1,000 "
+        "GPU-days), at 2.5 times it (2e-3, allowing for the other codes) 1.2 per 1,000, more than "
+        "the whole false-incident budget of 0.5; three stay under 0.02 per 1,000 at either",
     )
     application_xid_window_s: float = sourced(
         86_400.0,
@@ -180,12 +181,13 @@ class RuleThresholds(_Section):
         "retrains without going down; a lone recovery is not",
         "InfiniBand Architecture Spec vol. 1, PortCounters LinkErrorRecoveryCounter: each count is "
         "a successful retrain after a link error, which should not happen on a healthy link; "
-        "ibdiagnet reports any increase. Three within the hour, from the base rate: with lone "
+        "ibdiagnet reports any increase. No field study gives the rate of lone retrains on healthy "
+        "links, so three within the hour is an operational choice, on this arithmetic: with lone "
         "retrains at r per port-hour, two within an hour happen about r^2 per port-hour, three "
-        "r^3/2; at the realism's floor r = 1e-3 (3e-3 at harsh; no field figure) two are 0.2 "
-        "false links per 1,000 port-days at harsh (a port per GPU: half the whole budget), three "
-        "3e-4. A link that truly retrains also corrupts symbols: the receive-error and BER rules "
-        "name it first (operational choice on that arithmetic)",
+        "r^3/2; were r 3e-3 (one a port every two weeks) two would be 0.2 false links per 1,000 "
+        "port-days (a port per GPU: half the whole budget), three 3e-4. A link that truly retrains "
+        "also corrupts symbols: the receive-error and BER rules name it first, so waiting for a "
+        "third costs no recall",
     )
     state_repeat_s: float = sourced(
         300.0,
