@@ -81,7 +81,11 @@ class Planner:
             plan = self._plan(policy, incident, state, t)
             if plan is not None:
                 plans.append(plan)
-                if plan.row.decision == "at_checkpoint" and plan.row.action == "drain" and self.cordons:
+                if (
+                    plan.row.action == "drain"
+                    and self.cordons
+                    and (plan.row.decision == "at_checkpoint" or self._cordons_while_waiting(policy, plan.row))
+                ):
                     plans.append(self._cordon(plan.row, t))
         return plans
 
@@ -118,9 +122,25 @@ class Planner:
         self.audit.add(row)
         return Plan(row, execute, page)
 
+    def _cordons_while_waiting(self, policy: Policy, drain: Row) -> bool:
+        """A drain that waits for a person only because its jobs are larger than the policy's
+        `max_job_gpus` cordons the node meanwhile: the large job runs on (a cordon kills
+        nothing), and when it restarts, as a 10,000-GPU job does several times a day, the
+        scheduler leaves this node out (Slurm allocates no DRAIN node; Kubernetes schedules no pod
+        on an unschedulable one), so the suspect is swapped at a restart the job takes anyway. A
+        policy that asks for approval itself, or a dry run, cordons nothing."""
+        return (
+            drain.decision == "awaiting_approval"
+            and policy.action.max_job_gpus is not None
+            and not policy.approval
+            and policy.execute
+            and not self.config.dry_run
+        )
+
     def _cordon(self, drain: Row, t: float) -> Plan:
-        """The drain waits for the job's checkpoint; the node takes no new work from now on (the
-        drain passed every check a cordon would: the breaker, approval, dry run)."""
+        """The drain waits for the job's checkpoint (or, for a job over `max_job_gpus`, for a
+        person); the node takes no new work from now on (the drain passed every check a cordon
+        would: the breaker, approval, dry run)."""
         pid = plan_id(drain.incident_id, drain.policy, "cordon", drain.target)
         row = Row(
             pid,

@@ -52,6 +52,11 @@ IN_A_NODE = {"gpu", "node", "psu", "nic", "optic", "nvswitch"}
 FAILURE_KINDS = sorted(k for k, v in registry.KINDS.items() if v.kills_job and v.root in IN_A_NODE)
 
 
+# the shipped policy's (config/actions.yml): a larger job is not killed on a prediction; its node
+# is cordoned and the drain waits for a person (act.planner), so the job's next restart leaves it out
+PREDICTED_MAX_JOB_GPUS = 1024
+
+
 def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
     rules: list[dict[str, Any]] = [
         {
@@ -67,7 +72,7 @@ def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
                 "name": "drain-predicted",
                 # the shipped policy file's (config/actions.yml), set before any goodput was measured
                 "match": {"source": "prediction", "min_probability": 0.7},
-                "action": {"type": "drain", "when": "checkpoint", "max_job_gpus": 1024},
+                "action": {"type": "drain", "when": "checkpoint", "max_job_gpus": PREDICTED_MAX_JOB_GPUS},
                 "execute": True,
             }
         )
@@ -407,6 +412,9 @@ class Outcome:
     person_s: float | None  # onset -> a person paged (escalated, or never seen by the service)
     healed: bool  # put right and returned with no person
     big_job_loss_s: float  # what it cost the large job, in the job's wall-clock seconds
+    # onset - the first prediction a drain policy acted on for its node (a drain planned, or
+    # waiting for a person with the node cordoned), when there was one within the horizon
+    warned_s: float | None = None
 
 
 def _big_ckpt(t: float, t0: float, period: float) -> float:
@@ -435,12 +443,19 @@ def outcomes(
             drains.setdefault(r.target, []).append(at)
         elif r.state == "done" and r.action == "resume":
             resumes.setdefault(r.target, []).append(at)
+    warned: dict[str, list[float]] = {}
+    for r in rows:
+        if r.action == "drain" and r.policy == "drain-predicted" and r.decision not in ("blocked", "excluded"):
+            warned.setdefault(r.target, []).append(r.event_time)
     out = []
     for f in truth:
         node = node_of(f["root"])
         if node is None:
             continue
         kind, onset, start = f["kind"], float(f["onset"]), TruthCheck.start(f)
+        first_warning = min(
+            (t for t in warned.get(node, []) if onset - args.horizon_h * 3600 <= t <= onset), default=None
+        )
         kills = registry.KINDS[kind].kills_job
         out_before = any(
             d <= onset and not any(d < r <= onset for r in resumes.get(node, [])) for d in drains.get(node, [])
@@ -485,6 +500,7 @@ def outcomes(
                 max(person, 0.0) if person is not None else None,
                 healed,
                 loss,
+                onset - first_warning if first_warning is not None else None,
             )
         )
     return out
@@ -493,22 +509,45 @@ def outcomes(
 LLAMA3_RATE = 419 / (54 * 16_384) * 1000  # interruptions per 1,000 GPU-days (Dubey et al. 2024, Table 5)
 
 
-def big_job_ettr(faults: list[Outcome], wrong_drains: int, gpu_days: float, args: argparse.Namespace) -> float:
+def big_job_ettr(
+    faults: list[Outcome],
+    wrong_drains: int,
+    gpu_days: float,
+    args: argparse.Namespace,
+    met: list[Outcome] | None = None,
+) -> float:
     """The ETTR of a `--big-gpus` job at the Llama 3 rate: its interruptions per day are the rate
     times its GPUs; each costs the mean loss of the job-killing faults measured, weighted by the
     kinds' Llama 3 shares (registry priors), so that a history's one-of-each mix counts as the
-    field's; each drain on a prediction costs a restart at a checkpoint, the wrong ones at the
-    rate measured per GPU-day here. Checkpoint writes are left out (the same in every mode)."""
-    killing = [f for f in faults if f.kills_job]
+    field's. Checkpoint writes are left out (the same in every mode).
+
+    How a prediction acts on it follows the policy. A job within the prediction policy's
+    `max_job_gpus` is drained at a checkpoint: each drain costs a restart, the wrong ones at the
+    rate measured per GPU-day here. A larger job (10,000 GPUs against the shipped 1,024) is not
+    killed on a prediction: the node is cordoned, and the job's next restart (for any other fault,
+    which comes at the same rate) leaves it out at no cost of its own. A fault warned of `w`
+    seconds ahead is then missed only if no restart came in between, exp(-w * rate), and costs
+    what it costs when met (`met`: the same faults as the mode acting on failures alone met them);
+    a wrong prediction costs the job nothing (the node, out after a restart it took anyway, is the
+    fleet's loss, in the fleet column)."""
+    per_day = LLAMA3_RATE / 1000 * args.big_gpus
+    lazy = args.big_gpus > PREDICTED_MAX_JOB_GPUS
     by_kind: dict[str, list[float]] = {}
-    for f in killing:
-        by_kind.setdefault(f.kind, []).append(f.big_job_loss_s + (args.restart_s if f.ahead else 0.0))
+    for i, f in enumerate(faults):
+        if not f.kills_job:
+            continue
+        if not lazy:
+            loss = f.big_job_loss_s + (args.restart_s if f.ahead else 0.0)
+        elif f.warned_s is None:
+            loss = f.big_job_loss_s
+        else:  # the replay's small jobs may have drained it ahead: what the large job meets is `met`'s
+            loss = (met[i] if met is not None else f).big_job_loss_s * math.exp(-f.warned_s * per_day / 86_400.0)
+        by_kind.setdefault(f.kind, []).append(loss)
     if not by_kind:
         return float("nan")
     weights = {k: registry.PRIOR[k] for k in by_kind}
     mean_loss = sum(weights[k] * sum(v) / len(v) for k, v in by_kind.items()) / sum(weights.values())
-    per_day = LLAMA3_RATE / 1000 * args.big_gpus
-    wrong_per_day = wrong_drains / gpu_days * args.big_gpus if gpu_days else 0.0
+    wrong_per_day = wrong_drains / gpu_days * args.big_gpus if gpu_days and not lazy else 0.0
     lost = per_day * mean_loss + wrong_per_day * args.restart_s
     return float(1.0 - lost / 86_400.0)
 
@@ -544,6 +583,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 return graph.node_of(entity) if entity in graph else None
 
             acted = run_modes(tape, args, Path(work))
+            seed_met: list[Outcome] = []
             t0 = min((t for _, t, _ in tape.calls), default=0.0)
             faults += len(tape.truth)
             for mode in MODES:
@@ -571,11 +611,16 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 t.blocked += c.blocked
                 wrong[mode] += c.wrong
                 seed_outs = outcomes(mode, tape.truth, rows, records, node_of, t0, args)
+                if mode == "failures":  # the faults as a job meets them (MODES puts it before predictions)
+                    seed_met = seed_outs
                 per_mode[mode] += seed_outs
                 report.setdefault("per_seed", {}).setdefault(str(seed), {})[mode] = c.gpu_s / 3600
                 seed_days = args.gpus * args.hours / 24
                 seed_ettr[mode].append(
-                    (big_job_ettr(seed_outs, c.wrong, seed_days, args), fleet_ettr(c.gpu_s, seed_days))
+                    (
+                        big_job_ettr(seed_outs, c.wrong, seed_days, args, met=seed_met),
+                        fleet_ettr(c.gpu_s, seed_days),
+                    )
                 )
             gpu_days += args.gpus * args.hours / 24
     per = 1000.0 / gpu_days
@@ -624,7 +669,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     for mode in MODES:
         t, outs = totals[mode], per_mode[mode]
         saved = 1 - t.gpu_s / base if base else 0.0
-        ettr = big_job_ettr(outs, wrong[mode], gpu_days, args)
+        ettr = big_job_ettr(outs, wrong[mode], gpu_days, args, met=per_mode["failures"])
         fleet = fleet_ettr(t.gpu_s, gpu_days)
         big_seeds, fleet_seeds = [b for b, _ in seed_ettr[mode]], [f for _, f in seed_ettr[mode]]
         fixable = [o for o in outs if o.kind in REBOOT_FIXES]

@@ -479,3 +479,29 @@ def test_a_cordoned_node_whose_incident_resolves_before_the_checkpoint_is_resume
     (rec,) = act.audit.remediation_all()
     assert rec.state == "returned" and rec.drained_at is None
     assert act.audit.remediation_count("n00001", 0.0) == 0  # never drained: not a remediation
+
+
+def test_a_suspect_under_a_job_too_large_to_drain_is_cordoned_and_waits_for_a_person() -> None:
+    """A 10,000-GPU job is not killed on a prediction (the policy's max_job_gpus): the node is
+    cordoned, so the job runs on and its next restart leaves the node out; the drain waits for a
+    person. A dry run, or a policy that asks for approval itself, cordons nothing."""
+    too_large = {**PREDICTED, "action": {"type": "drain", "when": "checkpoint", "max_job_gpus": 128}}
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, (DRAIN, too_large))  # the node's job holds 256 GPUs
+    act.tick(0.0, BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    assert calls == [("cordon", "n00001")]
+    drain = next(r for r in act.audit.rows() if r.action == "drain")
+    assert drain.decision == "awaiting_approval" and "over 128" in drain.detail
+    act.tick(900.0, DIP)
+    act.tick(910.0, BUSY)  # its checkpoint drains nothing: the drain is a person's
+    assert calls == [("cordon", "n00001")]
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 1000.0)  # the warning lapsed
+    assert calls == [("cordon", "n00001"), ("resume", "n00001")]
+
+    for extra in ({"approval": True}, {"execute": False}):
+        calls = []
+        act = cordoning_loop(calls, (DRAIN, {**too_large, **extra}))
+        act.tick(0.0, BUSY)
+        act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+        assert calls == [], extra

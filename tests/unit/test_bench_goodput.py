@@ -5,6 +5,7 @@ fault behind it is wrong and counted."""
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_a_drain_with_no_fault_behind_it_is_wrong_and_its_node_idle_until_resume
 
 # ---------------------------------------------------------------- remediation, ETTR, self-heal, MTTR
 
-ARGS = argparse.Namespace(restart_s=RESTART, human_s=HUMAN, big_ckpt_s=1800.0, big_gpus=10_000)
+ARGS = argparse.Namespace(restart_s=RESTART, human_s=HUMAN, big_ckpt_s=1800.0, big_gpus=10_000, horizon_h=12.0)
 
 
 def node(entity: str) -> str:
@@ -127,8 +128,25 @@ def test_the_large_jobs_ettr_at_the_llama3_rate() -> None:
     ahead = Outcome("gpu_hbm_ecc", True, True, None, None, None, True, 0.0)
     per_day = 419 / (54 * 16_384) * 10_000  # 4.7 interruptions a day for 10,000 GPUs
     assert big_job_ettr([met], 0, 1.0, ARGS) == pytest.approx(1 - per_day * 1800.0 / 86_400)
-    # all ahead: a restart each; a wrong drain per 10,000 GPU-days costs a restart a day more
-    assert big_job_ettr([ahead], 1, 10_000.0, ARGS) == pytest.approx(1 - (per_day + 1) * RESTART / 86_400)
+    # a job within the prediction policy's max_job_gpus is drained at a checkpoint: all ahead, a
+    # restart each; a wrong drain per 1,000 GPU-days costs a restart a day more
+    small = argparse.Namespace(**{**vars(ARGS), "big_gpus": 1000})
+    per_day_small = per_day / 10
+    assert big_job_ettr([ahead], 1, 1_000.0, small) == pytest.approx(1 - (per_day_small + 1) * RESTART / 86_400)
+
+
+def test_a_job_too_large_to_drain_swaps_a_warned_node_at_its_next_restart() -> None:
+    """10,000 GPUs, over the shipped 1,024: a prediction cordons the node and kills nothing. The
+    fault is missed only if no restart (4.7 a day) came between the warning and the onset; a
+    wrong prediction costs the job nothing."""
+    per_day = 419 / (54 * 16_384) * 10_000
+    met = Outcome("gpu_hbm_ecc", True, False, 900.0, None, 900.0, False, 1800.0)
+    warned = Outcome("gpu_hbm_ecc", True, True, None, None, None, True, 0.0, warned_s=2 * 3600.0)
+    missed_share = math.exp(-2 * 3600.0 * per_day / 86_400)  # ~0.68 for a 2-hour warning
+    expected = 1 - per_day * 1800.0 * missed_share / 86_400
+    assert big_job_ettr([warned], 5, 1.0, ARGS, met=[met]) == pytest.approx(expected)
+    assert big_job_ettr([met], 5, 1.0, ARGS, met=[met]) == big_job_ettr([met], 0, 1.0, ARGS)  # no warning
+    assert expected > big_job_ettr([met], 0, 1.0, ARGS)
 
 
 def test_the_fleets_ettr_is_the_share_of_its_gpu_time_the_faults_left() -> None:
