@@ -121,6 +121,11 @@ def test_outcomes_say_whether_the_job_met_the_fault_and_when_the_job_and_the_nod
     # drained at a checkpoint ahead of the onset: the job never met it
     (o,) = outcomes("predictions", [fault], [drain(3670.0)], [], node, 0.0, ARGS)
     assert o.ahead and o.job_back_s is None and o.big_job_loss_s == 0.0
+    assert o.warned_s is None  # a drain, but not on a prediction
+    # the prediction policy's drain, waiting for a person (a job too large): warned, not ahead
+    waiting = Row("w", "inc", "drain-predicted", "drain", "n1", "r", "awaiting_approval", "planned", None, "", 1000.0)
+    (o,) = outcomes("predictions", [fault], [waiting], [], node, 0.0, ARGS)
+    assert o.warned_s == 5000.0 - 1000.0 and not o.ahead
 
 
 def test_the_large_jobs_ettr_at_the_llama3_rate() -> None:
