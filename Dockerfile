@@ -13,7 +13,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip wheel --wheel-dir /wheels .
+    pip wheel --constraint constraints.txt --wheel-dir /wheels .
 
 # ---- runtime: installed from the wheels only, no sources, no build tools, not root.
 FROM ${PYTHON_IMAGE}

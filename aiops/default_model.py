@@ -1,6 +1,8 @@
 """The default failure predictor: trained on generated histories by a command (`aiops predictor
-default`, or on first use by `aiops run`/`aiops demo`), cached as a model file. This is the program
-layer: it may drive the generator; the production scorer (detectors/predict) only reads files.
+default`), shipped inside the package (aiops/models/, written by scripts/ship-default-model) and
+copied to the cache on first use; trained there instead when the shipped file cannot serve (another
+scikit-learn, or training data changed without shipping again). This is the program layer: it may
+drive the generator; the production scorer (detectors/predict) only reads files.
 
 What it is trained on is data (default_model.json), so the model card can say it and the cache
 key changes when it does.
@@ -11,13 +13,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiops.progress_bar import Progress
-from detectors.predict.model import Dataset, ModelError, Predictor, collect, fingerprint, load, save, train
+from detectors.predict.model import (
+    Dataset,
+    ModelError,
+    Predictor,
+    card_path,
+    collect,
+    fingerprint,
+    load,
+    save,
+    train,
+)
 from detectors.predict.online import OnlinePredictor, PredictionReport, evaluate_predictions
 from ingest.frames import Frame
 from ingest.validate import _mask_dcgm_blanks
@@ -40,6 +53,38 @@ DEFAULT_TRAINING: dict[str, Any] = _DEFAULT
 def default_model_path() -> Path:
     cache = Path(os.environ.get("AIOPS_CACHE", Path.home() / ".cache" / "aiops"))
     return cache / "models" / f"predictor-{fingerprint(**DEFAULT_TRAINING)}.skops"
+
+
+def shipped_model_path() -> Path:
+    """The default model as the package ships it (a file beside this module once installed)."""
+    return Path(str(resources.files("aiops").joinpath("models", "default-predictor.skops")))
+
+
+def shipped_model_fits(config: dict[str, Any] = DEFAULT_TRAINING) -> Predictor | None:
+    """The shipped model, when it is the one `config` would train here: the same training data,
+    features and code (its card's fingerprint) and a scikit-learn that reads it (load() checks
+    the version and the checksum). None otherwise: the caller trains."""
+    try:
+        predictor = load(shipped_model_path())
+    except ModelError as exc:
+        log.info("the shipped default model cannot serve here: %s", exc)
+        return None
+    if predictor.card.get("training", {}).get("fingerprint") != fingerprint(**config):
+        log.info("the shipped default model was trained on other data or code than this version's; training")
+        return None
+    return predictor
+
+
+def install_shipped(target: Path, config: dict[str, Any] = DEFAULT_TRAINING) -> bool:
+    """Copy the shipped default model to `target` (the cache) when it fits; True when it did."""
+    if config is not DEFAULT_TRAINING or shipped_model_fits(config) is None:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f"{target.suffix}.{os.getpid()}.tmp")  # two processes may start at once
+    shutil.copyfile(shipped_model_path(), tmp)
+    tmp.replace(target)
+    shutil.copyfile(card_path(shipped_model_path()), card_path(target))
+    return True
 
 
 def generated_history(
@@ -110,6 +155,8 @@ def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRA
     # the fit is a stretch of its own (a model per fault kind): shown, not silent after the bar above
     with Progress(None, "fitting the default failure predictor", "models"):
         predictor = train(dataset, sources=[_source(s, config) for s in seeds])
+    # what it was trained on, so a shipped copy can be told apart from what this version trains
+    predictor.card["training"] = {"fingerprint": fingerprint(**config), "config": config}
     _with_evaluation(predictor, config)
     save(predictor, path or default_model_path())
     return predictor
@@ -133,15 +180,18 @@ def _with_evaluation(predictor: Predictor, config: dict[str, Any]) -> Predictor:
 
 
 def load_or_train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRAINING) -> Predictor:
-    """The model a fresh checkout uses: trained on first use, then read from the cache."""
+    """The model a fresh checkout uses: the shipped one copied to the cache on first use (or
+    trained there when the shipped one cannot serve), then read from the cache."""
     target = path or default_model_path()
     try:
         return _with_evaluation(load(target), config)
     except ModelError as exc:
         if target.exists():
-            log.warning("%s; training a new default model", exc)
-        log.info("training the default failure predictor (first start) into %s", target)
-        return train_default(target, config)
+            log.warning("%s; replacing the default model", exc)
+    if install_shipped(target, config):
+        return _with_evaluation(load(target), config)
+    log.info("training the default failure predictor (first start) into %s", target)
+    return train_default(target, config)
 
 
 def evaluate_on_generated(
@@ -175,6 +225,9 @@ __all__ = [
     "DEFAULT_TRAINING",
     "default_model_path",
     "evaluate_on_generated",
+    "install_shipped",
     "load_or_train_default",
+    "shipped_model_fits",
+    "shipped_model_path",
     "train_default",
 ]

@@ -307,7 +307,7 @@ def _first_time(folder: Path) -> float:
 
 
 def cmd_predictor(args: argparse.Namespace) -> int:
-    from aiops.default_model import default_model_path, train_default
+    from aiops.default_model import default_model_path, install_shipped, shipped_model_path, train_default
     from aiops.progress_bar import Progress
     from detectors.detect_loop import IntervalUnknownError, scrape_interval, ticks_from_folder
     from detectors.predict.model import Dataset, ModelError, card_path, collect, load, save, train
@@ -355,8 +355,11 @@ def cmd_predictor(args: argparse.Namespace) -> int:
             load(path)
             print(f"default model ready: {path}")
         except ModelError:
-            train_default(path)
-            print(f"trained the default model -> {path}")
+            if not args.retrain and install_shipped(path):
+                print(f"default model (shipped with the package: {shipped_model_path()}) -> {path}")
+            else:
+                train_default(path)
+                print(f"trained the default model -> {path}")
         print(card_path(path).read_text())
         return 0
     if args.action == "evaluate":
@@ -428,7 +431,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         return run_demo(Path(args.input) if args.input else None)
     from aiops.cli.demo import DEMO_FAULTS, run_cluster_demo
-    from aiops.default_model import default_model_path, load_or_train_default
+    from aiops.default_model import default_model_path, install_shipped, load_or_train_default
     from detectors.predict.model import ModelError, load
     from detectors.predict.online import OnlinePredictor
 
@@ -437,7 +440,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         try:
             load(default_model_path())
         except ModelError:
-            print(f"training the failure predictor once (about a minute), cached in {default_model_path().parent}")
+            if not install_shipped(default_model_path()):  # the package's copy serves on most installs
+                print(f"training the failure predictor once (minutes), cached in {default_model_path().parent}")
         predictor = OnlinePredictor(load_or_train_default())
     from telemetry_gen.faults import FaultSpecError
     from telemetry_gen.topology import TopologyError

@@ -146,3 +146,27 @@ def test_every_import_of_the_bench_commands_is_declared_by_the_bench_extra() -> 
             if not dists & declared:
                 undeclared[path.name] = module
     assert undeclared == {}
+
+
+# the production packages a base install serves (`pip install aiops-gpu`), and the modules that
+# need an extra, which say so when it is missing
+PRODUCTION = ("vocab", "aiops", "ingest", "context", "detectors", "rca", "notify", "show", "act", "telemetry_gen")
+NEEDS_EXTRA = {"notify/apprise_send.py": "apprise"}
+
+
+def test_every_import_of_the_production_packages_is_declared_by_the_base_install() -> None:
+    """An import that works only because another package happens to bring it (requests through
+    grafana-client) breaks when that package changes: what the code imports, the project declares."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = _requirement_names(project["dependencies"])
+    distributions = packages_distributions()
+    undeclared = {}
+    for package in PRODUCTION:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = str(path.relative_to(ROOT))
+            declared = base | _requirement_names(project["optional-dependencies"].get(NEEDS_EXTRA.get(where, ""), []))
+            for module in _third_party_imports(path):
+                dists = {d.lower().replace("_", "-") for d in distributions.get(module, [module])}
+                if not dists & declared:
+                    undeclared[where] = module
+    assert undeclared == {}

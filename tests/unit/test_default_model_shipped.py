@@ -1,0 +1,66 @@
+"""The default failure predictor ships inside the package (aiops/models/), so a first run loads it
+instead of training it for minutes; it is used only where it is the model this version would
+train, and read only by the scikit-learn that wrote it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import sklearn
+
+import aiops.default_model as default_model
+from aiops.default_model import DEFAULT_TRAINING, load_or_train_default, shipped_model_fits, shipped_model_path
+from detectors.predict.model import ModelError, card_path, fingerprint, load
+
+PINNED = next(
+    line.split("==", 1)[1].strip()
+    for line in (Path(__file__).parents[2] / "constraints.txt").read_text().splitlines()
+    if line.startswith("scikit-learn==")
+)
+pytestmark = pytest.mark.skipif(
+    sklearn.__version__ != PINNED,
+    reason=f"the shipped model is read by scikit-learn {PINNED} (constraints.txt); this is {sklearn.__version__}",
+)
+
+
+def test_the_shipped_default_model_is_the_one_this_version_trains() -> None:
+    """Changing the training data, features or training code without `scripts/ship-default-model`
+    fails here (a stale shipped model would be skipped at run time and trained anyway)."""
+    predictor = load(shipped_model_path())
+    assert predictor.card["training"]["fingerprint"] == fingerprint(**DEFAULT_TRAINING)
+    assert predictor.card["versions"]["sklearn"] == PINNED
+    assert card_path(shipped_model_path()).is_file()
+
+
+def test_a_first_run_copies_the_shipped_model_and_does_not_train(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_training(*_: object, **__: object) -> None:
+        raise AssertionError("trained although the shipped model fits")
+
+    monkeypatch.setattr(default_model, "train_default", no_training)
+    target = tmp_path / "cache" / "models" / "predictor.skops"
+    predictor = load_or_train_default(target)
+    assert target.read_bytes() == shipped_model_path().read_bytes()
+    assert card_path(target).is_file()
+    # the card says where this model was measured (the figures in the README are for it)
+    assert predictor.card["evaluated_on"]["model"] == fingerprint(**DEFAULT_TRAINING)
+
+
+def test_a_shipped_model_for_other_training_or_tampered_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = {**DEFAULT_TRAINING, "seeds": [1001, 1002, 1004]}
+    assert shipped_model_fits(other) is None  # what this config would train is another model
+
+    tampered = tmp_path / "default-predictor.skops"
+    raw = bytearray(shipped_model_path().read_bytes())
+    raw[-100] ^= 0xFF
+    tampered.write_bytes(bytes(raw))
+    shutil.copyfile(card_path(shipped_model_path()), card_path(tampered))
+    monkeypatch.setattr(default_model, "shipped_model_path", lambda: tampered)
+    assert shipped_model_fits() is None
+    with pytest.raises(ModelError, match="checksum"):
+        load(tampered)
