@@ -440,6 +440,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         try:
             load(default_model_path())
         except ModelError:
+            print("aiops demo: the failure predictor's first use (the copy shipped with the package, or trained)")
             if not install_shipped(default_model_path()):  # the package's copy serves on most installs
                 print(f"training the failure predictor once (minutes), cached in {default_model_path().parent}")
         predictor = OnlinePredictor(load_or_train_default())

@@ -106,6 +106,15 @@ def run_cluster_demo(
             if live is not None and (data == _DONE or time.perf_counter() - drawn >= 0.2):
                 live.update(_view(pipeline, predictions, started, gen.workload.t0), refresh=True)
                 drawn = time.perf_counter()
+            elif live is None and data != _DONE and time.perf_counter() - drawn >= 4.0:
+                # a pipe or a log: no redraws, but a line every few seconds says it is running
+                done_h = (pipeline.last_tick - gen.workload.t0) / 3600 if pipeline.last_tick is not None else 0.0
+                console.print(
+                    f"  cluster time {done_h:.1f} h of {hours:g} h, {pipeline.engine_stats.opened} incidents, "
+                    f"{len(predictions)} predictions so far",
+                    highlight=False,
+                )
+                drawn = time.perf_counter()
             if data == _DONE:
                 break
     if live is None:  # a pipe or a file: the last view once, not a frame per redraw
