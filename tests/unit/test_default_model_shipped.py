@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sklearn
 
-import aiops.default_model as default_model
+from aiops import default_model
 from aiops.default_model import DEFAULT_TRAINING, load_or_train_default, shipped_model_fits, shipped_model_path
 from detectors.predict.model import ModelError, card_path, fingerprint, load
 
