@@ -22,7 +22,7 @@ from typing import Any
 from act.audit import AuditLog, Row
 from act.checkpoints import CheckpointClock
 from act.executors import Actor, Executor
-from act.planner import Planner
+from act.planner import AFTER_CHECKPOINT, AFTER_JOBS_END, Planner
 from act.policy import ActConfig
 from act.remediation import RemediationMachine
 
@@ -119,11 +119,19 @@ class ActLoop:
         self._take_approvals(t)
         self.clock.observe(t, utilisation)
         for pid, w in list(self.waiting.items()):
-            pending = [j for j in w.jobs if self.clock.known(j) and (self.clock.last_checkpoint(j) or -1.0) <= w.since]
+            until_end = w.row.detail.startswith(AFTER_JOBS_END)
+            pending = [
+                j
+                for j in w.jobs
+                if self.clock.known(j) and (until_end or (self.clock.last_checkpoint(j) or -1.0) <= w.since)
+            ]
             if pending and t < w.deadline:
                 continue
             if pending:
-                why = f"no checkpoint of {', '.join(pending)} within {w.deadline - w.since:.0f} s: acting anyway"
+                waited = "end" if until_end else "checkpoint"
+                why = f"no {waited} of {', '.join(pending)} within {w.deadline - w.since:.0f} s: acting anyway"
+            elif until_end:
+                why = "the jobs ended"
             else:
                 why = "after the job's checkpoint" if w.jobs else "no job to wait for"
             del self.waiting[pid]
@@ -139,8 +147,10 @@ class ActLoop:
 
     @staticmethod
     def _jobs_of(row: Row) -> tuple[str, ...]:
-        detail = row.detail.removeprefix("after the next checkpoint of ")
-        return tuple(j for j in detail.split(", ") if j) if detail != row.detail else ()
+        for prefix in (AFTER_CHECKPOINT, AFTER_JOBS_END):
+            if row.detail.startswith(prefix):
+                return tuple(j for j in row.detail.removeprefix(prefix).split(", ") if j)
+        return ()
 
 
 def sign(secret: bytes, plan_id: str) -> str:

@@ -46,6 +46,11 @@ def matches(policy: Policy, state: dict[str, Any]) -> bool:
     return not (m.entity and not fnmatch.fnmatchcase(str(root.get("entity", "")), m.entity))
 
 
+# how a waiting drain's detail names its jobs (act.loop reads them back from the audit log)
+AFTER_CHECKPOINT = "after the next checkpoint of "
+AFTER_JOBS_END = "once these jobs end: "
+
+
 class Planner:
     """`node_of(entity)` finds the node a root sits in (None for a switch, a link, a rack);
     `scope_of(node)` the rack or pod the breaker counts per, and `scope_size` its nodes."""
@@ -220,7 +225,10 @@ class Planner:
             )
             return "dry_run", why, None
         if action.when == "checkpoint" and jobs and action.type in NODE_ACTIONS:
-            return "at_checkpoint", f"after the next checkpoint of {', '.join(sorted(jobs))}", None
+            return "at_checkpoint", f"{AFTER_CHECKPOINT}{', '.join(sorted(jobs))}", None
+        if action.when == "job_end" and jobs and action.type in NODE_ACTIONS:
+            # waits as a checkpoint's drain does (act.loop), for the jobs' end instead
+            return "at_checkpoint", f"{AFTER_JOBS_END}{', '.join(sorted(jobs))}", None
         return "execute", "", None
 
     def _breaker(self, target: str, t: float) -> str | None:
@@ -267,4 +275,4 @@ class Planner:
         return plans
 
 
-__all__ = ["Plan", "Planner", "matches"]
+__all__ = ["AFTER_CHECKPOINT", "AFTER_JOBS_END", "Plan", "Planner", "matches"]

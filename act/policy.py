@@ -72,14 +72,17 @@ def _known(given: tuple[str, ...], known: tuple[str, ...], what: str) -> tuple[s
 class Action(_Strict):
     type: Literal["drain", "resume", "reset_gpu", "reboot", "ticket", "route_around"]
     # now: at once (a part that failed); checkpoint: right after the job's next checkpoint, for a
-    # failure expected hours ahead (the job loses only its restart, not the steps since the last)
-    when: Literal["now", "checkpoint"] = "now"
+    # failure expected hours ahead (the job loses only its restart, not the steps since the last);
+    # job_end: once the node's jobs have ended, for a part that degrades but does not stop its job
+    # (NVLink errors, a row remap pending: a reset puts it right, and no job need restart for it).
+    # Either way the node is cordoned at once where a cordon executor exists.
+    when: Literal["now", "checkpoint", "job_end"] = "now"
     # a job larger than this is not drained without a person's approval: its restart costs more
     # than most faults (a 2,048-GPU job for a warning below its policy's confidence)
     max_job_gpus: int | None = Field(default=None, gt=0)
     # with `when: checkpoint`, how long to wait for the jobs' next checkpoint before acting anyway
     # (an hour: large jobs are told to checkpoint at least that often; a prediction's lead time is
-    # hours, so waiting costs little)
+    # hours, so waiting costs little); with `when: job_end`, for the jobs to end
     max_wait_s: float = Field(default=3600.0, gt=0)
 
 

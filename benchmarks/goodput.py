@@ -7,7 +7,10 @@ to a drain: the generator's scheduler keeps placing jobs; the cost model below a
 
 - none: no action (today: a person drains a failed node by hand, `--human-s` after the failure);
 - failures: drain a node once its incident opens (what a per-node system does);
-- predictions: that, and drain a node predicted to fail right after its job's next checkpoint.
+- predictions: that, and drain a node predicted to fail right after its job's next checkpoint;
+- validation: that, with the remediation machine (the ladder, health checks that pass as the
+  generator's truth says), and parts that degrade without stopping the job and that a reset or
+  reboot puts right remediated once their node's jobs end (`when: job_end`).
 
 The cost model (stated, not measured; the constants are arguments):
 - a job interrupted at time τ loses its GPUs × (τ − its last completed checkpoint + the restart,
@@ -76,6 +79,17 @@ def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
                 "execute": True,
             }
         )
+    if mode == "validation":
+        rules.append(
+            {
+                "name": "remediate-degraded",
+                # parts that degrade without stopping the job and that a reset or reboot puts right:
+                # cordoned now, remediated once the node's jobs end (no restart for them)
+                "match": {"source": "incident", "kinds": DEGRADED_FIXABLE},
+                "action": {"type": "drain", "when": "job_end", "max_wait_s": 24 * 3600.0},
+                "execute": True,
+            }
+        )
     config: dict[str, Any] = {
         "dry_run": False,
         "breaker": {"max_nodes": max_nodes, "max_fraction": max_fraction},
@@ -99,6 +113,9 @@ REBOOT_S, RESET_S, CHECK_S = 600.0, 60.0, 300.0
 # Anything else (a PSU, an optic, a cable, a thermal interface) is hardware: a person.
 RESET_FIXES = frozenset({"gpu_hbm_ecc", "gpu_row_remap_pending", "gpu_nvlink", "gpu_nvlink_down", "gpu_fault"})
 REBOOT_FIXES = RESET_FIXES | {"gpu_fell_off_bus", "gpu_lost", "nvswitch_fabric_manager"}
+DEGRADED_FIXABLE = sorted(
+    k for k in REBOOT_FIXES if not registry.KINDS[k].kills_job and registry.KINDS[k].root in IN_A_NODE
+)
 
 
 class TruthCheck:

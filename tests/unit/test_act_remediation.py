@@ -505,3 +505,26 @@ def test_a_suspect_under_a_job_too_large_to_drain_is_cordoned_and_waits_for_a_pe
         act.tick(0.0, BUSY)
         act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
         assert calls == [], extra
+
+
+def test_a_degraded_part_is_cordoned_and_remediated_once_its_job_ends_not_at_its_checkpoint() -> None:
+    """NVLink errors do not stop the job, and a reset puts them right: the node takes no new work
+    from now on, its job runs to its end (no restart for it, not even at a checkpoint), and then
+    the node is drained, reset, checked and returned."""
+    at_job_end = {**DRAIN, "action": {"type": "drain", "when": "job_end", "max_wait_s": 12 * 3600}}
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, (at_job_end,))
+    act.tick(0.0, BUSY)
+    act.offer([{**state("gpu_nvlink"), "job_gpus": {"job-7": 256}}], 10.0)
+    assert calls == [("cordon", "n00001")]
+    drain = next(r for r in act.audit.rows() if r.action == "drain")
+    assert drain.detail == "once these jobs end: job-7"
+    act.tick(900.0, DIP)
+    act.tick(910.0, BUSY)  # a checkpoint: the job goes on
+    act.tick(5000.0, BUSY)
+    assert calls == [("cordon", "n00001")]
+    act.tick(5010.0, {})  # job-7 ended
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+    assert calls[-1] == ("resume", "n00001")  # checked healthy and back
+    (rec,) = act.audit.remediation_all()
+    assert rec.state == "returned" and rec.drained_at == 5010.0
