@@ -33,7 +33,7 @@ import json
 import math
 import pickle
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -222,7 +222,10 @@ def cost_of(
     write_s: float,
     gpus_per_node: int = 8,
     t_end: float = math.inf,
+    records: Sequence[RemediationRecord] = (),
 ) -> ModeCost:
+    """What a mode's actions cost the fleet (the module's cost model). `records`: the remediation
+    machine's, whose steps' own time (a check, a reset) a wrongly drained node is also out for."""
     cost = ModeCost()
     resumed = sorted((r.acted_at or r.event_time, r.target) for r in rows if r.action == "resume" and r.state == "done")
     done = sorted((r for r in rows if r.action == "drain" and r.state == "done"), key=lambda r: r.acted_at or 0.0)
@@ -256,6 +259,7 @@ def cost_of(
             # wrong: the jobs it interrupted, and the node's GPUs out of service for nothing until
             # it is resumed (the warning's horizon passing resolves it) or the history ends
             back = next((t for t, node in resumed if node == r.target and t >= at), t_end)
+            back += sum(_steps_s(rec) for rec in records if rec.node == r.target and rec.drained_at == at)
             interrupted = sum(
                 j.gpus * (at - j.last_checkpoint(at, write_s) + restart_s) for j in _on(jobs, r.target, at)
             )
@@ -434,6 +438,13 @@ class Outcome:
     warned_s: float | None = None
 
 
+def _steps_s(rec: RemediationRecord) -> float:
+    """The time a remediation's checks and resets take, which the replay's ticks do not pass (a
+    reboot's is: the machine waits `reboot_wait_s` for it in event time)."""
+    steps = [h.get("step") for h in rec.history]
+    return steps.count("check") * CHECK_S + steps.count("reset_gpu") * RESET_S
+
+
 def _big_ckpt(t: float, t0: float, period: float) -> float:
     return t0 + math.floor((t - t0) / period) * period
 
@@ -483,10 +494,7 @@ def outcomes(
             if rec.node == node and rec.drained_at is not None and start - 6 * 3600 <= rec.drained_at <= float(f["end"])
         ]
         rec = mine[0] if mine else None
-        extra = 0.0
-        if rec is not None:  # the steps' own time, which the replay's ticks do not pass
-            steps = [h.get("step") for h in rec.history]
-            extra = steps.count("check") * CHECK_S + steps.count("reset_gpu") * RESET_S
+        extra = _steps_s(rec) if rec is not None else 0.0  # the steps' own time, which the ticks do not pass
         returned = rec is not None and rec.state == "returned" and rec.closed_at is not None
         healed = returned and rec is not None and rec.closed_at is not None and rec.closed_at >= start
         averted = healed and rec is not None and rec.closed_at is not None and rec.closed_at + extra <= onset
@@ -617,6 +625,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     tape.write_s,
                     tape.per_node,
                     tape.t_end,
+                    records,
                 )
                 t = totals[mode]
                 t.gpu_s += c.gpu_s
