@@ -24,6 +24,7 @@ import sklearn
 from numpy.typing import NDArray
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+from threadpoolctl import threadpool_limits
 
 from detectors.base import FloatArray
 from detectors.predict.features import FEATURE_VERSION, FEATURES, HOUR, WARMUP_S, PrecursorFeatures
@@ -144,6 +145,14 @@ MODEL_DESCRIPTION = (
 
 
 def train(dataset: Dataset, horizon: float = HORIZON_S, seed: int = 0, sources: list[str] | None = None) -> Predictor:
+    # one OpenMP thread: gradient boosting's threads spin while they wait for each other, and on a
+    # machine busy with anything else (a daemon, a test suite) that made fitting the default model
+    # 21 min instead of 20-35 s on this 2-core machine (the same fit, the same load)
+    with threadpool_limits(limits=1, user_api="openmp"):
+        return _train(dataset, horizon, seed, sources)
+
+
+def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | None) -> Predictor:
     models: dict[str, KindModel] = {}
     metrics: dict[str, Any] = {}
     for kind in FEATURES:
