@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from act.audit import RemediationRecord, Row
-from act.costs import drain_break_even, kills_its_job
+from act.costs import drain_break_even
 from act.executors import Executor
 from act.policy import ActConfig, parse
 from act.remediation import CheckResult
@@ -59,10 +59,10 @@ FAILURE_KINDS = sorted(k for k, v in registry.KINDS.items() if v.kills_job and v
 # the shipped policy's (config/actions.yml): a larger job is not killed on a prediction; its node
 # is cordoned and the drain waits for a person (act.planner), so the job's next restart leaves it out
 PREDICTED_MAX_JOB_GPUS = 1024
-PREDICTABLE = sorted(k for k, v in registry.KINDS.items() if v.precursor)
-PREDICTED_KILLING = [k for k in PREDICTABLE if kills_its_job(k)]
-# the smallest job's break-even (the cost model's 30-min checkpoint, 10-min restart, 5-min check)
-DRAIN_AT = round(drain_break_even(job_gpus=8), 2)
+# the predicted kinds a drain can pay for (those that kill their job: act/costs.py), and the
+# smallest job's break-even with the remediation loop (a wrong drain's node out for a check)
+PREDICTED_KILLING = sorted(k for k, v in registry.KINDS.items() if v.precursor and drain_break_even(k, 8) < 1.0)
+DRAIN_AT = round(drain_break_even(PREDICTED_KILLING[0], 8), 2)
 
 
 def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
@@ -76,7 +76,7 @@ def policies(mode: str, max_nodes: int, max_fraction: float) -> ActConfig:
     ]
     if mode in ("predictions", "validation"):
         # the threshold follows the cost model (act/costs.py): a kind that kills its job is worth
-        # a drain at the next checkpoint above the break-even of the smallest job (8 GPUs); one
+        # a drain at the next checkpoint above the break-even of the smallest job (8 GPUs: 0.57); one
         # that does not (a thermal slowdown, a cooling loop) saves nothing the model counts by a
         # drain, so its warnings are watched, not acted on
         rules.append(

@@ -45,29 +45,6 @@ MIN_LEAD_S = 30 * 60.0  # what the evaluation counts (rca/evaluate.py): stricter
 # (a job checkpoints every 15-30 min and a checkpoint takes about a minute; operational choice)
 MIN_EMIT_LEAD_S = 10 * 60.0
 
-# What acting on a prediction costs and saves, in GPU-hours: the goodput bench's cost model
-# (benchmarks/goodput.py, its defaults), stated, not measured. A drain that was not needed
-# takes the node's GPUs out until the warning resolves (at most the horizon) and restarts its
-# jobs (`--restart-s` 600 s each, from their checkpoint: the drain waits for one); a failure that
-# kills its job unannounced loses the job's GPUs x the work since its last checkpoint (half the
-# checkpoint period on average: 15-30 min, telemetry_gen/workload.py, the truth side) and a
-# restart, which a drain at the checkpoint would have cost anyway.
-RESTART_S = 600.0
-MEAN_SINCE_CHECKPOINT_S = (15 * 60.0 + 30 * 60.0) / 4
-NODE_GPUS = 8
-
-
-def act_threshold(kind: str, job_gpus: int, horizon_s: float = HORIZON_S) -> float:
-    """The probability above which draining for a predicted `kind` saves GPU-hours on average
-    (act when p x saved > (1 - p) x wasted): wasted / (wasted + saved). A kind that does not
-    kill its job (the registry's kills_job) saves nothing by a drain in this cost model: 1.0,
-    never drain for it (its warning still tells a person what to check)."""
-    if not registry.KINDS[kind].kills_job:
-        return 1.0
-    wasted = NODE_GPUS * (horizon_s + RESTART_S)
-    saved = max(job_gpus, 1) * MEAN_SINCE_CHECKPOINT_S
-    return wasted / (wasted + saved)
-
 
 @dataclass
 class OnlinePredictor:
@@ -274,7 +251,6 @@ __all__ = [
     "OnlinePredictor",
     "Prediction",
     "PredictionReport",
-    "act_threshold",
     "evaluate_predictions",
     "format_prediction_report",
     "pool_reports",

@@ -343,20 +343,6 @@ def test_training_histories_mix_job_shapes_and_realism_per_seed_and_mask_blank_s
     assert missing > 0
 
 
-def test_acting_on_a_prediction_follows_the_cost_of_a_false_drain_against_a_lost_job() -> None:
-    from detectors.predict.online import act_threshold
-
-    # a kind that kills its job: the bigger the job on the node, the less sure one needs to be
-    small, big = act_threshold("gpu_hbm_ecc", 8), act_threshold("gpu_hbm_ecc", 1024)
-    assert 0.9 < small < 1.0 and big < 0.3
-    # break-even: at the threshold, expected saving equals expected waste
-    p = act_threshold("optic_degradation", 256)
-    wasted, saved = 8 * (6 * 3600 + 600), 256 * (45 * 60 / 4)
-    assert math.isclose(p * saved, (1 - p) * wasted)
-    # a kind that slows or warns but does not kill the job: a drain saves nothing in this model
-    assert act_threshold("gpu_thermal", 1024) == 1.0 and act_threshold("rack_cooling", 1024) == 1.0
-
-
 def test_no_prediction_for_a_failure_expected_sooner_than_a_drain_can_happen() -> None:
     from detectors.predict.online import MIN_EMIT_LEAD_S
 
