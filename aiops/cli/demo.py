@@ -145,6 +145,7 @@ def _pages(
     from show.report import write_report
     from telemetry_gen.generator import write_jsonl, write_meta
 
+    console.print(f"writing the run and its report pages to {out}", highlight=False)
     cluster, run = out / "cluster", out / "run"
     run.mkdir(parents=True, exist_ok=True)
     write_meta(cluster / "meta.json", gen)
@@ -165,8 +166,17 @@ def _pages(
         + "\n"
     )
     incidents = len(latest_states(states))
+    said = [time.perf_counter()]
+
+    def pages_done(n: int) -> None:
+        bar.update(completed=n)
+        # piped, the bar is one line at the end: a line every few seconds says it is running
+        if not console.is_interactive and time.perf_counter() - said[0] >= 3.0:
+            console.print(f"  {n} of {incidents} incident pages", highlight=False)
+            said[0] = time.perf_counter()
+
     with Progress(incidents, "the report pages", "incident pages") as bar:
-        done = write_report(run, out, cluster / "truth.jsonl", cluster, progress=lambda n: bar.update(completed=n))
+        done = write_report(run, out, cluster / "truth.jsonl", cluster, progress=pages_done)
     console.print(f"report: {out / 'index.html'} ({done['pages']} incident pages, {len(done['pngs'])} pictures)")
 
 
