@@ -430,6 +430,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from aiops.cli.demo_sample import run_demo
 
         return run_demo(Path(args.input) if args.input else None)
+    # the imports below take seconds on a first start (Python compiles every module it loads once)
+    print("aiops demo: loading the pipeline (ingest, the detectors, the root-cause engine, the predictor)", flush=True)
     from aiops.cli.demo import DEMO_FAULTS, run_cluster_demo
     from aiops.default_model import default_model_path, install_shipped, load_or_train_default
     from detectors.predict.model import ModelError, load
@@ -440,7 +442,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         try:
             load(default_model_path())
         except ModelError:
-            print("aiops demo: the failure predictor's first use (the copy shipped with the package, or trained)")
+            print("aiops demo: the failure predictor's first use (the package's copy, or trained)", flush=True)
             if not install_shipped(default_model_path()):  # the package's copy serves on most installs
                 print(f"training the failure predictor once (minutes), cached in {default_model_path().parent}")
         predictor = OnlinePredictor(load_or_train_default())
