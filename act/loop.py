@@ -22,7 +22,7 @@ from typing import Any
 from act.audit import AuditLog, Row
 from act.checkpoints import CheckpointClock
 from act.executors import Actor, Executor
-from act.planner import AFTER_CHECKPOINT, AFTER_JOBS_END, Planner
+from act.planner import AFTER_CHECKPOINT, AFTER_JOBS_END, WHY, Planner
 from act.policy import ActConfig
 from act.remediation import RemediationMachine
 
@@ -37,6 +37,11 @@ class Waiting:
     deadline: float
 
 
+# after a job's time limit, how long until the scheduler has ended it: Slurm signals the job and
+# kills it KillWait (30 s by default) later; a job's own teardown (a last checkpoint) takes minutes
+LIMIT_KILL_S = 600.0
+
+
 class ActLoop:
     def __init__(
         self,
@@ -48,9 +53,11 @@ class ActLoop:
         scope_size: Callable[[str | None], int],
         scope_of: Callable[[str], str | None] = lambda node: None,
         jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
+        job_ends: Callable[[str, float], dict[str, float]] = lambda node, t: {},
     ) -> None:
         self.config, self.audit = config, audit
-        self.planner = Planner(config, audit, node_of, scope_size, scope_of, jobs_on)
+        self.planner = Planner(config, audit, node_of, scope_size, scope_of, jobs_on, job_ends)
+        self.job_ends = job_ends
         self.actor = Actor(audit, executors, lambda message: page(message, ""))
         self.planner.cordons = "cordon" in executors
         self.clock = CheckpointClock()
@@ -87,7 +94,7 @@ class ActLoop:
     def restore(self, t: float) -> None:
         self.actor.settle()
         for row in self.audit.rows("waiting"):
-            self.waiting[row.plan_id] = Waiting(row, self._jobs_of(row), t, t + self._max_wait(row))
+            self.waiting[row.plan_id] = Waiting(row, self._jobs_of(row), t, t + self._max_wait(row, t))
 
     def offer(self, states: list[bytes] | list[dict[str, Any]], t: float) -> None:
         for raw in states:
@@ -102,7 +109,7 @@ class ActLoop:
             for plan in plans:
                 if plan.row.decision == "at_checkpoint":
                     jobs = self._jobs_of(plan.row)
-                    self.waiting[plan.row.plan_id] = Waiting(plan.row, jobs, t, t + self._max_wait(plan.row))
+                    self.waiting[plan.row.plan_id] = Waiting(plan.row, jobs, t, t + self._max_wait(plan.row, t))
 
     def _cancel_waiting(self, incident: str) -> None:
         """The incident resolved before its job's checkpoint: its drains waiting for one are not
@@ -141,15 +148,24 @@ class ActLoop:
         if self.remediation is not None:
             self.remediation.step(t)
 
-    def _max_wait(self, row: Row) -> float:
+    def _max_wait(self, row: Row, t: float) -> float:
+        """How long a drain waits before acting anyway: the policy's `max_wait_s`; for jobs' ends,
+        at least until the scheduler ends them by their time limits (and its kill takes)."""
         policy = next((p for p in self.config.policies if p.name == row.policy), None)
-        return policy.action.max_wait_s if policy is not None else 3600.0
+        wait = policy.action.max_wait_s if policy is not None else 3600.0
+        if row.detail.startswith(AFTER_JOBS_END) and row.node is not None:
+            ends = self.job_ends(row.node, t)
+            limits = [ends[j] for j in self._jobs_of(row) if j in ends]
+            if limits:
+                wait = max(wait, max(limits) - t + LIMIT_KILL_S)
+        return wait
 
     @staticmethod
     def _jobs_of(row: Row) -> tuple[str, ...]:
         for prefix in (AFTER_CHECKPOINT, AFTER_JOBS_END):
             if row.detail.startswith(prefix):
-                return tuple(j for j in row.detail.removeprefix(prefix).split(", ") if j)
+                named = row.detail.removeprefix(prefix).split(WHY, 1)[0]
+                return tuple(j for j in named.split(", ") if j)
         return ()
 
 

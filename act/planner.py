@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from act.audit import AuditLog, Row, plan_id
+from act.costs import checkpoint_drain_pays
 from act.policy import ActConfig, Policy
 from vocab.ids import entity_refusal, node_refusal, shown
 
@@ -49,6 +50,8 @@ def matches(policy: Policy, state: dict[str, Any]) -> bool:
 # how a waiting drain's detail names its jobs (act.loop reads them back from the audit log)
 AFTER_CHECKPOINT = "after the next checkpoint of "
 AFTER_JOBS_END = "once these jobs end: "
+# what follows the job ids in a waiting drain's detail: why it waits (job ids hold no ";")
+WHY = "; "
 
 
 class Planner:
@@ -63,10 +66,12 @@ class Planner:
         scope_size: Callable[[str | None], int],
         scope_of: Callable[[str], str | None] = lambda node: None,
         jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
+        job_ends: Callable[[str, float], dict[str, float]] = lambda node, t: {},
     ) -> None:
         self.config, self.audit = config, audit
         self.node_of, self.scope_size, self.scope_of = node_of, scope_size, scope_of
         self.jobs_on = jobs_on  # the jobs running on a node at t, and the GPUs each holds in all
+        self.job_ends = job_ends  # when the scheduler ends each of them at the latest (time limits)
         # (node, incident, the policy that drained it) -> whether act.remediation returns that node
         # itself, once it is healthy, rather than when the incident resolves
         self.returns_itself: Callable[[str, str, str], bool] = lambda node, incident, policy: False
@@ -225,11 +230,34 @@ class Planner:
             )
             return "dry_run", why, None
         if action.when == "checkpoint" and jobs and action.type in NODE_ACTIONS:
+            ending = self._ending_first(state, jobs, target, t)
+            if ending:
+                return "at_checkpoint", f"{AFTER_JOBS_END}{', '.join(sorted(jobs))}{WHY}{ending}", None
             return "at_checkpoint", f"{AFTER_CHECKPOINT}{', '.join(sorted(jobs))}", None
         if action.when == "job_end" and jobs and action.type in NODE_ACTIONS:
             # waits as a checkpoint's drain does (act.loop), for the jobs' end instead
             return "at_checkpoint", f"{AFTER_JOBS_END}{', '.join(sorted(jobs))}", None
         return "execute", "", None
+
+    def _ending_first(self, state: dict[str, Any], jobs: dict[str, int], node: str, t: float) -> str | None:
+        """Why a drain on a prediction waits for its jobs to end rather than for their next
+        checkpoint, or None. A job due to end (its time limit) before the predicted failure is
+        likely to come gains nothing from a drain that restarts it (act/costs.py); the node is
+        cordoned meanwhile, and drained once the jobs end (or at once, should the failure come)."""
+        if state.get("status") != "warning":
+            return None
+        ends = self.job_ends(node, t)
+        left = {j: ends[j] - t for j in jobs if j in ends}
+        if not left:
+            return None
+        probability = float((state.get("root_cause") or {}).get("confidence") or 0.0)
+        if checkpoint_drain_pays(probability, jobs, left):
+            return None
+        soonest = min(left.values())
+        return (
+            f"due to end within {max(soonest, 0.0) / 3600:.1f} h by their time limits, likely before the "
+            "predicted failure: a drain now would restart them for nothing"
+        )
 
     def _breaker(self, target: str, t: float) -> str | None:
         """Why taking `target` out of service would exceed the breaker, or None."""
@@ -275,4 +303,4 @@ class Planner:
         return plans
 
 
-__all__ = ["AFTER_CHECKPOINT", "AFTER_JOBS_END", "Plan", "Planner", "matches"]
+__all__ = ["AFTER_CHECKPOINT", "AFTER_JOBS_END", "WHY", "Plan", "Planner", "matches"]

@@ -54,7 +54,10 @@ def act_loop(
     executors: dict[str, Executor] | None = None,
     jobs_on: Callable[[str, float], dict[str, int]] = lambda node, t: {},
     action_sink: Callable[[str], None] | None = None,
+    job_ends: Callable[[str, float], dict[str, float]] = lambda node, t: {},
 ) -> ActLoop:
+    """`jobs_on(node, t)`: the jobs running on a node and the GPUs each holds; `job_ends(node, t)`:
+    when the scheduler ends them at the latest (their time limits), where it says."""
     per = config.breaker.per
     nodes = [e for e in graph.ids if graph.kind(e) == "node"]
 
@@ -81,7 +84,7 @@ def act_loop(
         sink = action_sink
         audit.listener = lambda row: sink(action_line(row))
     chosen = executors if executors is not None else executors_of(config)
-    loop = ActLoop(config, audit, chosen, page, node_of, scope_size, scope_of, jobs_on)
+    loop = ActLoop(config, audit, chosen, page, node_of, scope_size, scope_of, jobs_on, job_ends)
     slurm = chosen.get("requeue")
     if loop.remediation is not None and isinstance(slurm, SlurmCli):
         loop.remediation.job_state = slurm.job_state  # when a requeued job runs again

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -250,6 +251,11 @@ class Pipeline:
         """The jobs running on `node` at t, as the scheduler said, and the GPUs each holds in all."""
         return {j.job: j.gpus for j in self.schedule.jobs_on([node], t, ended_within_s=0.0)}
 
+    def job_ends(self, node: str, t: float) -> dict[str, float]:
+        """When the scheduler ends each job on `node` at the latest (its time limit), where it said."""
+        jobs = self.schedule.jobs_on([node], t, ended_within_s=0.0)
+        return {j.job: j.expected_end for j in jobs if math.isfinite(getattr(j, "expected_end", math.inf))}
+
     def page(self, message: str, subject: str) -> None:
         """What the acting loop says a person must hear: a notice at the tick's event time,
         published (and written to InfluxDB) with the tick's other notices, and logged. Said
@@ -415,7 +421,15 @@ def run_folder(
         from aiops.acting import act_loop
 
         audit = out_dir / "actions.sqlite"
-        loop = act_loop(actions, graph, audit, pipeline.page, jobs_on=pipeline.jobs_on, action_sink=action_sink)
+        loop = act_loop(
+            actions,
+            graph,
+            audit,
+            pipeline.page,
+            jobs_on=pipeline.jobs_on,
+            action_sink=action_sink,
+            job_ends=pipeline.job_ends,
+        )
         pipeline.act_on(loop)
     for build in acting:  # loops made by the caller (a bench comparing policies on one replay)
         pipeline.act_on(build(pipeline))

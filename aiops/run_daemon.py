@@ -184,7 +184,13 @@ class RunDaemon(CheckpointedDaemon):
 
             audit = options.state_dir / f"actions-{settings.run_group}.sqlite" if options.state_dir else None
             self.acting = act_loop(
-                options.actions, self.graph, audit, self._page, jobs_on=self._jobs_on, action_sink=self.sinks.actions
+                options.actions,
+                self.graph,
+                audit,
+                self._page,
+                jobs_on=self._jobs_on,
+                action_sink=self.sinks.actions,
+                job_ends=self._job_ends,
             )
             if self.approvals is not None and audit is None:
                 self.approvals.audit = self.acting.audit  # in memory: the API reads the loop's own log
@@ -208,6 +214,9 @@ class RunDaemon(CheckpointedDaemon):
 
     def _jobs_on(self, node: str, t: float) -> dict[str, int]:
         return self.pipeline.jobs_on(node, t)
+
+    def _job_ends(self, node: str, t: float) -> dict[str, float]:
+        return self.pipeline.job_ends(node, t)
 
     def _fresh(self) -> Pipeline:
         options = self.options

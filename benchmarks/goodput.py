@@ -198,6 +198,7 @@ class JobTimes:
     end: float
     period: float
     phase: float
+    limit_end: float = math.inf  # when the scheduler ends it at the latest (its time limit)
 
     def last_checkpoint(self, t: float, write_s: float) -> float:
         """When the job's last checkpoint before t completed (its start, if none did)."""
@@ -210,7 +211,7 @@ def _jobs(workload: Any, node_ids: list[str], gpus_per_node: int) -> list[JobTim
     for j in workload.jobs:
         nodes = frozenset(node_ids[int(n)] for n in j.nodes)
         gpus = len(j.gpus) if j.gpus is not None else gpus_per_node * len(nodes)
-        out.append(JobTimes(nodes, gpus, j.start, j.end, j.checkpoint_period, j.checkpoint_phase))
+        out.append(JobTimes(nodes, gpus, j.start, j.end, j.checkpoint_period, j.checkpoint_phase, j.limit_end))
     return out
 
 
@@ -343,6 +344,8 @@ def record(seed: int, args: argparse.Namespace, on_tick: Callable[[], None]) -> 
     if cache is not None and cache.exists():
         with cache.open("rb") as f:
             tape: Tape = pickle.load(f)  # written by this function, in the user's cache
+        if tape.jobs and "limit_end" not in vars(tape.jobs[0]):  # recorded before jobs said their limits
+            _add_limits(tape, seed, args)
         return tape
     from aiops.default_model import load_or_train_default
     from aiops.pipeline import Pipeline
@@ -393,6 +396,17 @@ def record(seed: int, args: argparse.Namespace, on_tick: Callable[[], None]) -> 
     return tape
 
 
+def _add_limits(tape: Tape, seed: int, args: argparse.Namespace) -> None:
+    """The time limits of a tape's jobs, from the same history planned again (the workload is
+    planned before anything runs; only ends move while it runs)."""
+    from telemetry_gen.generator import GenConfig, Generation
+
+    gen = Generation(GenConfig(gpus=args.gpus, hours=args.hours, interval=args.interval, seed=seed, faults=args.faults))
+    limits = {str(j.id): j.limit_end for j in gen.workload.jobs}
+    for job_id, job in zip(tape.job_ids, tape.jobs, strict=True):
+        job.limit_end = limits[job_id]
+
+
 def run_modes(tape: Tape, args: argparse.Namespace, work: Path) -> dict[str, tuple[list[Row], list[RemediationRecord]]]:
     """Every acting mode over one tape, each with its own audit log; what each planned and did."""
     from rca.graph import TopologyGraph
@@ -407,6 +421,13 @@ def run_modes(tape: Tape, args: argparse.Namespace, work: Path) -> dict[str, tup
             i: j.gpus for i, j in zip(tape.job_ids, tape.jobs, strict=True) if node in j.nodes and j.start <= t < j.end
         }
 
+    def job_ends(node: str, t: float) -> dict[str, float]:
+        return {
+            i: j.limit_end
+            for i, j in zip(tape.job_ids, tape.jobs, strict=True)
+            if node in j.nodes and j.start <= t < j.end and math.isfinite(j.limit_end)
+        }
+
     out: dict[str, tuple[list[Row], list[RemediationRecord]]] = {"none": ([], [])}
     for mode in MODES[1:]:
         check = TruthCheck(tape.truth, node_of)
@@ -415,7 +436,7 @@ def run_modes(tape: Tape, args: argparse.Namespace, work: Path) -> dict[str, tup
         config = policies(mode, args.max_nodes, args.max_fraction)
         path = work / f"{mode}-{tape.seed}.sqlite"
         path.unlink(missing_ok=True)
-        loop = act_loop(config, graph, path, lambda message, subject: None, executors, jobs_on)
+        loop = act_loop(config, graph, path, lambda message, subject: None, executors, jobs_on, job_ends=job_ends)
         if loop.remediation is not None:
             loop.remediation.checks = [check]
         for what, t, payload in tape.calls:

@@ -7,6 +7,7 @@ carries the speed; every member shows it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,9 @@ class Job:
     end_reason: str = "completed"
     # the GPUs it holds (global indices, node-major); None: every GPU of its nodes
     gpus: NDArray[np.int64] | None = None
+    # when the scheduler ends it at the latest: its start plus the time it asked for (Slurm's
+    # end_time of a running job); inf: asked for no limit
+    limit_end: float = math.inf
 
     def gpu_indices(self) -> NDArray[np.int64]:
         if self.gpus is not None:
@@ -164,6 +168,10 @@ class Workload:
             end = start + duration
             if first and end <= t:
                 end = t + float(self.rng.uniform(600, 6 * HOUR))
+            # the time it asks for (sbatch --time): its planned run rounded up to whole hours; real users
+            # ask for more still (a limit far off only makes the acting side wait less for a job's
+            # end, as without a limit)
+            limit_end = start + math.ceil((end - start) / HOUR) * HOUR
             reason = "completed"
             drains = [d for n in nodes.tolist() if (d := self._drained(n, start, end)) is not None]
             if drains:
@@ -182,6 +190,7 @@ class Workload:
                     intensity=float(self.rng.uniform(0.8, 1.0)),
                     end_reason=reason,
                     gpus=None if gpus is None else gpus.astype(np.int64),
+                    limit_end=limit_end,
                 )
             )
             self._next_job += 1
@@ -257,6 +266,8 @@ class Workload:
             if job.gpus is not None and gpu_indices:
                 held = {"gpus_by_node": job.held_by_node(self.node_ids)}
             gpus = len(job.gpu_indices())
+            if math.isfinite(job.limit_end):
+                held["expected_end"] = job.limit_end
             if job.start >= self.t0:
                 out.append(
                     {"time": job.start, "type": "job_start", "job": job.id, "nodes": nodes, "gpus": gpus, **held}

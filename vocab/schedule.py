@@ -42,6 +42,9 @@ class Job:
     end: float = math.inf
     # GPU indices held per node; None: the scheduler named only the nodes
     gpus_by_node: dict[str, tuple[int, ...]] | None = None
+    # when the scheduler ends the job at the latest (Slurm's end_time of a running job: its start
+    # plus its time limit); inf: no limit said
+    expected_end: float = math.inf
 
     def holds(self, node: str, index: int | None) -> bool:
         """Does the job hold this GPU (index None: anything on the node)."""
@@ -124,7 +127,11 @@ def event_problem(e: object) -> str | None:
                 f"gpus {e['gpus']:,} is over {MAX_GPUS_PER_NODE} for each of the job's {len(e['nodes'])} nodes "
                 "[bound gpus]"
             )
-        return _gpus_by_node(e) or _number(e, "started" if "started" in e else "time")
+        return (
+            _gpus_by_node(e)
+            or _number(e, "started" if "started" in e else "time")
+            or (_number(e, "expected_end") if "expected_end" in e else None)
+        )
     if kind == "job_end":
         return _job(e, kind) or _number(e, "time")
     if kind == "node_state":
@@ -186,7 +193,8 @@ class Schedule:
             held = e.get("gpus_by_node")
             by_node = None if held is None else {str(n): tuple(int(i) for i in ix) for n, ix in held.items()}
             gpus = int(e["gpus"]) if "gpus" in e else (sum(map(len, by_node.values())) if by_node else 8 * len(nodes))
-            job = Job(str(e["job"]), nodes, gpus, start, gpus_by_node=by_node)
+            limit = float(e["expected_end"]) if "expected_end" in e else math.inf
+            job = Job(str(e["job"]), nodes, gpus, start, gpus_by_node=by_node, expected_end=max(limit, start))
             known = self.jobs.get(job.job)
             if known is not None and not (math.isfinite(known.end) and job.start >= known.end):
                 return  # said again (a follower replaying): the first word stands
@@ -256,7 +264,7 @@ class NodeJobs:
         self.whole: dict[str, list[str]] = {}  # node -> jobs holding it without GPU indices
         self.by_gpu: dict[str, str] = {}  # GPU entity ("<node>-gpu<i>") -> job holding it
         for job in (schedule or Schedule()).jobs.values():
-            self._add_job(Job(job.job, job.nodes, job.gpus, job.start, job.end, job.gpus_by_node))
+            self._add_job(Job(job.job, job.nodes, job.gpus, job.start, job.end, job.gpus_by_node, job.expected_end))
             if math.isfinite(job.end):
                 self._insert((job.end, 0, self._latest[job.job]))
 

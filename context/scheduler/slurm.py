@@ -269,10 +269,13 @@ def _job(job: Mapping[str, Any], now: float) -> JobSeen | None:
     if not nodes:
         return None
     gpus_by_node, total = _gpus_by_node(job, nodes)
-    end = None
+    end = expected = None
     if ended and not running:
         end = epoch(job.get("end_time")) or now
-    return JobSeen(str(job_id), tuple(nodes), total, gpus_by_node, start, end, ended or "")
+    else:  # while it runs, Slurm's end_time is when its time limit runs out
+        limit = epoch(job.get("end_time"))
+        expected = limit if limit is not None and limit > start else None
+    return JobSeen(str(job_id), tuple(nodes), total, gpus_by_node, start, end, ended or "", expected)
 
 
 def _gpus_by_node(job: Mapping[str, Any], nodes: list[str]) -> tuple[dict[str, tuple[int, ...]] | None, int]:

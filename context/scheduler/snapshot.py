@@ -26,6 +26,8 @@ class JobSeen:
     start: float
     end: float | None = None  # None: still running
     end_reason: str = ""
+    # a running job's end by its time limit (Slurm's end_time while it runs); None: not said
+    expected_end: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,8 @@ def job_start_event(job: JobSeen, source: str) -> dict[str, Any]:
     }
     if job.gpus_by_node is not None:
         event["gpus_by_node"] = {n: list(ix) for n, ix in job.gpus_by_node.items()}
+    if job.expected_end is not None:
+        event["expected_end"] = job.expected_end
     return event
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from context.scheduler.slurm import SlurmFormatError, parse_slurm
+from context.scheduler.snapshot import job_start_event
 from tests.slurm_site import REST_VERSIONS, UNKNOWN_JOB, Scenario, SlurmSite, index_list, staged
 
 pytestmark = pytest.mark.services
@@ -60,6 +61,22 @@ def test_a_job_holding_two_of_a_nodes_eight_gpus_holds_the_indices_slurm_names(
     assert job.gpus_by_node is not None and dict(job.gpus_by_node) == reference
     assert scenario.begun_at - 1 <= job.start <= time.time()
     assert job.end is None and job.end_reason == ""
+
+
+@pytest.mark.parametrize("source", JOB_SOURCES)
+def test_a_running_job_ends_by_its_time_limit_when_scontrol_says_and_the_event_carries_it(
+    site: SlurmSite, scenario: Scenario, source: str
+) -> None:
+    one = scenario.jobs["one"]  # sbatch -t 60
+    m = re.search(r"StartTime=(\S+) EndTime=(\S+)", site.job_detail(one))
+    assert m is not None and "TimeLimit=01:00:00" in site.job_detail(one)
+    start, limit_end = _local_epoch(m.group(1)), _local_epoch(m.group(2))
+    job = parse_slurm(_body(site, source, "jobs"), time.time()).jobs[one]
+    assert job.end is None  # still running: end_time is not an end
+    assert job.expected_end == limit_end == start + 3600
+    assert job_start_event(job, source)["expected_end"] == limit_end
+    pair = parse_slurm(_body(site, source, "jobs"), time.time()).jobs[scenario.jobs["pair"]]
+    assert pair.expected_end is not None and pair.expected_end > time.time()  # the partition's default limit
 
 
 @pytest.mark.parametrize("source", JOB_SOURCES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from act.costs import CHECK_S, RESTART_S, WARNING_HORIZON_S, drain_break_even
+from act.costs import CHECK_S, RESTART_S, WARNING_HORIZON_S, checkpoint_drain_pays, drain_break_even, onset_before
 
 
 def test_acting_on_a_prediction_follows_the_cost_of_a_false_drain_against_a_lost_job() -> None:
@@ -23,3 +23,23 @@ def test_acting_on_a_prediction_follows_the_cost_of_a_false_drain_against_a_lost
     assert 0.45 < drain_break_even("gpu_hbm_ecc", 1024) < checked
     # a kind that slows or warns but does not kill its job: a drain saves nothing in this model
     assert drain_break_even("gpu_thermal", 1024) == 1.0 and drain_break_even("rack_cooling", 8) == 1.0
+
+
+def test_a_drain_at_the_checkpoint_pays_only_for_a_job_the_failure_is_likely_to_strike() -> None:
+    hour = 3600.0
+    # a job that outlives the horizon (or says no limit) meets the failure if it comes: the plain
+    # break-even, restart / (restart + the steps since a checkpoint)
+    plain = RESTART_S / (RESTART_S + 45 * 60 / 4)
+    assert checkpoint_drain_pays(plain + 0.01, {"j": 64}, {"j": 24 * hour})
+    assert checkpoint_drain_pays(plain + 0.01, {"j": 64}, {})
+    assert not checkpoint_drain_pays(plain - 0.01, {"j": 64}, {})
+    # a job due to end within the hour, at p = 0.99: the failure, somewhere in 6 h, most likely
+    # finds it gone; a restart now would be for nothing
+    assert not checkpoint_drain_pays(0.99, {"j": 128}, {"j": 0.9 * hour})
+    # the even spread over the horizon: a job with 4 h of 6 left, at p = 0.99, is struck with 0.66
+    assert math.isclose(onset_before(4 * hour), 4 / 6)
+    assert checkpoint_drain_pays(0.99, {"j": 128}, {"j": 4 * hour})
+    assert onset_before(-60.0) == 0.0 and onset_before(WARNING_HORIZON_S * 2) == 1.0
+    # two jobs on the node: the large one ending soon outweighs the small one that runs on
+    assert not checkpoint_drain_pays(0.99, {"big": 512, "small": 8}, {"big": 0.5 * hour})
+    assert checkpoint_drain_pays(0.99, {"big": 512, "small": 8}, {"small": 0.5 * hour})

@@ -421,7 +421,9 @@ CHECKPOINTED = {**PREDICTED, "action": {"type": "drain", "when": "checkpoint"}}
 
 
 def cordoning_loop(
-    calls: list[tuple[str, str]], policies: tuple[dict[str, Any], ...] = (DRAIN, CHECKPOINTED)
+    calls: list[tuple[str, str]],
+    policies: tuple[dict[str, Any], ...] = (DRAIN, CHECKPOINTED),
+    job_ends: dict[str, float] | None = None,
 ) -> ActLoop:
     """Drains (on a prediction, by default) at the job's next checkpoint, with a cordon executor
     (Slurm's or Kubernetes'), a job on the node, and healthy checks."""
@@ -434,6 +436,7 @@ def cordoning_loop(
         node_of=lambda e: e.split("-")[0],
         scope_size=lambda scope: 64,
         jobs_on=lambda node, t: {"job-7": 256},
+        job_ends=lambda node, t: dict(job_ends or {}),
     )
     machine(act).checks = [lambda node: CheckResult(True, "ok")]
     return act
@@ -528,3 +531,47 @@ def test_a_degraded_part_is_cordoned_and_remediated_once_its_job_ends_not_at_its
     assert calls[-1] == ("resume", "n00001")  # checked healthy and back
     (rec,) = act.audit.remediation_all()
     assert rec.state == "returned" and rec.drained_at == 5010.0
+
+
+def test_a_predicted_failure_waits_for_a_job_due_to_end_first_not_for_its_checkpoint() -> None:
+    """The job's time limit runs out in 90 min; the failure is predicted within 6 h. A drain at its
+    checkpoint would restart 256 GPUs that are likely gone before the failure comes: the node is
+    cordoned, the job runs to its end (past the policy's one-hour wait, up to its limit), then the
+    node is drained, checked and returned."""
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 90 * 60})
+    act.tick(0.0, BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    assert calls == [("cordon", "n00001")]
+    drain = next(r for r in act.audit.rows() if r.action == "drain")
+    assert drain.detail.startswith("once these jobs end: job-7; due to end within 1.5 h by their time limits")
+    act.tick(900.0, DIP)
+    act.tick(910.0, BUSY)  # a checkpoint: the job goes on
+    assert calls == [("cordon", "n00001")]
+    act.tick(5750.0, BUSY)  # past the policy's hour, and a little past its limit, in Slurm's kill
+    assert calls == [("cordon", "n00001")]
+    act.tick(5760.0, {})  # ended
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")] and calls[-1] == ("resume", "n00001")
+
+
+def test_a_predicted_failure_is_drained_at_the_checkpoint_of_a_job_that_runs_on_past_it() -> None:
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 20 * 3600})
+    act.tick(0.0, BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    drain = next(r for r in act.audit.rows() if r.action == "drain")
+    assert drain.detail == "after the next checkpoint of job-7"
+    act.tick(900.0, DIP)
+    act.tick(910.0, BUSY)
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+
+
+def test_a_job_past_its_limit_is_waited_for_no_longer_than_the_scheduler_takes_to_end_it() -> None:
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 1800})  # 30 min left; the policy waits an hour
+    act.tick(0.0, BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    act.tick(3899.0, BUSY)
+    assert calls == [("cordon", "n00001")]
+    act.tick(3900.0, BUSY)  # the policy's hour: it never ended, so the drain goes ahead
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]

@@ -413,3 +413,15 @@ def test_cached_line_heads_encode_exactly_like_the_general_encoder() -> None:
     for tick in gen.ticks():
         fast = b"".join(lines_to_bytes(lines) for _, lines in gen.sim.lines(tick))
         assert fast == encode(tick.frames)
+
+
+def test_jobs_ask_for_their_run_in_whole_hours_and_the_scheduler_events_say_when_the_limit_runs_out() -> None:
+    gen = Generation(GenConfig(gpus=256, hours=12, interval=60, seed=5))
+    starts = {e["job"]: e for e in gen.events() if e["type"] in ("job_start", "job_running")}
+    assert starts
+    for job in gen.workload.jobs:
+        asked = job.limit_end - job.start
+        assert asked % 3600 == 0 and asked >= 3600  # sbatch --time in whole hours
+        assert job.end <= job.limit_end  # no job runs past its limit
+        if job.id in starts:
+            assert starts[job.id]["expected_end"] == job.limit_end

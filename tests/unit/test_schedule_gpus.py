@@ -134,3 +134,14 @@ def test_gpus_idle_since_a_node_only_job_started_are_left_out_and_said_so() -> N
     (notice,) = [n for n in loop.notices if n.status == "idle_gpus"]
     assert notice.subject == "a" and notice.detail["gpus"] == [f"n1-gpu{i}" for i in range(4, 8)]
     assert math.isclose(notice.at, T + 1000)
+
+
+def test_a_jobs_time_limit_is_kept_and_a_limit_that_is_not_a_time_is_refused() -> None:
+    limited = {"type": "job_start", "job": "a", "nodes": ["n1"], "gpus": 8, "time": T, "expected_end": T + 3600}
+    assert event_problem(limited) is None
+    schedule = Schedule.from_events([limited, {"type": "job_start", "job": "b", "nodes": ["n2"], "time": T}])
+    assert schedule.jobs["a"].expected_end == T + 3600
+    assert schedule.jobs["b"].expected_end == math.inf  # no limit said
+    for bad in ("soon", None, True, math.nan):
+        problem = event_problem({**limited, "expected_end": bad})
+        assert problem is not None and problem.startswith("expected_end must be a number"), problem

@@ -49,7 +49,8 @@ def test_v0_0_38_jobs_nodes_and_drains() -> None:
     # two running grid jobs on naboo222 and one that completed on naboo147; none holds a GPU
     assert sorted(jobs.jobs) == ["20464", "20468", "23772"]
     running = jobs.jobs["20464"]
-    assert running == JobSeen("20464", ("naboo222",), 0, {}, 1722989851.0, None, "")
+    # still running: its end_time is when its time limit (3600 minutes) runs out, not an end
+    assert running == JobSeen("20464", ("naboo222",), 0, {}, 1722989851.0, None, "", 1722989851.0 + 3600 * 60)
     done = jobs.jobs["23772"]
     assert done.end is not None and done.end_reason == "completed" and done.start < done.end
     nodes = read(V38 / "nodes.json")
