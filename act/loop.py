@@ -114,9 +114,25 @@ class ActLoop:
     def _cancel_waiting(self, incident: str) -> None:
         """The incident resolved before its job's checkpoint: its drains waiting for one are not
         done (a drain then would leave a node out with nothing left to resume it); a node
-        cordoned meanwhile is resumed with the incident's other nodes (Planner._resume)."""
+        cordoned meanwhile is resumed with the incident's other nodes (Planner._resume).
+
+        Except a drain waiting for its jobs' end for a part seen degraded (NVLink errors, a row
+        remap pending), where the remediation machine checks the node before it returns: such a
+        part stays degraded until a reset (NVIDIA's Xid catalog: Xid 74 RESET_GPU; a pending remap
+        is applied at the next reset), and its incident quiets when its symptom does (the job's
+        traffic moving off a link), not when it is fixed. It goes ahead once the jobs end; a part
+        that is fine passes its check and is back in minutes. A warning that lapsed is cancelled:
+        the failure it foresaw did not come."""
         for pid, w in list(self.waiting.items()):
             if w.row.incident_id == incident:
+                if self._checked_after_jobs_end(w.row):
+                    log.info(
+                        "%s %s for %s: the incident quieted; checked once its jobs end",
+                        w.row.action,
+                        w.row.target,
+                        incident,
+                    )
+                    continue
                 del self.waiting[pid]
                 log.info("%s %s for %s: the incident resolved first", w.row.action, w.row.target, incident)
                 self.audit.move(pid, "held", "the incident resolved before the checkpoint", decision="cancelled")
@@ -147,6 +163,16 @@ class ActLoop:
             self.actor.run(w.row, t)
         if self.remediation is not None:
             self.remediation.step(t)
+
+    def _checked_after_jobs_end(self, row: Row) -> bool:
+        policy = next((p for p in self.config.policies if p.name == row.policy), None)
+        return (
+            row.detail.startswith(AFTER_JOBS_END)
+            and policy is not None
+            and policy.match.source == "incident"
+            and self.remediation is not None
+            and self.remediation.live
+        )
 
     def _max_wait(self, row: Row, t: float) -> float:
         """How long a drain waits before acting anyway: the policy's `max_wait_s`; for jobs' ends,

@@ -287,6 +287,9 @@ class Planner:
                 continue
             if self.returns_itself(row.target, incident, row.policy):
                 continue  # checked before it goes back (act.remediation), not on the incident's word
+            drain = self.audit.get(plan_id(incident, row.policy, "drain", row.target))
+            if row.action == "cordon" and drain is not None and drain.state == "waiting":
+                continue  # its drain still waits for the jobs' end (act.loop): the node stays cordoned
             policy = by_name.get(row.policy)
             pid = plan_id(incident, row.policy, "resume", row.target)
             if self.audit.get(pid) is not None:

@@ -23,6 +23,10 @@ The cost model (stated, not measured; the constants are arguments):
   only); a drain with no fault on the node within `--horizon-h` after it is wrong, and counted,
   and its node's GPUs are lost capacity until it is resumed (its warning resolving) or the
   history ends;
+- a node put back in service with a job-killing fault that no step put right (its incident
+  resolved or its warning lapsed, and nothing checked it) fails the next job that lands on it:
+  a restart of that job's GPUs (TruthCheck's truth: a fault lasts until a step that fixes its
+  kind, or for good);
 - faults rooted outside a node (a switch, a link, cooling) cost the same in every mode here.
 """
 
@@ -186,6 +190,7 @@ class ModeCost:
     wrong: int = 0
     wrong_gpu_s: float = 0.0
     blocked: int = 0
+    returned_broken: int = 0  # nodes put back with a job-killing fault unfixed, that a job then met
 
 
 @dataclass
@@ -292,7 +297,48 @@ def cost_of(
         retries = math.floor(max(out_at - onset - restart_s, 0.0) / restart_s) if on else 0
         cost.gpu_s += retries * sum(j.gpus for j in on) * restart_s
         cost.interruptions += retries * len(on)
+    _returned_broken(cost, rows, faults_by_node, jobs, restart_s, t_end)
     return cost
+
+
+def _returned_broken(
+    cost: ModeCost,
+    rows: list[Row],
+    faults_by_node: dict[str, list[dict[str, Any]]],
+    jobs: list[JobTimes],
+    restart_s: float,
+    t_end: float,
+) -> None:
+    """A node put back in service with a job-killing fault in it that no step put right (its
+    incident resolved, its warning lapsed; nothing checked it) fails the next job that lands on
+    it, at that job's start: its GPUs x the restart, once (then it is drained again, and a person
+    sees a node that failed twice). The same truth as TruthCheck's: a fault lasts from its start
+    until a reset or reboot that fixes its kind, or for good. Meta's "lemon nodes" (Kokolis et
+    al., 2024) are this: nodes returned unfixed that fail job after job."""
+    steps: dict[str, list[tuple[float, str]]] = {}
+    for r in rows:
+        if r.action in ("reset_gpu", "reboot") and r.state == "done" and r.node is not None:
+            steps.setdefault(r.node, []).append((r.acted_at if r.acted_at is not None else r.event_time, r.action))
+    for r in rows:
+        if r.action != "resume" or r.state != "done":
+            continue
+        back = r.acted_at if r.acted_at is not None else r.event_time
+        broken = [
+            f
+            for f in faults_by_node.get(r.target, [])
+            if registry.KINDS[f["kind"]].kills_job
+            and TruthCheck.start(f) <= back
+            and not any(
+                TruthCheck.start(f) <= at <= back
+                and f["kind"] in (RESET_FIXES if step == "reset_gpu" else REBOOT_FIXES)
+                for at, step in steps.get(r.target, [])
+            )
+        ]
+        landing = sorted((j.start, i) for i, j in enumerate(jobs) if r.target in j.nodes and back <= j.start < t_end)
+        if broken and landing:
+            cost.gpu_s += jobs[landing[0][1]].gpus * restart_s
+            cost.interruptions += 1
+            cost.returned_broken += 1
 
 
 @dataclass
@@ -517,10 +563,15 @@ def outcomes(
         out_before = any(
             d <= onset and not any(d < r <= onset for r in resumes.get(node, [])) for d in drains.get(node, [])
         )
+        # the node's round for this fault: drained while it showed, or later for this fault's own
+        # kind (a degraded part drained once its job ended, after its symptom quieted)
         mine = [
             rec
             for rec in records
-            if rec.node == node and rec.drained_at is not None and start - 6 * 3600 <= rec.drained_at <= float(f["end"])
+            if rec.node == node
+            and rec.drained_at is not None
+            and start - 6 * 3600 <= rec.drained_at
+            and (rec.drained_at <= float(f["end"]) or rec.kind == kind)
         ]
         rec = mine[0] if mine else None
         extra = _steps_s(rec) if rec is not None else 0.0  # the steps' own time, which the ticks do not pass
@@ -664,6 +715,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 t.wrong += c.wrong
                 t.wrong_gpu_s += c.wrong_gpu_s
                 t.blocked += c.blocked
+                t.returned_broken += c.returned_broken
                 wrong[mode] += c.wrong
                 seed_outs = outcomes(mode, tape.truth, rows, records, node_of, t0, args)
                 if mode == "failures":  # the faults as a job meets them (MODES puts it before predictions)
@@ -686,6 +738,8 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         caption=(
             f"fleet: GPU-hours lost per 1,000 GPU-days, each interrupted job's GPUs × (time since its last checkpoint"
             f" + {args.restart_s:g} s restart); none: a person drains a failed node {args.human_s:g} s after. "
+            "Returned broken: nodes put back with a job-killing fault no step fixed, the next job on each failing "
+            "at its start (a restart). "
             f"ETTR: one {args.big_gpus:,}-GPU job, checkpoint every {args.big_ckpt_s / 60:g} min, restart "
             f"{args.restart_s / 60:g} min, spares, at the Llama 3 rate ({LLAMA3_RATE:.2f} per 1,000 GPU-days); "
             "per seed, in seed order. Fleet ETTR: 1 - GPU-time lost / the fleet's GPU-time (every GPU, busy or not). "
@@ -701,6 +755,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "saved",
         "wrong drains",
         "wrong GPU-h",
+        "returned broken",
         f"ETTR {args.big_gpus // 1000}k job",
         "per seed",
         "fleet ETTR",
@@ -750,6 +805,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             f"{saved:.0%}" if mode != "none" else "",
             f"{t.wrong}",
             f"{t.wrong_gpu_s / 3600 * per:,.1f}",
+            f"{t.returned_broken}",
             f"{ettr:.2%}",
             " / ".join(f"{v:.1%}" for v in big_seeds),
             f"{fleet:.2%}",
@@ -766,6 +822,7 @@ def bench_goodput(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "interruptions": t.interruptions,
             "nodes_drained": len(t.nodes_out),
             "wrong_drains": t.wrong,
+            "returned_broken": t.returned_broken,
             "blocked": t.blocked,
             "ettr_big_job": ettr,
             "ettr_big_job_per_seed": big_seeds,

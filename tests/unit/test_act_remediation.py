@@ -575,3 +575,32 @@ def test_a_job_past_its_limit_is_waited_for_no_longer_than_the_scheduler_takes_t
     assert calls == [("cordon", "n00001")]
     act.tick(3900.0, BUSY)  # the policy's hour: it never ended, so the drain goes ahead
     assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+
+
+def test_a_degraded_part_whose_incident_quiets_before_its_job_ends_is_still_reset_and_checked() -> None:
+    """NVLink errors stop when the job's traffic moves off the link, not when the link is fixed:
+    the node stays cordoned, and once the job ends it is drained, reset, checked and returned."""
+    at_job_end = {**DRAIN, "action": {"type": "drain", "when": "job_end", "max_wait_s": 12 * 3600}}
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, (at_job_end,))
+    act.tick(0.0, BUSY)
+    act.offer([{**state("gpu_nvlink"), "job_gpus": {"job-7": 256}}], 10.0)
+    act.offer([{**state("gpu_nvlink", status="resolved"), "job_gpus": {"job-7": 256}}], 1000.0)
+    act.tick(1010.0, BUSY)
+    assert calls == [("cordon", "n00001")]  # not resumed: its drain still waits
+    act.tick(5010.0, {})  # job-7 ended
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+    assert calls[-1] == ("resume", "n00001")
+    (rec,) = act.audit.remediation_all()
+    assert rec.state == "returned" and rec.drained_at == 5010.0
+
+
+def test_a_warning_that_lapses_while_its_drain_waits_for_the_jobs_end_is_not_drained() -> None:
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 90 * 60})
+    act.tick(0.0, BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 3000.0)
+    act.tick(3010.0, BUSY)
+    act.tick(6000.0, {})
+    assert calls == [("cordon", "n00001"), ("resume", "n00001")]  # the cordon lifted, nothing drained

@@ -162,3 +162,38 @@ def test_the_fleets_ettr_is_the_share_of_its_gpu_time_the_faults_left() -> None:
     assert fleet_ettr(lost, 16.0) == pytest.approx(1 - 16 * 3140 / (16 * 86_400))
     assert fleet_ettr(0.0, 16.0) == 1.0
     assert fleet_ettr(16 * 86_400.0, 16.0) == 0.0  # every GPU-second lost
+
+
+def test_a_node_put_back_with_its_fault_unfixed_fails_the_next_job_that_lands_on_it() -> None:
+    after = JobTimes(frozenset({"n1"}), 32, start=12_000.0, end=15_000.0, period=1800.0, phase=0.0)
+    fault = {**FAULT, "kind": "gpu_hbm_ecc"}  # a reset puts it right
+
+    def back(*rows: Row) -> tuple[float, int, int]:
+        c = cost_of("failures", [fault], list(rows), [JOB, after], node, RESTART, HUMAN, 12 * 3600, WRITE, 8, 20_000.0)
+        return c.gpu_s, c.interruptions, c.returned_broken
+
+    lost = 16 * (5000 - 3660 + RESTART)
+    assert back(drain(5030.0)) == (lost, 1, 0)  # drained and left out: no job meets it again
+    # its incident resolved and nothing checked it: the 32-GPU job that starts on it next fails
+    assert back(drain(5030.0), resume(9500.0, "n1")) == (lost + 32 * RESTART, 2, 1)
+    reset = Row(
+        "r", "inc", "policy", "reset_gpu", "n1-gpu3", "r", "execute", "done", None, "", 9400.0, 9400.0, node="n1"
+    )
+    assert back(drain(5030.0), reset, resume(9500.0, "n1")) == (lost, 1, 0)  # reset, then back: healthy
+    # a reset does not fix a GPU off the bus (a reboot does): still broken
+    c = cost_of(
+        "failures",
+        [FAULT],
+        [drain(5030.0), reset, resume(9500.0, "n1")],
+        [JOB, after],
+        node,
+        RESTART,
+        HUMAN,
+        12 * 3600,
+        WRITE,
+        8,
+        20_000.0,
+    )
+    assert c.returned_broken == 1
+    # back after the last job started: no job meets it in the history
+    assert back(drain(5030.0), resume(12_500.0, "n1"))[2] == 0
