@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vocab import registry
+from vocab.ids import node_refusal, shown
 
 ACTIONS = ("drain", "resume", "reset_gpu", "reboot", "ticket", "route_around")
 
@@ -193,6 +194,19 @@ class Remediation(_Strict):
     # reboot (POST, BMC, driver, fabric manager) takes 5 to 10 minutes on an HGX system
     check_timeout_s: float = Field(default=900.0, gt=0)
     reboot_wait_s: float = Field(default=600.0, ge=0)
+    # the site's spare nodes, kept out of service (Slurm: State=DRAIN Reason=spare): when a node is
+    # drained, the first free one is resumed in its place, so the requeued job finds room at once
+    spares: tuple[str, ...] = ()
+
+    @field_validator("spares")
+    @classmethod
+    def _spares(cls, spares: tuple[str, ...]) -> tuple[str, ...]:
+        for name in spares:
+            if problem := node_refusal(name):
+                raise ValueError(f"spares: {shown(name)} is not one node's name: {problem}")
+        if len(set(spares)) != len(spares):
+            raise ValueError("spares: a node is named twice")
+        return spares
 
     @field_validator("checks")
     @classmethod

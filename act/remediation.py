@@ -215,7 +215,7 @@ class RemediationMachine:
             at = drain.acted_at if drain.acted_at is not None else t
             if not self.live:
                 return  # dry run: the node stays drained until its incident resolves, as before
-            steps = self._requeue(rec, t)
+            steps = self._requeue(rec, t) + self._spare(rec, t)
             if rec.source == "prediction":
                 note = "drained on a prediction: checked at once"
                 self._move(rec, "validating", t, drained_at=at, note=note, steps=steps)
@@ -256,6 +256,50 @@ class RemediationMachine:
             done = self.audit.get(pid)
             steps.append({"at": t, "step": "requeue", "target": job, "result": done.state if done else "?"})
         return steps
+
+    def _spare(self, rec: Record, t: float) -> list[dict[str, Any]]:
+        """The first free spare of the site's pool (`remediation.spares`) resumed in the drained
+        node's place, so the requeued job finds room at once. A spare is taken once resumed for
+        any node (it is a node in service from then on; a person refills the pool); one this
+        service drained is not free. An empty pool is said to a person, once per drain."""
+        if not self.settings.spares:
+            return []
+        policy = f"{rec.policy}:spare"
+        mine = f"spare for {rec.node}"
+        rows = self.audit.rows()
+        chosen = next(
+            (r for r in rows if r.policy == policy and r.incident_id == rec.incident_id and r.reason.endswith(mine)),
+            None,
+        )
+        if chosen is None:
+            taken = {r.target for r in rows if r.policy.endswith(":spare") and r.action == "resume"}
+            out = self.audit.out_of_service(-math.inf)
+            free = [n for n in self.settings.spares if n not in taken and n not in out and n != rec.node]
+            if not free:
+                self.page(
+                    f"no spare left for {rec.node} ({rec.incident_id}): the pool "
+                    f"{', '.join(self.settings.spares)} is used up; a person refills it"
+                )
+                return [{"at": t, "step": "spare", "target": "", "result": "none left"}]
+            spare = free[0]
+            chosen = Row(
+                plan_id(rec.incident_id, policy, "resume", spare),
+                rec.incident_id,
+                policy,
+                "resume",
+                spare,
+                f"aiops {rec.incident_id}: {mine}",
+                "execute",
+                "planned",
+                None,
+                "",
+                t,
+                node=spare,
+            )
+            self.audit.add(chosen)
+            self.actor.run(chosen, t)
+        done = self.audit.get(chosen.plan_id)
+        return [{"at": t, "step": "spare", "target": chosen.target, "result": done.state if done else "?"}]
 
     def _jobs_back(self, rec: Record, t: float) -> None:
         """A requeued job seen RUNNING again: when, in the node's history (its incident's MTTR)."""

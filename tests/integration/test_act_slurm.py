@@ -242,6 +242,7 @@ def remediating_loop(
     audit: AuditLog | None = None,
     reset: tuple[str, ...] = ("true",),
     scontrol: str = "scontrol",
+    spares: tuple[str, ...] = (),
 ) -> tuple[ActLoop, list[str]]:
     """Drain on a failure, requeue, reset (a stand-in site command), check (a stand-in check
     command), resume, all through the real slurmctld; the audit log at `path` (a restart reopens
@@ -254,7 +255,7 @@ def remediating_loop(
             "policies": [
                 {"name": "drain-failed", "match": {"source": "incident"}, "action": {"type": "drain"}, "execute": True}
             ],
-            "remediation": {"execute": True, "checks": [check], "reboot_wait_s": 0},
+            "remediation": {"execute": True, "checks": [check], "reboot_wait_s": 0, "spares": list(spares)},
             "executors": {"commands": {"reset_gpu": list(reset), "reboot": ["true"]}},
         }
     )
@@ -307,6 +308,32 @@ def test_the_whole_loop_drain_requeue_check_resume_with_a_kill_between_each_step
         )  # each once
     finally:
         site.cancel(job)
+
+
+def test_the_whole_loop_fills_a_drained_nodes_place_from_the_sites_spare(site: SlurmSite, tmp_path: Any) -> None:
+    """The site keeps a spare drained (Reason=spare); a node drained for a failure has its place
+    filled by it at once (Slurm shows it in service), then is remediated, checked and returned."""
+    node, spare = site.node_names()[1], site.node_names()[3]
+    slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
+    site.run("scontrol", "update", f"NodeName={spare}", "State=DRAIN", "Reason=spare")
+    job = site.sbatch("-w", node, "--gres=gpu:8", "--requeue")
+    try:
+        site.wait_for([job], {"RUNNING"})
+        assert "DRAIN" in slurm.node(spare)["State"]
+        loop, _ = remediating_loop(site, tmp_path / "actions.sqlite", ["true"], job, spares=(spare,))
+        loop.offer([failed(21, node)], 0.0)
+        loop.tick(10.0, {})
+        assert "DRAIN" not in slurm.node(spare)["State"]  # the spare is in service, read back
+        loop.tick(20.0, {})
+        loop.tick(30.0, {})
+        (rec,) = loop.audit.remediation_all()
+        assert rec.state == "returned" and "DRAIN" not in slurm.node(node)["State"]
+        assert [h["target"] for h in rec.history if h.get("step") == "spare"] == [spare]
+    finally:
+        site.cancel(job)
+        for left in (spare, node):  # back as they were, whatever the test left (resumed already: refused)
+            if "DRAIN" in slurm.node(left)["State"]:
+                site.run("scontrol", "update", f"NodeName={left}", "State=RESUME")
 
 
 class Killed(BaseException):

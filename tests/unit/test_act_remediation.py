@@ -604,3 +604,37 @@ def test_a_warning_that_lapses_while_its_drain_waits_for_the_jobs_end_is_not_dra
     act.tick(3010.0, BUSY)
     act.tick(6000.0, {})
     assert calls == [("cordon", "n00001"), ("resume", "n00001")]  # the cordon lifted, nothing drained
+
+
+def test_a_drained_nodes_place_is_filled_from_the_sites_spares_once_and_an_empty_pool_is_said(
+    tmp_path: Path,
+) -> None:
+    calls: list[tuple[str, str]] = []
+    spares = {**REMEDIATE, "spares": ["s00001", "s00002"]}
+    path = tmp_path / "actions.sqlite"
+    act, pages, _ = loop(path, calls, "reset_gpu", spares)
+    act.offer([state("gpu_hbm_ecc")], 0.0)
+    act.tick(10.0, {})
+    assert calls[:2] == [("drain", "n00001"), ("resume", "s00001")]  # the first spare, in its place
+    history = [(h["target"], h["result"]) for h in act.audit.remediation_all()[0].history if h.get("step") == "spare"]
+    assert history == [("s00001", "done")]
+    # a kill and a restart: the record goes on, and no second spare is taken for the same drain
+    act.audit.close()
+    act, pages, _ = loop(path, calls, "reset_gpu", spares)
+    act.restore(20.0)
+    act.tick(20.0, {})
+    assert [c for c in calls if c[1].startswith("s")] == [("resume", "s00001")]
+    # the next drained node gets the other spare; the one after finds the pool used up
+    act.offer([state("gpu_hbm_ecc", incident="INC-2", root="n00002-gpu1")], 30.0)
+    act.tick(40.0, {})
+    act.offer([state("gpu_hbm_ecc", incident="INC-3", root="n00003-gpu1")], 50.0)
+    act.tick(60.0, {})
+    assert [c for c in calls if c[1].startswith("s")] == [("resume", "s00001"), ("resume", "s00002")]
+    assert any("no spare left for n00003" in p for p in pages)
+
+
+def test_spares_must_be_node_names() -> None:
+    with pytest.raises(PolicyError, match="spares"):
+        parse({"remediation": {**REMEDIATE, "spares": ["s[01-16]"]}})
+    with pytest.raises(PolicyError, match="named twice"):
+        parse({"remediation": {**REMEDIATE, "spares": ["s1", "s1"]}})
