@@ -21,6 +21,7 @@ from typing import Any
 
 from act.audit import AuditLog, Row
 from act.checkpoints import CheckpointClock
+from act.costs import WARNING_HORIZON_S
 from act.executors import Actor, Executor
 from act.planner import AFTER_CHECKPOINT, AFTER_JOBS_END, WHY, Planner
 from act.policy import ActConfig
@@ -35,6 +36,8 @@ class Waiting:
     jobs: tuple[str, ...]
     since: float
     deadline: float
+    # waiting for the jobs' end (else their next checkpoint); None: as the row's detail says
+    until_end: bool | None = None
 
 
 # after a job's time limit, how long until the scheduler has ended it: Slurm signals the job and
@@ -101,6 +104,8 @@ class ActLoop:
             state = json.loads(raw) if isinstance(raw, bytes | str) else raw
             if state.get("status") == "resolved":
                 self._cancel_waiting(str(state.get("incident_id")))
+            elif state.get("status") == "open":
+                self._failure_came(str(state.get("incident_id")), t)
             plans = self.planner.consider(state, t)
             self.actor.take(plans, t)
             if self.remediation is not None:
@@ -110,6 +115,26 @@ class ActLoop:
                 if plan.row.decision == "at_checkpoint":
                     jobs = self._jobs_of(plan.row)
                     self.waiting[plan.row.plan_id] = Waiting(plan.row, jobs, t, t + self._max_wait(plan.row, t))
+
+    def _failure_came(self, incident: str, t: float) -> None:
+        """The failure a warning foresaw opened (a warning keeps its incident id): a drain planned
+        on the warning and still waiting, for a checkpoint or the jobs' end, is done now. The
+        failure's own policy finds the node out of service already (a waiting drain counts), so
+        nothing else would drain it; its jobs are failing anyway."""
+        for pid, w in list(self.waiting.items()):
+            if w.row.incident_id == incident and self._planned_on_warning(w.row):
+                del self.waiting[pid]
+                log.info("%s %s for %s: the failure came first", w.row.action, w.row.target, incident)
+                self.audit.move(pid, "planned", "the failure came before the wait was over", decision="execute")
+                self.actor.run(w.row, t)
+
+    def _planned_on_warning(self, row: Row) -> bool:
+        if self.remediation is not None:
+            rec = self.audit.remediation_get(row.target, row.incident_id, row.policy)
+            if rec is not None:
+                return rec.source == "prediction"
+        policy = next((p for p in self.config.policies if p.name == row.policy), None)
+        return policy is not None and policy.match.source == "prediction"
 
     def _cancel_waiting(self, incident: str) -> None:
         """The incident resolved before its job's checkpoint: its drains waiting for one are not
@@ -142,13 +167,24 @@ class ActLoop:
         self._take_approvals(t)
         self.clock.observe(t, utilisation)
         for pid, w in list(self.waiting.items()):
-            until_end = w.row.detail.startswith(AFTER_JOBS_END)
+            until_end = w.row.detail.startswith(AFTER_JOBS_END) if w.until_end is None else w.until_end
             pending = [
                 j
                 for j in w.jobs
                 if self.clock.known(j) and (until_end or (self.clock.last_checkpoint(j) or -1.0) <= w.since)
             ]
             if pending and t < w.deadline:
+                continue
+            if pending and until_end and WHY in w.row.detail:
+                # a job due to end by its limit runs on past it (a limit raised since, an overrun):
+                # the drain goes back to waiting for its next checkpoint, not mid-interval
+                log.info(
+                    "%s %s: %s ran past their limits; now at the next checkpoint",
+                    w.row.action,
+                    w.row.target,
+                    ", ".join(pending),
+                )
+                self.waiting[pid] = Waiting(w.row, w.jobs, t, t + self._policy_wait(w.row), until_end=False)
                 continue
             if pending:
                 waited = "end" if until_end else "checkpoint"
@@ -165,25 +201,28 @@ class ActLoop:
             self.remediation.step(t)
 
     def _checked_after_jobs_end(self, row: Row) -> bool:
+        """A drain waiting for the jobs' end for a part seen degraded (an incident, not a warning),
+        which the remediation machine will check before the node goes back."""
+        if not row.detail.startswith(AFTER_JOBS_END) or self.remediation is None or not self.remediation.live:
+            return False
+        rec = self.audit.remediation_get(row.target, row.incident_id, row.policy)
+        return rec is not None and rec.source == "incident"
+
+    def _policy_wait(self, row: Row) -> float:
         policy = next((p for p in self.config.policies if p.name == row.policy), None)
-        return (
-            row.detail.startswith(AFTER_JOBS_END)
-            and policy is not None
-            and policy.match.source == "incident"
-            and self.remediation is not None
-            and self.remediation.live
-        )
+        return policy.action.max_wait_s if policy is not None else 3600.0
 
     def _max_wait(self, row: Row, t: float) -> float:
-        """How long a drain waits before acting anyway: the policy's `max_wait_s`; for jobs' ends,
-        at least until the scheduler ends them by their time limits (and its kill takes)."""
-        policy = next((p for p in self.config.policies if p.name == row.policy), None)
-        wait = policy.action.max_wait_s if policy is not None else 3600.0
-        if row.detail.startswith(AFTER_JOBS_END) and row.node is not None:
+        """How long a drain waits before acting anyway: the policy's `max_wait_s`. A drain on a
+        prediction that waits for jobs due to end first (act.planner: its detail says why) waits
+        until the scheduler ends them by their time limits (and its kill takes), at most the
+        warning's horizon: past it the warning has lapsed or the failure come."""
+        wait = self._policy_wait(row)
+        if row.detail.startswith(AFTER_JOBS_END) and WHY in row.detail and row.node is not None:
             ends = self.job_ends(row.node, t)
             limits = [ends[j] for j in self._jobs_of(row) if j in ends]
             if limits:
-                wait = max(wait, max(limits) - t + LIMIT_KILL_S)
+                wait = max(wait, min(max(limits) - t + LIMIT_KILL_S, WARNING_HORIZON_S))
         return wait
 
     @staticmethod

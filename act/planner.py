@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from act.audit import AuditLog, Row, plan_id
-from act.costs import checkpoint_drain_pays
+from act.costs import WARNING_HORIZON_S, checkpoint_drain_pays
 from act.policy import ActConfig, Policy
 from vocab.ids import entity_refusal, node_refusal, shown
 
@@ -248,8 +248,8 @@ class Planner:
             return None
         ends = self.job_ends(node, t)
         left = {j: ends[j] - t for j in jobs if j in ends}
-        if not left:
-            return None
+        if not left or min(left.values()) >= WARNING_HORIZON_S:
+            return None  # every job runs on past the warning's horizon: the failure, if it comes, finds them
         probability = float((state.get("root_cause") or {}).get("confidence") or 0.0)
         if checkpoint_drain_pays(probability, jobs, left):
             return None

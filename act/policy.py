@@ -197,6 +197,9 @@ class Remediation(_Strict):
     # the site's spare nodes, kept out of service (Slurm: State=DRAIN Reason=spare): when a node is
     # drained, the first free one is resumed in its place, so the requeued job finds room at once
     spares: tuple[str, ...] = ()
+    # the reason a spare is kept drained with (Slurm's Reason): one drained for anything else (a
+    # person repairing it) is not a spare now, and is not resumed
+    spare_reason: str = Field(default="spare", min_length=1)
 
     @field_validator("spares")
     @classmethod

@@ -149,6 +149,9 @@ class RemediationMachine:
         self.jobs_on = jobs_on  # the jobs the scheduler says run on a node
         # a job's state as the scheduler tells it (SlurmCli.job_state): when a requeued job runs again
         self.job_state: Callable[[str], str | None] | None = None
+        # whether a spare is one now, as the scheduler tells it (drained with the spare's reason);
+        # None: the pool is taken on the policy file's word (a site command or webhook cannot say)
+        self.spare_ready: Callable[[str], bool] | None = None
 
     # ------------------------------------------------------------------ what it is told
 
@@ -215,7 +218,9 @@ class RemediationMachine:
             at = drain.acted_at if drain.acted_at is not None else t
             if not self.live:
                 return  # dry run: the node stays drained until its incident resolves, as before
-            steps = self._requeue(rec, t) + self._spare(rec, t)
+            steps = self._requeue(rec, t)
+            if any(h.get("result") == "done" for h in steps):  # a job needs the room at once
+                steps += self._spare(rec, t)
             if rec.source == "prediction":
                 note = "drained on a prediction: checked at once"
                 self._move(rec, "validating", t, drained_at=at, note=note, steps=steps)
@@ -261,28 +266,32 @@ class RemediationMachine:
         """The first free spare of the site's pool (`remediation.spares`) resumed in the drained
         node's place, so the requeued job finds room at once. A spare is taken once resumed for
         any node (it is a node in service from then on; a person refills the pool); one this
-        service drained is not free. An empty pool is said to a person, once per drain."""
+        service drained, one the policy file excludes, and one the scheduler does not show drained
+        with the spare's reason (a person repairing it) are not free; one whose resume failed is
+        passed over for the next. An empty pool is said to a person, once per drain."""
         if not self.settings.spares:
             return []
         policy = f"{rec.policy}:spare"
         mine = f"spare for {rec.node}"
         rows = self.audit.rows()
-        chosen = next(
-            (r for r in rows if r.policy == policy and r.incident_id == rec.incident_id and r.reason.endswith(mine)),
-            None,
-        )
-        if chosen is None:
-            taken = {r.target for r in rows if r.policy.endswith(":spare") and r.action == "resume"}
-            out = self.audit.out_of_service(-math.inf)
-            free = [n for n in self.settings.spares if n not in taken and n not in out and n != rec.node]
-            if not free:
-                self.page(
-                    f"no spare left for {rec.node} ({rec.incident_id}): the pool "
-                    f"{', '.join(self.settings.spares)} is used up; a person refills it"
-                )
-                return [{"at": t, "step": "spare", "target": "", "result": "none left"}]
-            spare = free[0]
-            chosen = Row(
+        for_it = [
+            r for r in rows if r.policy == policy and r.incident_id == rec.incident_id and r.reason.endswith(mine)
+        ]
+        chosen = next((r for r in for_it if r.state != "failed"), None)
+        if chosen is not None:  # resumed for this drain before (a restart): nothing twice
+            return [{"at": t, "step": "spare", "target": chosen.target, "result": chosen.state}]
+        taken = {r.target for r in rows if r.policy.endswith(":spare") and r.action == "resume" and r.state == "done"}
+        out = self.audit.out_of_service(-math.inf)
+        steps: list[dict[str, Any]] = []
+        for spare in self.settings.spares:
+            if (
+                spare in taken | out | {r.target for r in for_it}
+                or spare == rec.node
+                or self.config.excluded(spare) is not None
+                or (self.spare_ready is not None and not self.spare_ready(spare))
+            ):
+                continue
+            row = Row(
                 plan_id(rec.incident_id, policy, "resume", spare),
                 rec.incident_id,
                 policy,
@@ -296,10 +305,17 @@ class RemediationMachine:
                 t,
                 node=spare,
             )
-            self.audit.add(chosen)
-            self.actor.run(chosen, t)
-        done = self.audit.get(chosen.plan_id)
-        return [{"at": t, "step": "spare", "target": chosen.target, "result": done.state if done else "?"}]
+            self.audit.add(row)
+            self.actor.run(row, t)
+            done = self.audit.get(row.plan_id)
+            steps.append({"at": t, "step": "spare", "target": spare, "result": done.state if done else "?"})
+            if done is not None and done.state == "done":
+                return steps
+        self.page(
+            f"no spare left for {rec.node} ({rec.incident_id}): the pool {', '.join(self.settings.spares)} is used up "
+            "or none would resume; a person refills it"
+        )
+        return [*steps, {"at": t, "step": "spare", "target": "", "result": "none left"}]
 
     def _jobs_back(self, rec: Record, t: float) -> None:
         """A requeued job seen RUNNING again: when, in the node's history (its incident's MTTR)."""

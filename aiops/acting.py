@@ -88,7 +88,24 @@ def act_loop(
     slurm = chosen.get("requeue")
     if loop.remediation is not None and isinstance(slurm, SlurmCli):
         loop.remediation.job_state = slurm.job_state  # when a requeued job runs again
+    resume = chosen.get("resume")
+    if loop.remediation is not None and config.remediation is not None and isinstance(resume, SlurmCli):
+        loop.remediation.spare_ready = spare_check(resume, config.remediation.spare_reason)
     return loop
 
 
-__all__ = ["act_loop", "executors_of"]
+def spare_check(slurm: SlurmCli, reason: str) -> Callable[[str], bool]:
+    """Whether Slurm shows a node drained with the spares' reason now (not one drained for repair)."""
+
+    def ready(node: str) -> bool:
+        try:
+            state = slurm.node(node)
+        except Exception:  # unknown to Slurm, or Slurm not answering: not a spare to resume now
+            log.warning("spare %s: Slurm does not say it is a spare; passed over", node, exc_info=True)
+            return False
+        return "DRAIN" in state.get("State", "") and state.get("Reason", "") == reason
+
+    return ready
+
+
+__all__ = ["act_loop", "executors_of", "spare_check"]

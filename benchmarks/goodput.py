@@ -319,6 +319,11 @@ def _returned_broken(
     for r in rows:
         if r.action in ("reset_gpu", "reboot") and r.state == "done" and r.node is not None:
             steps.setdefault(r.node, []).append((r.acted_at if r.acted_at is not None else r.event_time, r.action))
+    drained: dict[str, list[float]] = {}
+    for r in rows:
+        if r.action == "drain" and r.state == "done":
+            drained.setdefault(r.target, []).append(r.acted_at if r.acted_at is not None else r.event_time)
+    charged: set[int] = set()
     for r in rows:
         if r.action != "resume" or r.state != "done":
             continue
@@ -334,8 +339,13 @@ def _returned_broken(
                 for at, step in steps.get(r.target, [])
             )
         ]
-        landing = sorted((j.start, i) for i, j in enumerate(jobs) if r.target in j.nodes and back <= j.start < t_end)
-        if broken and landing:
+        # the next job to land on it before it is drained again (a job is charged once)
+        again = min((at for at in drained.get(r.target, []) if at > back), default=t_end)
+        landing = sorted(
+            (j.start, i) for i, j in enumerate(jobs) if r.target in j.nodes and back <= j.start < min(again, t_end)
+        )
+        if broken and landing and landing[0][1] not in charged:
+            charged.add(landing[0][1])
             cost.gpu_s += jobs[landing[0][1]].gpus * restart_s
             cost.interruptions += 1
             cost.returned_broken += 1

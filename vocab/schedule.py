@@ -46,6 +46,14 @@ class Job:
     # plus its time limit); inf: no limit said
     expected_end: float = math.inf
 
+    def __setstate__(self, state: Any) -> None:
+        """A job pickled in a checkpoint from before jobs said their limits has no `expected_end`:
+        no limit said."""
+        self.expected_end = math.inf
+        own, slots = state if isinstance(state, tuple) else (state, None)
+        for key, value in {**(own or {}), **(slots or {})}.items():
+            setattr(self, key, value)
+
     def holds(self, node: str, index: int | None) -> bool:
         """Does the job hold this GPU (index None: anything on the node)."""
         if node not in self.nodes:

@@ -566,15 +566,48 @@ def test_a_predicted_failure_is_drained_at_the_checkpoint_of_a_job_that_runs_on_
     assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
 
 
-def test_a_job_past_its_limit_is_waited_for_no_longer_than_the_scheduler_takes_to_end_it() -> None:
+def test_a_job_that_runs_past_its_limit_is_drained_at_its_next_checkpoint_not_mid_interval() -> None:
+    """Two hours left by its limit: the drain waits for its end, past the policy's hour, until the
+    limit and the scheduler's kill (10 min) are over; the job runs on (its limit raised since):
+    the drain goes back to waiting for a checkpoint, and is done right after the next one."""
     calls: list[tuple[str, str]] = []
-    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 1800})  # 30 min left; the policy waits an hour
+    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 2 * 3600})
     act.tick(0.0, BUSY)
     act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
-    act.tick(3899.0, BUSY)
+    act.tick(8099.0, BUSY)
+    act.tick(8100.0, BUSY)  # the limit + 600 s: no longer waiting for its end
     assert calls == [("cordon", "n00001")]
-    act.tick(3900.0, BUSY)  # the policy's hour: it never ended, so the drain goes ahead
+    act.tick(8500.0, DIP)
+    act.tick(8510.0, BUSY)  # its checkpoint
     assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+
+
+def test_a_failure_that_comes_while_its_predicted_drain_waits_is_drained_at_once() -> None:
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 90 * 60})
+    act.tick(0.0, BUSY)
+    act.offer([state("gpu_hbm_ecc", status="warning")], 300.0)
+    assert calls == [("cordon", "n00001")]
+    act.offer([state("gpu_hbm_ecc")], 1200.0)  # the failure, under the warning's incident id
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+    drain = next(r for r in act.audit.rows() if r.action == "drain")
+    assert (drain.state, drain.acted_at) == ("done", 1200.0)
+    act.offer([state("gpu_hbm_ecc", status="resolved")], 5000.0)  # nothing cancelled, nothing resumed unchecked
+    assert calls.count(("drain", "n00001")) == 1
+
+
+def test_a_far_off_limit_changes_nothing_a_low_probability_prediction_is_drained_at_the_checkpoint() -> None:
+    """At p = 0.3 (a policy that acts from 0.2) a drain never pays against a job's end by the cost
+    model; a job whose limit is 20 days off is not waited for: the policy's checkpoint stands."""
+    low = {**CHECKPOINTED, "match": {"source": "prediction", "min_probability": 0.2}}
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, (DRAIN, low), job_ends={"job-7": 300.0 + 20 * 24 * 3600})
+    act.tick(0.0, BUSY)
+    unsure = state("gpu_hbm_ecc", status="warning")
+    unsure["root_cause"]["confidence"] = 0.3
+    act.offer([unsure], 300.0)
+    drain = next(r for r in act.audit.rows() if r.action == "drain")
+    assert drain.detail == "after the next checkpoint of job-7"
 
 
 def test_a_degraded_part_whose_incident_quiets_before_its_job_ends_is_still_reset_and_checked() -> None:
@@ -595,6 +628,17 @@ def test_a_degraded_part_whose_incident_quiets_before_its_job_ends_is_still_rese
     assert rec.state == "returned" and rec.drained_at == 5010.0
 
 
+def test_a_degraded_part_under_a_policy_for_any_source_is_still_checked_when_its_incident_quiets() -> None:
+    at_job_end = {**DRAIN, "match": {}, "action": {"type": "drain", "when": "job_end", "max_wait_s": 12 * 3600}}
+    calls: list[tuple[str, str]] = []
+    act = cordoning_loop(calls, (at_job_end,))
+    act.tick(0.0, BUSY)
+    act.offer([{**state("gpu_nvlink"), "job_gpus": {"job-7": 256}}], 10.0)
+    act.offer([{**state("gpu_nvlink", status="resolved"), "job_gpus": {"job-7": 256}}], 1000.0)
+    act.tick(5010.0, {})
+    assert calls[:2] == [("cordon", "n00001"), ("drain", "n00001")]
+
+
 def test_a_warning_that_lapses_while_its_drain_waits_for_the_jobs_end_is_not_drained() -> None:
     calls: list[tuple[str, str]] = []
     act = cordoning_loop(calls, job_ends={"job-7": 300.0 + 90 * 60})
@@ -606,21 +650,48 @@ def test_a_warning_that_lapses_while_its_drain_waits_for_the_jobs_end_is_not_dra
     assert calls == [("cordon", "n00001"), ("resume", "n00001")]  # the cordon lifted, nothing drained
 
 
+def spare_loop(
+    path: Path, calls: list[tuple[str, str]], spares: list[str], fail: frozenset[str] = frozenset(), **more: Any
+) -> tuple[ActLoop, list[str]]:
+    """Drains on a failure, requeues the node's job (`job-7`), fills its place from `spares`."""
+    config = parse(
+        {
+            "dry_run": False,
+            "breaker": {"max_nodes": 100, "max_fraction": 1.0},
+            "policies": [DRAIN],
+            "remediation": {**REMEDIATE, "spares": spares},
+            **more,
+        }
+    )
+    pages: list[str] = []
+    recorder = Recorder(calls, fail)
+    act = ActLoop(
+        config,
+        AuditLog(path),
+        dict.fromkeys(("drain", "resume", "reset_gpu", "reboot", "ticket", "requeue"), recorder),
+        lambda message, subject: pages.append(message),
+        node_of=lambda e: e.split("-")[0],
+        scope_size=lambda scope: 64,
+        jobs_on=lambda node, t: {"job-7": 8} if node.startswith("n") else {},
+    )
+    machine(act).checks = [lambda node: CheckResult(True, "ok")]
+    return act, pages
+
+
 def test_a_drained_nodes_place_is_filled_from_the_sites_spares_once_and_an_empty_pool_is_said(
     tmp_path: Path,
 ) -> None:
     calls: list[tuple[str, str]] = []
-    spares = {**REMEDIATE, "spares": ["s00001", "s00002"]}
     path = tmp_path / "actions.sqlite"
-    act, pages, _ = loop(path, calls, "reset_gpu", spares)
+    act, pages = spare_loop(path, calls, ["s00001", "s00002"])
     act.offer([state("gpu_hbm_ecc")], 0.0)
     act.tick(10.0, {})
-    assert calls[:2] == [("drain", "n00001"), ("resume", "s00001")]  # the first spare, in its place
+    assert calls[:3] == [("drain", "n00001"), ("requeue", "job-7"), ("resume", "s00001")]  # the job finds room
     history = [(h["target"], h["result"]) for h in act.audit.remediation_all()[0].history if h.get("step") == "spare"]
     assert history == [("s00001", "done")]
     # a kill and a restart: the record goes on, and no second spare is taken for the same drain
     act.audit.close()
-    act, pages, _ = loop(path, calls, "reset_gpu", spares)
+    act, pages = spare_loop(path, calls, ["s00001", "s00002"])
     act.restore(20.0)
     act.tick(20.0, {})
     assert [c for c in calls if c[1].startswith("s")] == [("resume", "s00001")]
@@ -631,6 +702,31 @@ def test_a_drained_nodes_place_is_filled_from_the_sites_spares_once_and_an_empty
     act.tick(60.0, {})
     assert [c for c in calls if c[1].startswith("s")] == [("resume", "s00001"), ("resume", "s00002")]
     assert any("no spare left for n00003" in p for p in pages)
+
+
+def test_a_spare_not_shown_as_one_excluded_or_failing_to_resume_is_passed_over(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    spares = ["s00001", "s00002", "s00003", "s00004"]
+    act, _ = spare_loop(tmp_path / "a.sqlite", calls, spares, exclude=["s00002"])
+    machine(act).spare_ready = lambda node: node != "s00001"  # a person drained s00001 for repair
+    act.offer([state("gpu_hbm_ecc")], 0.0)
+    act.tick(10.0, {})
+    assert [c for c in calls if c[1].startswith("s")] == [("resume", "s00003")]
+    # a spare that will not resume: the next one is tried; none would: a person hears
+    calls.clear()
+    act, pages = spare_loop(tmp_path / "b.sqlite", calls, spares[2:], fail=frozenset({"resume"}))
+    act.offer([state("gpu_hbm_ecc")], 0.0)
+    act.tick(10.0, {})
+    assert [c for c in calls if c[1].startswith("s")] == [("resume", "s00003"), ("resume", "s00004")]
+    assert any("no spare left for n00001" in p for p in pages)
+
+
+def test_a_node_that_ran_no_job_takes_no_spare(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    act, _ = spare_loop(tmp_path / "a.sqlite", calls, ["s00001"])
+    act.offer([state("gpu_hbm_ecc", root="x00001-gpu3")], 0.0)  # jobs_on: none on x-nodes
+    act.tick(10.0, {})
+    assert [c for c in calls if c[1].startswith("s")] == []
 
 
 def test_spares_must_be_node_names() -> None:

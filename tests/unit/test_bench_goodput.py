@@ -197,3 +197,6 @@ def test_a_node_put_back_with_its_fault_unfixed_fails_the_next_job_that_lands_on
     assert c.returned_broken == 1
     # back after the last job started: no job meets it in the history
     assert back(drain(5030.0), resume(12_500.0, "n1"))[2] == 0
+    # drained again before the next job landed, and back twice: that job is charged once
+    twice = back(drain(5030.0), resume(9500.0, "n1"), drain(10_500.0), resume(11_000.0, "n1"))
+    assert twice == (lost + 32 * RESTART, 2, 1)

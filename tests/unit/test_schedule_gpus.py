@@ -145,3 +145,17 @@ def test_a_jobs_time_limit_is_kept_and_a_limit_that_is_not_a_time_is_refused() -
     for bad in ("soon", None, True, math.nan):
         problem = event_problem({**limited, "expected_end": bad})
         assert problem is not None and problem.startswith("expected_end must be a number"), problem
+
+
+def test_a_job_from_a_checkpoint_taken_before_limits_were_said_has_none() -> None:
+    import pickle
+
+    from vocab.schedule import Job
+
+    job = Job("a", ("n1",), 8, T, expected_end=T + 60)
+    assert pickle.loads(pickle.dumps(job)) == job
+    old = Job("a", ("n1",), 8, T)
+    del old.expected_end  # as a Job pickled before the slot existed
+    back = pickle.loads(pickle.dumps(old))
+    assert back.expected_end == math.inf and back.job == "a" and back.start == T
+    assert NodeJobs(Schedule(jobs={"a": back})).job("a") is not None
