@@ -259,7 +259,7 @@ def remediating_loop(
             "executors": {"commands": {"reset_gpu": list(reset), "reboot": ["true"]}},
         }
     )
-    from aiops.acting import executors_of
+    from aiops.acting import executors_of, spare_check
 
     executors = {**executors_of(config), "drain": slurm, "resume": slurm, "requeue": slurm}
     pages: list[str] = []
@@ -274,6 +274,7 @@ def remediating_loop(
     )
     assert loop.remediation is not None
     loop.remediation.job_state = slurm.job_state
+    loop.remediation.spare_ready = spare_check(slurm, "spare")  # as aiops.acting.act_loop sets it
     return loop, pages
 
 
@@ -311,19 +312,22 @@ def test_the_whole_loop_drain_requeue_check_resume_with_a_kill_between_each_step
 
 
 def test_the_whole_loop_fills_a_drained_nodes_place_from_the_sites_spare(site: SlurmSite, tmp_path: Any) -> None:
-    """The site keeps a spare drained (Reason=spare); a node drained for a failure has its place
-    filled by it at once (Slurm shows it in service), then is remediated, checked and returned."""
-    node, spare = site.node_names()[1], site.node_names()[3]
+    """The site keeps a spare drained (Reason=spare); another it lists is drained for repair. A
+    node drained for a failure has its place filled by the spare at once (Slurm shows it in
+    service), the one under repair left alone; the node is remediated, checked and returned."""
+    node, repairing, spare = site.node_names()[1], site.node_names()[2], site.node_names()[3]
     slurm = SlurmCli({"SLURM_CONF": str(site.conf)})
     site.run("scontrol", "update", f"NodeName={spare}", "State=DRAIN", "Reason=spare")
+    site.run("scontrol", "update", f"NodeName={repairing}", "State=DRAIN", "Reason=bad PSU")
     job = site.sbatch("-w", node, "--gres=gpu:8", "--requeue")
     try:
         site.wait_for([job], {"RUNNING"})
         assert "DRAIN" in slurm.node(spare)["State"]
-        loop, _ = remediating_loop(site, tmp_path / "actions.sqlite", ["true"], job, spares=(spare,))
+        loop, _ = remediating_loop(site, tmp_path / "actions.sqlite", ["true"], job, spares=(repairing, spare))
         loop.offer([failed(21, node)], 0.0)
         loop.tick(10.0, {})
         assert "DRAIN" not in slurm.node(spare)["State"]  # the spare is in service, read back
+        assert slurm.node(repairing)["Reason"] == "bad PSU" and "DRAIN" in slurm.node(repairing)["State"]
         loop.tick(20.0, {})
         loop.tick(30.0, {})
         (rec,) = loop.audit.remediation_all()
@@ -331,7 +335,7 @@ def test_the_whole_loop_fills_a_drained_nodes_place_from_the_sites_spare(site: S
         assert [h["target"] for h in rec.history if h.get("step") == "spare"] == [spare]
     finally:
         site.cancel(job)
-        for left in (spare, node):  # back as they were, whatever the test left (resumed already: refused)
+        for left in (spare, repairing, node):  # back as they were, whatever the test left (resumed already: refused)
             if "DRAIN" in slurm.node(left)["State"]:
                 site.run("scontrol", "update", f"NodeName={left}", "State=RESUME")
 
