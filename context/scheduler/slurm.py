@@ -326,7 +326,10 @@ def _db_job(job: Mapping[str, Any], now: float) -> JobSeen | None:
     tres = job.get("tres")
     gpus = _tres_gpus(tres.get("allocated") if isinstance(tres, dict) else None) or 0
     end = (epoch(times.get("end")) or now) if ended and not running else None  # type: ignore[union-attr]
-    return JobSeen(_job_id(job), tuple(nodes), gpus, None, start, end, ended or "")
+    # accounting keeps the time limit itself, in minutes ({set, infinite, number}; unlimited: none)
+    limit = _number(times.get("limit")) if running else None  # type: ignore[union-attr]
+    expected = start + 60.0 * limit if limit is not None and limit > 0 else None
+    return JobSeen(_job_id(job), tuple(nodes), gpus, None, start, end, ended or "", expected)
 
 
 def _job_id(job: Mapping[str, Any]) -> str:

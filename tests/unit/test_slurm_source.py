@@ -78,6 +78,9 @@ def test_gpu_indices_per_node_from_gres_detail(folder: Path) -> None:
     # --gpus-per-node=1 on two nodes: index 0 of each
     assert per_node.gpus == 2 and set(per_node.gpus_by_node.values()) == {(0,)}  # type: ignore[union-attr]
     assert per_node.end is None  # RUNNING: its end_time is the time limit, not an end
+    body = loads((folder / "slurm-job-gpus-per-node.json").read_bytes())["jobs"][0]
+    limit_min = body["time_limit"]["number"] if isinstance(body["time_limit"], dict) else body["time_limit"]
+    assert per_node.expected_end == per_node.start + 60 * limit_min  # start + its time limit, as Slurm says it
 
 
 @pytest.mark.parametrize("folder", [V40, V44], ids=["v0.0.40", "v0.0.44"])
@@ -123,6 +126,11 @@ def test_the_cli_json_of_slurm_21_08() -> None:
 def test_accounting_jobs_have_nodes_and_no_indices() -> None:
     (job,) = read(V44 / "slurmdb-job-gpus-multi-nodes.json").jobs.values()
     assert job.nodes == ("gpu1", "gpu2") and job.gpus_by_node is None
+
+
+def test_a_running_accounting_job_ends_by_its_time_limit_in_minutes() -> None:
+    (job,) = read(V44 / "slurmdb-job-gpus-running.json", now=2e9).jobs.values()
+    assert job.end is None and job.expected_end == job.start + 60.0  # time.limit: 1 (minute)
 
 
 def test_gres_strings() -> None:
