@@ -504,7 +504,9 @@ def _load(truth_path: Path, run_dir: Path, interval_s: float | None) -> _Loaded:
     return _Loaded(truth, incidents, predictions, interval_s, earliest, contains, gpu_days, notices)
 
 
-def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = None) -> RunEvaluation:
+def evaluate_paths(
+    truth_path: Path, run_dir: Path, interval_s: float | None = None, min_lead_s: float = MIN_LEAD_S
+) -> RunEvaluation:
     """Score run_dir (incidents.jsonl, predictions.jsonl if any, run.json if any) against
     truth_path; topology.json beside the truth enables the "E contains" prediction rule. An
     explicit interval_s wins over run.json's."""
@@ -518,13 +520,16 @@ def evaluate_paths(truth_path: Path, run_dir: Path, interval_s: float | None = N
         earliest=r.earliest,
         gpu_days=r.gpu_days,
         notices=r.notices,
+        min_lead_s=min_lead_s,
     )
 
 
 POOL_SPACING_S = 1e8  # runs are laid end to end this far apart, so no window spans two of them
 
 
-def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = None) -> RunEvaluation:
+def evaluate_many(
+    pairs: list[tuple[Path, Path]], interval_s: float | None = None, min_lead_s: float = MIN_LEAD_S
+) -> RunEvaluation:
     """Several (truth, run) pairs scored as one: each run is moved to its own stretch of time and
     its ids are prefixed, so matches never cross runs; counts add up and percentiles are over
     every fault. A fault its run's predictor could not yet have seen is left out of prediction
@@ -547,7 +552,7 @@ def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = Non
             for key in ("onset", "end", "precursor_start"):
                 if g.get(key) is not None:
                     g[key] = float(g[key]) + shift
-            too_early = r.earliest is not None and float(f["onset"]) < r.earliest + MIN_LEAD_S
+            too_early = r.earliest is not None and float(f["onset"]) < r.earliest + min_lead_s
             if too_early and g.get("precursor_start") is not None:
                 g["precursor_start"] = None  # before the predictor could speak: not counted
             truth.append(g)
@@ -571,4 +576,5 @@ def evaluate_many(pairs: list[tuple[Path, Path]], interval_s: float | None = Non
         contains=contains or None,
         gpu_days=gpu_days,
         notices=notices,
+        min_lead_s=min_lead_s,
     )

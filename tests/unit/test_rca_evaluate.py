@@ -340,3 +340,24 @@ def test_several_runs_pool_into_one_evaluation_without_crossing(tmp_path: Path) 
     assert (pooled.overall.faults, pooled.overall.detected) == (2, 1)  # run 1's incident saves no one in run 2
     assert pooled.overall.incidents == 2 and pooled.overall.true_incidents == 2  # late, but while it lasted
     assert pooled.interval_s == 30.0 and pooled.overall.ttd_p50_ticks == 1.0
+
+
+def test_the_lead_a_prediction_needs_to_count_is_the_callers_pooled_or_not(tmp_path: Path) -> None:
+    """Issue 46 counts a prediction from 10 minutes of lead (time to drain at a checkpoint); the
+    default stays 30 (a checkpoint surely comes first). A 15-minute lead counts at 10, not at 30,
+    in one run and pooled alike."""
+    pairs = []
+    for k in range(2):
+        data, out = tmp_path / f"data{k}", tmp_path / f"out{k}"
+        data.mkdir()
+        out.mkdir()
+        write_jsonl(data / "truth.jsonl", [fault("f1", root="gpu1", precursor=0.0)])
+        write_jsonl(out / "incidents.jsonl", [])
+        write_jsonl(out / "predictions.jsonl", [prediction("gpu1", ONSET - 0.25 * HOUR)])
+        (out / "run.json").write_text(json.dumps({"interval_s": 30.0, "predictions_from": ONSET - 3 * HOUR}))
+        pairs.append((data / "truth.jsonl", out))
+    assert evaluate_paths(*pairs[0]).overall.predicted == 0
+    assert evaluate_paths(*pairs[0], min_lead_s=600).overall.predicted == 1
+    assert evaluate_many(pairs).overall.predicted == 0
+    ten = evaluate_many(pairs, min_lead_s=600)
+    assert (ten.overall.predictable, ten.overall.predicted, ten.min_lead_s) == (2, 2, 600)
