@@ -24,7 +24,7 @@ from act.checkpoints import CheckpointClock
 from act.costs import WARNING_HORIZON_S
 from act.executors import Actor, Executor
 from act.planner import AFTER_CHECKPOINT, AFTER_JOBS_END, WHY, Planner
-from act.policy import ActConfig
+from act.policy import ActConfig, Policy
 from act.remediation import RemediationMachine
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class ActLoop:
             rec = self.audit.remediation_get(row.target, row.incident_id, row.policy)
             if rec is not None:
                 return rec.source == "prediction"
-        policy = next((p for p in self.config.policies if p.name == row.policy), None)
+        policy = self._policy(row)
         return policy is not None and policy.match.source == "prediction"
 
     def _cancel_waiting(self, incident: str) -> None:
@@ -208,8 +208,11 @@ class ActLoop:
         rec = self.audit.remediation_get(row.target, row.incident_id, row.policy)
         return rec is not None and rec.source == "incident"
 
+    def _policy(self, row: Row) -> Policy | None:
+        return next((p for p in self.config.policies if p.name == row.policy), None)
+
     def _policy_wait(self, row: Row) -> float:
-        policy = next((p for p in self.config.policies if p.name == row.policy), None)
+        policy = self._policy(row)
         return policy.action.max_wait_s if policy is not None else 3600.0
 
     def _max_wait(self, row: Row, t: float) -> float:

@@ -281,12 +281,11 @@ class RemediationMachine:
         if chosen is not None:  # resumed for this drain before (a restart): nothing twice
             return [{"at": t, "step": "spare", "target": chosen.target, "result": chosen.state}]
         taken = {r.target for r in rows if r.policy.endswith(":spare") and r.action == "resume" and r.state == "done"}
-        out = self.audit.out_of_service(-math.inf)
+        unavailable = taken | self.audit.out_of_service(-math.inf) | {r.target for r in for_it} | {rec.node}
         steps: list[dict[str, Any]] = []
         for spare in self.settings.spares:
             if (
-                spare in taken | out | {r.target for r in for_it}
-                or spare == rec.node
+                spare in unavailable
                 or self.config.excluded(spare) is not None
                 or (self.spare_ready is not None and not self.spare_ready(spare))
             ):

@@ -149,6 +149,15 @@ class TruthCheck:
         pre = f.get("precursor_start")
         return float(pre) if pre is not None else float(f["onset"])
 
+    @classmethod
+    def fixed(cls, f: dict[str, Any], steps: Sequence[tuple[float, str]], by: float) -> bool:
+        """Whether a reset or reboot done on the fault's node after its start, by `by`, fixes its kind."""
+        return any(
+            cls.start(f) <= at <= by and f["kind"] in (RESET_FIXES if step == "reset_gpu" else REBOOT_FIXES)
+            for at, step in steps
+            if step in ("reset_gpu", "reboot")
+        )
+
     def step(self, node: str, action: str) -> None:
         self.done.setdefault(node, []).append((self.now, action))
 
@@ -156,11 +165,7 @@ class TruthCheck:
         for f in self.faults.get(node, []):
             if self.start(f) > self.now:
                 continue
-            fixed = any(
-                at >= self.start(f) and f["kind"] in (RESET_FIXES if step == "reset_gpu" else REBOOT_FIXES)
-                for at, step in self.done.get(node, [])
-                if step in ("reset_gpu", "reboot")
-            )
+            fixed = self.fixed(f, self.done.get(node, []), self.now)
             if not fixed:
                 return CheckResult(False, f"{f['kind']} on {f['root']}")
         return CheckResult(True, "healthy")
@@ -333,11 +338,7 @@ def _returned_broken(
             for f in faults_by_node.get(r.target, [])
             if registry.KINDS[f["kind"]].kills_job
             and TruthCheck.start(f) <= back
-            and not any(
-                TruthCheck.start(f) <= at <= back
-                and f["kind"] in (RESET_FIXES if step == "reset_gpu" else REBOOT_FIXES)
-                for at, step in steps.get(r.target, [])
-            )
+            and not TruthCheck.fixed(f, steps.get(r.target, []), back)
         ]
         # the next job to land on it before it is drained again (a job is charged once)
         again = min((at for at in drained.get(r.target, []) if at > back), default=t_end)
