@@ -10,10 +10,10 @@ For a failure that kills its job:
   average (the generator's jobs checkpoint every 15-30 min: 11.25 min); the job restarts either way;
 - a wrong drain costs the job a restart it would not have taken (600 s on each of its GPUs) and
   keeps the node's GPUs out until it comes back: for its health check (5 min) where the
-  remediation loop checks and returns it, or until the warning lapses (the 6-hour horizon) where
+  remediation loop checks and returns it, or until the warning lapses (the 12-hour horizon) where
   nothing does.
 With the remediation loop that is 0.57 for an 8-GPU job and 0.47 for a 1,024-GPU one: a policy for
-jobs of every size takes the smallest job's. Without it, 0.97 and 0.53.
+jobs of every size takes the smallest job's. Without it, 0.98 and 0.58.
 
 A failure that does not stop its job (a thermal slowdown, a cooling loop drifting) is saved nothing
 by a restart, nor by taking an idle node out, that this cost model counts: 1.0, a drain on its
@@ -27,7 +27,9 @@ from vocab import registry
 
 RESTART_S = 600.0  # a job's restart from its checkpoint (the goodput bench's --restart-s)
 CHECK_S = 300.0  # a health check (dcgmi diag -r 2 and an NCCL all-reduce): the bench's CHECK_S
-WARNING_HORIZON_S = 6 * 3600.0  # how long a warning lasts when nothing returns the node sooner
+# how long a warning lasts when nothing returns the node sooner: the default predictor's horizon
+# (detectors/predict/model.py HORIZON_S; a test holds the two equal, act does not import detectors)
+WARNING_HORIZON_S = 12 * 3600.0
 MEAN_SINCE_CHECKPOINT_S = (15 * 60.0 + 30 * 60.0) / 4  # half of a 15-30 min checkpoint period
 NODE_GPUS = 8
 
@@ -55,7 +57,7 @@ def drain_break_even(
 def onset_before(remaining_s: float, horizon_s: float = WARNING_HORIZON_S) -> float:
     """Of the failures a warning announces within its horizon, the share that comes within
     `remaining_s`. The warning says "within the horizon", not when: taken as even over it. Measured
-    leads are shorter (a median near 2 h of the 6: docs/prediction.md), so this says a failure
+    leads are shorter (a median near 3 h of the 12: docs/prediction.md), so this says a failure
     comes later than it does, and the rule below waits for a job's end more often than it should,
     never less: waiting costs what acting on the failure alone costs, no more."""
     return min(max(remaining_s, 0.0) / horizon_s, 1.0) if horizon_s > 0 else 1.0

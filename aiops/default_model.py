@@ -208,7 +208,9 @@ def evaluate_on_generated(
     with Progress(None, "held-out histories", "ticks") as progress:
         for ticks, truth in _histories(seeds, DEFAULT_TRAINING, progress):
             online = (
-                OnlinePredictor(predictor) if threshold is None else OnlinePredictor(predictor, threshold=threshold)
+                OnlinePredictor(predictor)
+                if threshold is None
+                else OnlinePredictor(predictor, threshold=threshold, thresholds={})
             )
             loop = DetectLoop(interval=float(DEFAULT_TRAINING["interval"]), predictor=online)
             start: float | None = None

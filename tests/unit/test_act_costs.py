@@ -33,12 +33,13 @@ def test_a_drain_at_the_checkpoint_pays_only_for_a_job_the_failure_is_likely_to_
     assert checkpoint_drain_pays(plain + 0.01, {"j": 64}, {"j": 24 * hour})
     assert checkpoint_drain_pays(plain + 0.01, {"j": 64}, {})
     assert not checkpoint_drain_pays(plain - 0.01, {"j": 64}, {})
-    # a job due to end within the hour, at p = 0.99: the failure, somewhere in 6 h, most likely
+    # a job due to end within the hour, at p = 0.99: the failure, somewhere in 12 h, most likely
     # finds it gone; a restart now would be for nothing
     assert not checkpoint_drain_pays(0.99, {"j": 128}, {"j": 0.9 * hour})
-    # the even spread over the horizon: a job with 4 h of 6 left, at p = 0.99, is struck with 0.66
-    assert math.isclose(onset_before(4 * hour), 4 / 6)
-    assert checkpoint_drain_pays(0.99, {"j": 128}, {"j": 4 * hour})
+    # the even spread over the horizon: a job with 8 h of 12 left, at p = 0.99, is struck with 0.66
+    assert math.isclose(onset_before(8 * hour), 8 / 12)
+    assert checkpoint_drain_pays(0.99, {"j": 128}, {"j": 8 * hour})
+    assert not checkpoint_drain_pays(0.99, {"j": 128}, {"j": 4 * hour})  # struck with 0.33: wait
     assert onset_before(-60.0) == 0.0 and onset_before(WARNING_HORIZON_S * 2) == 1.0
     # two jobs on the node: the large one ending soon outweighs the small one that runs on
     assert not checkpoint_drain_pays(0.99, {"big": 512, "small": 8}, {"big": 0.5 * hour})

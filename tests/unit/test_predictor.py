@@ -22,6 +22,7 @@ from detectors.base import FloatArray
 from detectors.predict.features import FEATURES, Ewma, PrecursorFeatures, reference_ewma
 from detectors.predict.model import (
     FORMAT_VERSION,
+    HORIZON_S,
     MAGIC,
     Dataset,
     ModelError,
@@ -184,7 +185,7 @@ def test_a_corrupt_default_model_is_retrained_not_fatal(tmp_path: Path) -> None:
 def test_a_prediction_is_made_once_per_episode() -> None:
     model = small_model()
     ticks, truth = generated_history(9, {**SMALL, "hours": 8.0, "faults": "gpu_hbm_ecc=2,optic_degradation=2"})
-    online = OnlinePredictor(model, threshold=0.5, every_ticks=1, warmup_s=3600)
+    online = OnlinePredictor(model, threshold=0.5, thresholds={}, every_ticks=1, warmup_s=3600)
     predictions: list[Prediction] = []
     for t, frames in ticks:
         predictions += online.update(t, frames)
@@ -196,7 +197,7 @@ def test_a_prediction_is_made_once_per_episode() -> None:
     report = evaluate_predictions(predictions, truth)
     assert report.hits >= 1
     for p in predictions:
-        assert 0.5 <= p.probability <= 1.0 and p.action and p.horizon_s == 6 * 3600
+        assert 0.5 <= p.probability <= 1.0 and p.action and p.horizon_s == HORIZON_S
         assert p.expected_in_s is None or 0 < p.expected_in_s <= p.horizon_s
     assert not math.isnan(report.precision)
 
@@ -221,7 +222,7 @@ class _Column0Model(Predictor):
     """P(failure) = feature 0; expected time to it = 2 h unless the feature is 0.99 (then 5 h)."""
 
     def __init__(self) -> None:
-        super().__init__(models={}, horizon_s=6 * 3600.0, card={})
+        super().__init__(models={}, horizon_s=HORIZON_S, card={})
 
     def probabilities(self, kind: str, X: FloatArray) -> tuple[FloatArray, NDArray[np.object_], FloatArray]:
         p = X[:, 0]
@@ -263,6 +264,7 @@ def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
     online = OnlinePredictor(_Column0Model())
     assert DEFAULT_EVALUATION["emission"] == {
         "threshold": online.threshold,
+        "thresholds": online.thresholds,
         "persist_rounds": online.persist_rounds,
         "emit_within_s": online.emit_within_s,
         "warmup_s": online.warmup_s,
@@ -355,3 +357,36 @@ def test_no_prediction_for_a_failure_expected_sooner_than_a_drain_can_happen() -
     online = OnlinePredictor(_Soon(), persist_rounds=1, every_ticks=1, warmup_s=0.0, features=features)
     features.now = np.array([0.9, 0.9, 0.1])
     assert [p.entity for p in online.update(0.0, {})] == ["g1"]
+
+
+def test_each_failure_kind_is_held_to_its_own_threshold() -> None:
+    class _TwoKinds(_Column0Model):
+        """g0 and g1 look like thermal creep, g2 like an HBM trend."""
+
+        def probabilities(self, kind: str, X: FloatArray) -> tuple[FloatArray, NDArray[np.object_], FloatArray]:
+            which = np.array(["gpu_thermal", "gpu_thermal", "gpu_hbm_ecc"], dtype=object)
+            return X[:, 0], which, np.full(3, 3600.0)
+
+    features = _ScriptedFeatures()
+    online = OnlinePredictor(
+        _TwoKinds(),
+        threshold=0.5,
+        thresholds={"gpu_thermal": 0.3},
+        persist_rounds=1,
+        every_ticks=1,
+        warmup_s=0.0,
+        features=features,
+    )
+    features.now = np.array([0.35, 0.25, 0.45])
+    # thermal at 0.35 passes its own 0.3; 0.25 does not; HBM at 0.45 is held to the default 0.5
+    assert [(p.entity, p.kind) for p in online.update(0.0, {})] == [("g0", "gpu_thermal")]
+    features.now = np.array([0.35, 0.35, 0.55])
+    # g1 passes now, but its failure is under way (the detectors report it): an incident, not a prediction
+    assert [p.entity for p in online.update(60.0, {}, failing={"g1"})] == ["g2"]
+
+
+def test_a_warning_lasts_for_acting_as_long_as_the_model_says_it_does() -> None:
+    """act/ prices a drain by how long a warning lasts (it does not import the detectors)."""
+    from act.costs import WARNING_HORIZON_S
+
+    assert WARNING_HORIZON_S == HORIZON_S
