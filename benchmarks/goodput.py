@@ -33,6 +33,7 @@ The cost model (stated, not measured; the constants are arguments):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import pickle
@@ -387,17 +388,32 @@ class _Recording:
             self.calls.append(("offer", t, [json.loads(s) if isinstance(s, bytes | str) else s for s in states]))
 
 
+EMISSION_FIELDS = ("threshold", "thresholds", "persist_rounds", "emit_within_s", "every_ticks", "warmup_s")
+
+
+def _predictor_tag() -> str:
+    """The default model and its emission settings, in the tape's name: the tape holds the
+    predictions they made, so another model or setting records again (it reused a stale tape)."""
+    from dataclasses import fields
+
+    from aiops.default_model import DEFAULT_TRAINING
+    from detectors.predict.model import fingerprint
+    from detectors.predict.online import OnlinePredictor
+
+    online = OnlinePredictor(cast(Any, None))
+    settings = {f.name: getattr(online, f.name) for f in fields(online) if f.name in EMISSION_FIELDS}
+    raw = json.dumps({"model": fingerprint(**DEFAULT_TRAINING), **settings}, sort_keys=True)
+    return hashlib.sha256(raw.encode()).hexdigest()[:10]
+
+
 def record(seed: int, args: argparse.Namespace, on_tick: Callable[[], None]) -> Tape:
     """One generated history through the pipeline, frames in memory (the line protocol adds
     nothing here and a week of it would not fit on disk). The scheduler's news comes as it would
     live: jobs start as planned, and end when they end (a fault that kills a job ends it early).
     Kept under `--cache` (a pickle of this module's own records) so that a change to the acting
     side reruns in seconds."""
-    cache = (
-        Path(args.cache) / f"tape-{seed}-{args.gpus}-{args.hours:g}-{args.interval:g}-{args.faults or 'rate'}.pickle"
-        if args.cache
-        else None
-    )
+    name = f"tape-{seed}-{args.gpus}-{args.hours:g}-{args.interval:g}-{args.faults or 'rate'}-{_predictor_tag()}"
+    cache = Path(args.cache) / f"{name}.pickle" if args.cache else None
     if cache is not None and cache.exists():
         with cache.open("rb") as f:
             tape: Tape = pickle.load(f)  # written by this function, in the user's cache

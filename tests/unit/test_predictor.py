@@ -8,6 +8,7 @@ import json
 import math
 import os
 import pickle
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -390,3 +391,35 @@ def test_a_warning_lasts_for_acting_as_long_as_the_model_says_it_does() -> None:
     from act.costs import WARNING_HORIZON_S
 
     assert WARNING_HORIZON_S == HORIZON_S
+
+
+def test_the_validation_grid_replays_exactly_what_the_pipeline_predicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/predictor-validation chooses the emission settings by replaying recorded model
+    answers through `OnlinePredictor.score`; a replay that drifted from the pipeline's path would
+    choose settings for a predictor nobody runs."""
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+
+    from detectors.detect_loop import DetectLoop
+
+    script = str(Path(__file__).parents[2] / "scripts" / "predictor-validation")
+    spec = importlib.util.spec_from_loader("predictor_validation", SourceFileLoader("predictor_validation", script))
+    assert spec is not None and spec.loader is not None
+    validation = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "predictor_validation", validation)  # its dataclasses look themselves up
+    spec.loader.exec_module(validation)
+    model = small_model()
+    config = {**SMALL, "hours": 8.0, "faults": "gpu_hbm_ecc=2,optic_degradation=2,gpu_fell_off_bus=1"}
+    setting = {"thresholds": {"gpu_hbm_ecc": 0.3, "optic_degradation": 0.6}, "persist_rounds": 2}
+    live = DetectLoop(interval=120.0, predictor=OnlinePredictor(model, every_ticks=2, **setting))
+    recorder = validation._Recorder([model])
+    recorder.online.every_ticks = 2
+    replayed_loop = DetectLoop(interval=120.0, predictor=recorder)
+    ticks, _ = generated_history(9, config)
+    for t, frames in ticks:
+        live.analyse(t, frames)
+        replayed_loop.analyse(t, frames)
+    replay = OnlinePredictor(validation._Horizon(model.horizon_s), **setting)
+    replayed = [p for r in recorder.rounds[0] for p in replay.score(r.t, r.kind, r.ids, r.p, r.which, r.ttf, r.blocked)]
+    assert live.predictions, "nothing predicted: the comparison would be empty"
+    assert sorted(replayed, key=lambda p: (p.at, p.entity)) == sorted(live.predictions, key=lambda p: (p.at, p.entity))
