@@ -410,8 +410,10 @@ def test_the_validation_grid_replays_exactly_what_the_pipeline_predicts(monkeypa
     spec.loader.exec_module(validation)
     model = small_model()
     config = {**SMALL, "hours": 8.0, "faults": "gpu_hbm_ecc=2,optic_degradation=2,gpu_fell_off_bus=1"}
-    setting = {"thresholds": {"gpu_hbm_ecc": 0.3, "optic_degradation": 0.6}, "persist_rounds": 2}
-    live = DetectLoop(interval=120.0, predictor=OnlinePredictor(model, every_ticks=2, **setting))
+    thresholds = {"gpu_hbm_ecc": 0.3, "optic_degradation": 0.6}
+    live = DetectLoop(
+        interval=120.0, predictor=OnlinePredictor(model, thresholds=thresholds, persist_rounds=2, every_ticks=2)
+    )
     recorder = validation._Recorder([model])
     recorder.online.every_ticks = 2
     replayed_loop = DetectLoop(interval=120.0, predictor=recorder)
@@ -419,7 +421,7 @@ def test_the_validation_grid_replays_exactly_what_the_pipeline_predicts(monkeypa
     for t, frames in ticks:
         live.analyse(t, frames)
         replayed_loop.analyse(t, frames)
-    replay = OnlinePredictor(validation._Horizon(model.horizon_s), **setting)
+    replay = OnlinePredictor(validation._Horizon(model.horizon_s), thresholds=thresholds, persist_rounds=2)
     replayed = [p for r in recorder.rounds[0] for p in replay.score(r.t, r.kind, r.ids, r.p, r.which, r.ttf, r.blocked)]
     assert live.predictions, "nothing predicted: the comparison would be empty"
     assert sorted(replayed, key=lambda p: (p.at, p.entity)) == sorted(live.predictions, key=lambda p: (p.at, p.entity))
