@@ -40,6 +40,7 @@ class FaultKind:
     coverage: str
     needs: tuple[str, ...]
     precursor: bool
+    warning_threshold: float | None
     kills_job: bool
     under_load: bool
     duration_s: tuple[float, float]
@@ -115,6 +116,7 @@ def _kind(name: str, raw: dict[str, Any]) -> FaultKind:
         coverage=raw.get("coverage", ""),
         needs=tuple(raw.get("needs", [])),
         precursor=bool(raw.get("precursor", False)),
+        warning_threshold=None if "warning_threshold" not in raw else float(raw["warning_threshold"]),
         kills_job=bool(raw.get("kills_job", False)),
         under_load=bool(raw.get("under_load", False)),
         duration_s=(float(lo), float(hi)),
@@ -210,6 +212,12 @@ def severity(name: str) -> str:
     return k.severity if k else DEFAULT_SEVERITY
 
 
+def warning_thresholds() -> dict[str, float]:
+    """Precursor kind -> the predicted probability at which a warning of it is raised (the kinds
+    that set one; the predictor's own default for the rest)."""
+    return {k.name: k.warning_threshold for k in KINDS.values() if k.warning_threshold is not None}
+
+
 def predictable_by_root() -> dict[str, tuple[str, ...]]:
     """Root entity kind -> the kinds that announce themselves there (what a predictor learns)."""
     out: dict[str, tuple[str, ...]] = {}
@@ -252,4 +260,5 @@ __all__ = [
     "predictable_by_root",
     "severity",
     "warning_action",
+    "warning_thresholds",
 ]

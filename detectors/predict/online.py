@@ -45,7 +45,6 @@ from vocab import registry
 log = logging.getLogger(__name__)
 
 RE_ARM_S = HOUR
-KIND_THRESHOLDS = {"gpu_hbm_ecc": 0.3, "gpu_thermal": 0.4, "optic_degradation": 0.3, "rack_cooling": 0.3}
 MIN_LEAD_S = 30 * 60.0  # what the evaluation counts (rca/evaluate.py): stricter than the 10 min below
 # a failure expected sooner than this is not announced: no time left to drain at a checkpoint
 # (a job checkpoints every 15-30 min and a checkpoint takes about a minute; operational choice)
@@ -57,7 +56,7 @@ class OnlinePredictor:
     model: Predictor
     threshold: float = 0.5  # for a kind without its own below
     # by the failure kind the model expects; with the two below, chosen on validation (see above)
-    thresholds: dict[str, float] = field(default_factory=lambda: dict(KIND_THRESHOLDS))
+    thresholds: dict[str, float] = field(default_factory=registry.warning_thresholds)  # vocab/faults.toml
     persist_rounds: int = 2
     emit_within_s: float = 8 * HOUR
     every_ticks: int = 10
