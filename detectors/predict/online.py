@@ -117,9 +117,10 @@ class OnlinePredictor:
 
     def threshold_for(self, which: np.ndarray) -> np.ndarray:
         """Each entity's threshold, by the failure kind the model expects of it."""
-        if not self.thresholds:
-            return np.full(len(which), self.threshold)
-        return np.array([self.thresholds.get(str(w), self.threshold) for w in which.tolist()], dtype=float)
+        out = np.full(len(which), self.threshold)
+        for kind, threshold in self.thresholds.items():  # a few kinds, every entity at once
+            out[which == kind] = threshold
+        return out
 
     def score(
         self,
@@ -165,9 +166,10 @@ class OnlinePredictor:
         """This round's entities only: an optic is not "not low" because the GPUs were scored
         (read against every episode, each kind's round reset the others' low spells, so only the
         last kind scored ever re-armed after an hour low)."""
-        for entity, low in zip(map(str, ids.tolist()), below_half.tolist(), strict=True):
-            if entity not in self._episode:
-                continue
+        if not self._episode:
+            return
+        for i in np.flatnonzero(np.isin(ids, np.array(list(self._episode), dtype=object))).tolist():
+            entity, low = str(ids[i]), bool(below_half[i])
             since, low_since = self._episode[entity]
             if t - since > self.model.horizon_s:
                 del self._episode[entity]
