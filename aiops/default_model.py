@@ -111,6 +111,7 @@ def _generation(seed: int, config: dict[str, Any]) -> Generation:
             realism=per_seed(config, "realism", seed, "clean"),
             job_shapes=per_seed(config, "job_shapes", seed, "nodes"),
             gpus=int(config["gpus"]),
+            topology=str(config.get("topology", "fat-tree")),
             hours=float(config["hours"]),
             interval=float(config["interval"]),
             seed=seed,

@@ -41,6 +41,7 @@ class FaultKind:
     needs: tuple[str, ...]
     precursor: bool
     warning_threshold: float | None
+    evidence: tuple[str, ...]  # predictor features its model may read; () = all of its root's
     kills_job: bool
     under_load: bool
     duration_s: tuple[float, float]
@@ -117,6 +118,7 @@ def _kind(name: str, raw: dict[str, Any]) -> FaultKind:
         needs=tuple(raw.get("needs", [])),
         precursor=bool(raw.get("precursor", False)),
         warning_threshold=None if "warning_threshold" not in raw else float(raw["warning_threshold"]),
+        evidence=tuple(raw.get("evidence", ())),
         kills_job=bool(raw.get("kills_job", False)),
         under_load=bool(raw.get("under_load", False)),
         duration_s=(float(lo), float(hi)),
@@ -216,6 +218,12 @@ def warning_thresholds() -> dict[str, float]:
     """Precursor kind -> the predicted probability at which a warning of it is raised (the kinds
     that set one; the predictor's own default for the rest)."""
     return {k.name: k.warning_threshold for k in KINDS.values() if k.warning_threshold is not None}
+
+
+def precursor_evidence() -> dict[str, tuple[str, ...]]:
+    """Precursor kind -> the predictor features its model may read (the kinds that name them;
+    the rest read every feature of their root)."""
+    return {k.name: k.evidence for k in KINDS.values() if k.evidence}
 
 
 def predictable_by_root() -> dict[str, tuple[str, ...]]:

@@ -28,7 +28,9 @@ MINUTE, HOUR = 60.0, 3600.0
 # 2: averages normalised by the weight seen (was: started from the first value).
 # 3: a GPU's heat and power against mates in the same state (busy with busy, idle with idle) and
 #    against its own past in that state; busy_now.
-FEATURE_VERSION = 3
+# 4: a GPU's heat at its power against all its node-mates (heat_vs_node_*), in place of its
+#    temperature against its job-mates in the same state.
+FEATURE_VERSION = 4
 # History the features need before a model may learn from them or speak on them: the fast
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
@@ -40,7 +42,23 @@ COOLING_VS_ALL = ("supply_temp_c", "flow_lpm")  # a loop's readings against ever
 BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
 BUSY_UTIL_PCT = 1.0
 # the GPU features read in the GPU's current state (busy or idle), from per-state averages
-_IN_STATE = ("temp_vs_node_10m", "temp_vs_node_3h", "temp_vs_node_trend", "temp_vs_node_rise_12h", "power_vs_node_10m")
+_IN_STATE = ("power_vs_node_10m",)
+# A GPU's heat at its power: its temperature less what its power explains (slope x power; a die
+# sits above its coolant by a thermal resistance times the power it burns), against the median of
+# its node's GPUs, all of them, busy or idle, in any job. Why: against its job-mates in the same
+# state, as before, the reference changed whenever a job ended or another began on the node (jobs
+# that hold part of a node), and a GPU that had run 2 degrees above one set of mates ran 4 above
+# the next: its own history "rose" without any change in the GPU (validation history 2103: five
+# of six false thermal warnings). The node's GPUs share its inlet air or coolant, and all eight are
+# there in every tick. The slope is measured where it matters and nothing else differs: on nodes
+# that hold busy and idle GPUs at once (one inlet, one chassis), the mean busy temperature less the
+# mean idle one over their powers, the median over such nodes, averaged over an hour; cooling
+# differs by site, so it is the site's own. Until a node has shown it, the recorded H200's: 36 C
+# idle at 80 W, 60 C training at 690 W (datasets/real-gpu/h200/nvml-1s.csv), 0.039 C/W. (Where
+# no node ever mixes states, all of a node's GPUs share one state and power, and the slope barely
+# moves their differences.)
+HEAT_SLOPE_PRIOR_C_PER_W = 0.039
+HEAT_SLOPE_MIN_GAP_W = 200.0  # busy against idle: a checkpoint's wait (126 W) still counts as idle
 
 # Which entity kinds have models, and the features of each (names are part of the model card).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -49,10 +67,10 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "sbe_per_h_3h",
         "sbe_accel",
         "remap_per_h_3h",
-        "temp_vs_node_10m",
-        "temp_vs_node_3h",
-        "temp_vs_node_trend",
-        "temp_vs_node_rise_12h",
+        "heat_vs_node_10m",
+        "heat_vs_node_3h",
+        "heat_vs_node_trend",
+        "heat_vs_node_rise_12h",
         "power_vs_node_10m",
         "busy_now",
     ),
@@ -121,6 +139,7 @@ class PrecursorFeatures:
         self.kinds = {k: _Kind() for k in FEATURES}
         self._rates = {"gpu": CounterRates(2), "nic": CounterRates(1)}
         self._nic_rows = EntityIndex()
+        self._slope = Ewma(1 * HOUR)  # the fleet's degrees per watt (_heat_slope)
         # where an entity's trouble shows up in the detectors: an optic's on its NIC and port
         self.related: dict[str, str] = {}
 
@@ -156,6 +175,8 @@ class PrecursorFeatures:
             return self._in_state(name)
         derived = {
             "sbe_accel": ("sbe_per_h_30m", "sbe_per_h_3h"),
+            "heat_vs_node_trend": ("heat_vs_node_10m", "heat_vs_node_3h"),
+            "heat_vs_node_rise_12h": ("heat_vs_node_10m", "heat_vs_node_12h"),  # always a bit warm is no creep
             "rx_trend": ("rx_dbm_30m", "rx_dbm_3h"),
             "supply_trend": ("supply_vs_all_30m", "supply_vs_all_3h"),
         }
@@ -169,23 +190,10 @@ class PrecursorFeatures:
         return k.get(name)
 
     def _in_state(self, name: str) -> FloatArray:
-        """A GPU's heat and power against its mates, read in the state it is in now (busy or
-        idle) and against its own past in that same state."""
+        """A GPU's power against its mates, read in the state it is in now (busy or idle)."""
         k = self.kinds["gpu"]
         busy = k.get("busy_now") >= 0.5
-
-        def now(suffix: str, what: str = "temp") -> FloatArray:
-            return np.where(busy, k.get(f"{what}_vs_node_busy_{suffix}"), k.get(f"{what}_vs_node_idle_{suffix}"))
-
-        if name == "temp_vs_node_10m":
-            return now("10m")
-        if name == "temp_vs_node_3h":
-            return now("3h")
-        if name == "temp_vs_node_trend":
-            return now("10m") - now("3h")
-        if name == "temp_vs_node_rise_12h":  # a GPU that always ran a bit warm is not creeping
-            return now("10m") - now("12h")
-        return now("10m", "power")
+        return np.where(busy, k.get("power_vs_node_busy_10m"), k.get("power_vs_node_idle_10m"))
 
     # ------------------------------------------------------------------ per kind
 
@@ -199,33 +207,61 @@ class PrecursorFeatures:
         k.avg("sbe_per_h_30m", 30 * MINUTE).update(t, rows, rate[:, 0] * HOUR)
         k.avg("sbe_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 0] * HOUR)
         k.avg("remap_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 1] * HOUR)
-        # mates in the same state: a busy GPU against the busy GPUs of its job on its node, an
-        # idle GPU against the idle ones there (a 4-GPU job on an 8-GPU node leaves four idle GPUs
-        # 40-60 degrees cooler, and a GPU idle between jobs is not "cooling" against its busy
-        # past). Under a power cap (the recorded H200 holds 675-702 W of 700 busy;
-        # datasets/real-gpu/README.md) busy mates draw the same power, so what is left of a busy
-        # GPU's heat against theirs is its own cooling and efficiency, not its work. A busy GPU
-        # alone in its job on the node is held against the node's other busy GPUs (the same cap);
-        # where the job is unknown (""), the node's GPUs in the same state.
-        job = frame.tag("job")
+        temp, power = _col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")
         busy = _col(frame, BUSY_FIELD) >= BUSY_UTIL_PCT
+        node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
+        heat = temp - self._heat_slope(t, node, temp, power, busy) * power
+        _, heat_median = robust_z(heat[:, None], node, min_size=2)
+        heat_vs_node = heat - heat_median[:, 0]
+        for name, tau in (
+            ("heat_vs_node_10m", 10 * MINUTE),
+            ("heat_vs_node_3h", 3 * HOUR),
+            ("heat_vs_node_12h", 12 * HOUR),
+        ):
+            k.avg(name, tau).update(t, rows, heat_vs_node)
+        # power against mates in the same state: a busy GPU against the busy GPUs of its job on
+        # its node, an idle GPU against the idle ones there (a 4-GPU job on an 8-GPU node leaves
+        # four GPUs idle at a tenth of the power). Under a power cap (the recorded H200 holds
+        # 675-702 W of 700 busy; datasets/real-gpu/README.md) busy mates draw the same power. A
+        # busy GPU alone in its job on the node is held against the node's other busy GPUs (the
+        # same cap); where the job is unknown (""), the node's GPUs in the same state.
+        job = frame.tag("job")
         state = np.where(busy, "\x01b", "\x01i")
         node_state = frame.tag("node") + state
         mates = node_state + np.where(job == "", "", "\x00" + job)
         _, inverse, counts = np.unique(mates, return_inverse=True, return_counts=True)
         mates = np.where(counts[inverse] >= 2, mates, node_state)
         node = np.unique(mates, return_inverse=True)[1].astype(np.int64)
-        values = np.column_stack([_col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")])
-        _, median = robust_z(values, node, min_size=2)
-        resid = values - median
+        _, median = robust_z(power[:, None], node, min_size=2)
+        power_vs_mates = power - median[:, 0]
         k.avg("busy_now", 1.0).update(t, rows, busy.astype(np.float64))
-        # its own history in each state: a busy sample updates the busy averages only
-        for name, on in (("busy", busy), ("idle", ~busy)):
-            temp = np.where(on, resid[:, 0], np.nan)
-            k.avg(f"temp_vs_node_{name}_10m", 10 * MINUTE).update(t, rows, temp)
-            k.avg(f"temp_vs_node_{name}_3h", 3 * HOUR).update(t, rows, temp)
-            k.avg(f"temp_vs_node_{name}_12h", 12 * HOUR).update(t, rows, temp)
-            k.avg(f"power_vs_node_{name}_10m", 10 * MINUTE).update(t, rows, np.where(on, resid[:, 1], np.nan))
+        for name, on in (("busy", busy), ("idle", ~busy)):  # a busy sample updates the busy average only
+            k.avg(f"power_vs_node_{name}_10m", 10 * MINUTE).update(t, rows, np.where(on, power_vs_mates, np.nan))
+
+    def _heat_slope(
+        self, t: float, node: NDArray[np.int64], temp: FloatArray, power: FloatArray, busy: NDArray[np.bool_]
+    ) -> float:
+        """Degrees per watt: the median over nodes with busy and idle GPUs of (mean busy
+        temperature - mean idle one) / (mean busy power - mean idle one), averaged over an hour."""
+        seen = ~np.isnan(temp) & ~np.isnan(power)
+        nodes = int(node.max()) + 1 if len(node) else 0
+
+        def mean(on: NDArray[np.bool_], values: FloatArray) -> tuple[FloatArray, FloatArray]:
+            count = np.bincount(node[on], minlength=nodes).astype(np.float64)
+            return np.bincount(node[on], values[on], minlength=nodes) / np.maximum(count, 1.0), count
+
+        (busy_temp, busy_n), (idle_temp, idle_n) = mean(seen & busy, temp), mean(seen & ~busy, temp)
+        gap = mean(seen & busy, power)[0] - mean(seen & ~busy, power)[0]
+        mixed = (busy_n > 0) & (idle_n > 0) & (gap >= HEAT_SLOPE_MIN_GAP_W)
+        estimate = float(np.median((busy_temp - idle_temp)[mixed] / gap[mixed])) if mixed.any() else math.nan
+        self._slope.update(t, np.zeros(1, dtype=np.int64), np.array([estimate]))
+        return self.heat_slope
+
+    @property
+    def heat_slope(self) -> float:
+        """Degrees per watt as the features read them now."""
+        slope = float(self._slope.value[0]) if len(self._slope.value) else math.nan
+        return HEAT_SLOPE_PRIOR_C_PER_W if math.isnan(slope) else slope
 
     def _optic(self, t: float, frame: Frame, nic: Frame | None) -> None:
         k = self.kinds["optic"]

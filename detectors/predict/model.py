@@ -1,10 +1,15 @@
 """The failure predictor: gradient-boosted trees per entity kind, calibrated, with a model card.
 
-One model per kind that has predictable failures (GPU: HBM ECC and thermal; optic; cooling loop),
-each a multi-class classifier over "none" and the failure kinds, so a prediction says what is
-coming as well as how likely it is within the horizon; probabilities are calibrated (isotonic,
-cross-validated) so a threshold means what it says. A regressor on the positive samples gives the
-expected time to failure.
+Per entity kind that has predictable failures (GPU: HBM ECC and thermal; optic; cooling loop),
+one binary classifier per failure kind, "fails with it within the horizon", that reads only that
+kind's evidence (the registry's `evidence`: an HBM failure from memory errors, an overheating GPU
+from its heat and power), so a prediction says what is coming and why, and one kind's probability
+is never made of another kind's evidence. A single classifier over all features and kinds, as
+before, warned of HBM failures on idle GPUs with no memory error at all: its "failure" probability
+was the sum over kinds, and the trees had learnt that idle GPUs with a few watts more than their
+mates fail more often in the training histories, a coincidence of the sample (validation history
+2103, docs/prediction.md). Probabilities are calibrated (isotonic, cross-validated) so a threshold
+means what it says. A regressor on the positive samples gives the expected time to failure.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from detectors.predict.features import FEATURE_VERSION, FEATURES, HOUR, WARMUP_S
 from ingest.frames import Frame
 from vocab import registry
 
-FORMAT_VERSION = 2  # 2: skops body with a checksum (1 was a pickle)
+FORMAT_VERSION = 3  # 3: a classifier per failure kind on its evidence; 2: skops body with a checksum (1 was a pickle)
 # What "fails within the horizon" means. The failures that announce themselves do it hours ahead
 # (the generator's precursors: 1-12 h; HBM correctable-error climbs and optic receive-power sags are
 # read over hours to days in the field reports): at 6 h, a precursor already plain 7-10 h before its
@@ -112,11 +117,37 @@ def collect(
     dataset.histories += 1
 
 
+def evidence_columns(kind: str) -> dict[str, list[int]]:
+    """Failure kind -> the columns of its root's feature matrix its classifier reads."""
+    names = FEATURES[kind]
+    wanted = registry.precursor_evidence()
+    out = {}
+    for failure in PREDICTABLE.get(kind, ()):
+        chosen = wanted.get(failure, names)
+        unknown = [n for n in chosen if n not in names]
+        if unknown:
+            raise ValueError(f"vocab/faults.toml: {failure}'s evidence {unknown} are not {kind} features")
+        out[failure] = [names.index(n) for n in chosen]
+    return out
+
+
 @dataclass
 class KindModel:
-    classifier: Any  # a fitted calibrated classifier
-    classes: list[str]
+    classifiers: dict[str, Any]  # failure kind -> fitted calibrated binary classifier
+    columns: dict[str, list[int]]  # failure kind -> the feature columns (its evidence) it reads
     regressor: Any | None  # log-hours to onset, on positives
+
+    @property
+    def classes(self) -> list[str]:
+        return [NONE, *self.classifiers]
+
+    def probabilities(self, X: FloatArray) -> FloatArray:
+        """P(fails with each kind within the horizon), a column per kind in `classifiers` order."""
+        cols = []
+        for failure, clf in self.classifiers.items():
+            proba = clf.predict_proba(X[:, self.columns[failure]])
+            cols.append(proba[:, list(clf.classes_).index(True)])
+        return np.column_stack(cols)
 
 
 @dataclass
@@ -130,12 +161,11 @@ class Predictor:
         model = self.models.get(kind)
         if model is None or not len(X):
             return np.zeros(len(X)), np.full(len(X), NONE, dtype=object), np.full(len(X), np.nan)
-        proba = model.classifier.predict_proba(X)
-        none = model.classes.index(NONE)
-        p_fail = 1.0 - proba[:, none]
-        masked = proba.copy()
-        masked[:, none] = -1
-        which = np.asarray(model.classes, dtype=object)[np.argmax(masked, axis=1)]
+        # the most likely kind, at its own probability (not the sum over kinds: a warning of an
+        # HBM failure rests on memory-error evidence alone)
+        per_kind = model.probabilities(X)
+        p_fail = per_kind.max(axis=1)
+        which = np.asarray(list(model.classifiers), dtype=object)[np.argmax(per_kind, axis=1)]
         ttf = np.full(len(X), np.nan)
         if model.regressor is not None:
             ttf = np.exp(model.regressor.predict(X)) * HOUR
@@ -145,8 +175,8 @@ class Predictor:
 # What train() fits, on the card and in the fingerprint: a model file trained by other code is
 # another model, even from the same data.
 MODEL_DESCRIPTION = (
-    "HistGradientBoostingClassifier (200 iterations, 15 leaves) calibrated with isotonic 3-fold CV; "
-    "HistGradientBoostingRegressor for log time to onset"
+    "per failure kind, a binary HistGradientBoostingClassifier (200 iterations, 15 leaves) on the kind's "
+    "evidence features, calibrated with isotonic 3-fold CV; HistGradientBoostingRegressor for log time to onset"
 )
 
 
@@ -163,13 +193,19 @@ def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | Non
     metrics: dict[str, Any] = {}
     for kind in FEATURES:
         X, y, ttf = dataset.arrays(kind)
+        classifiers, columns = {}, {}
+        for failure, cols in evidence_columns(kind).items():
+            positive_samples = int(np.sum(y == failure))
+            if positive_samples < 6 or len(y) - positive_samples < 6:
+                continue  # not enough failures of this kind to learn from
+            base = HistGradientBoostingClassifier(
+                max_iter=200, learning_rate=0.08, max_leaf_nodes=15, l2_regularization=1.0, random_state=seed
+            )
+            classifiers[failure] = CalibratedClassifierCV(base, method="isotonic", cv=3).fit(X[:, cols], y == failure)
+            columns[failure] = cols
+        if not classifiers:
+            continue
         classes = sorted(set(y.tolist()))
-        if len(classes) < 2 or min(np.sum(y == c) for c in classes) < 6:
-            continue  # not enough failures of this kind to learn from
-        base = HistGradientBoostingClassifier(
-            max_iter=200, learning_rate=0.08, max_leaf_nodes=15, l2_regularization=1.0, random_state=seed
-        )
-        clf = CalibratedClassifierCV(base, method="isotonic", cv=3).fit(X, y)
         # the time-to-failure regressor also sees failures beyond the horizon, so it can tell
         # "soon" from "coming, but later than the horizon"
         positive = ~np.isnan(ttf)
@@ -178,7 +214,7 @@ def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | Non
             reg = HistGradientBoostingRegressor(max_iter=150, random_state=seed).fit(
                 X[positive], np.log(np.maximum(ttf[positive], 60.0) / HOUR)
             )
-        models[kind] = KindModel(clf, [str(c) for c in clf.classes_], reg)
+        models[kind] = KindModel(classifiers, columns, reg)
         metrics[kind] = {"samples": len(y), **{c: int(np.sum(y == c)) for c in classes}}
     card = {
         "format": FORMAT_VERSION,
@@ -187,6 +223,9 @@ def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | Non
         "feature_version": FEATURE_VERSION,
         "warmup_s": WARMUP_S,
         "kinds": {k: m.classes for k, m in models.items()},
+        "evidence": {
+            k: {f: [FEATURES[k][c] for c in cols] for f, cols in m.columns.items()} for k, m in models.items()
+        },
         "training_data": {"histories": dataset.histories, "sources": sources or [], "samples": metrics},
         "model": MODEL_DESCRIPTION,
         "versions": {"sklearn": sklearn.__version__, "numpy": np.__version__, "python": platform.python_version()},
@@ -219,7 +258,7 @@ def save(predictor: Predictor, path: Path) -> None:
             "horizon_s": predictor.horizon_s,
             "card": json.dumps(predictor.card, sort_keys=True),
             "kinds": {
-                kind: {"classifier": m.classifier, "classes": list(m.classes), "regressor": m.regressor}
+                kind: {"classifiers": dict(m.classifiers), "columns": dict(m.columns), "regressor": m.regressor}
                 for kind, m in predictor.models.items()
             },
         },
@@ -282,7 +321,9 @@ def load(path: Path) -> Predictor:
         stored = skops.io.loads(body, trusted=list(TRUSTED_TYPES))
         card = json.loads(stored["card"])
         models = {
-            kind: KindModel(m["classifier"], [str(c) for c in m["classes"]], m["regressor"])
+            kind: KindModel(
+                dict(m["classifiers"]), {f: [int(c) for c in cols] for f, cols in m["columns"].items()}, m["regressor"]
+            )
             for kind, m in stored["kinds"].items()
         }
         predictor = Predictor(models, float(stored["horizon_s"]), card)
@@ -305,6 +346,7 @@ def fingerprint(**config: object) -> str:
             "feature_version": FEATURE_VERSION,
             "warmup_s": WARMUP_S,
             "horizon_s": HORIZON_S,
+            "evidence": registry.precursor_evidence(),
             "model": MODEL_DESCRIPTION,
             **config,
         },

@@ -58,7 +58,7 @@ class OnlinePredictor:
     # by the failure kind the model expects; with the two below, chosen on validation (see above)
     thresholds: dict[str, float] = field(default_factory=registry.warning_thresholds)  # vocab/faults.toml
     persist_rounds: int = 2
-    emit_within_s: float = 8 * HOUR
+    emit_within_s: float = 6 * HOUR
     every_ticks: int = 10
     features: PrecursorFeatures = field(default_factory=PrecursorFeatures)
     warmup_s: float = WARMUP_S  # what the model learnt from: see features.WARMUP_S

@@ -86,7 +86,7 @@ def test_features_of_a_creeping_gpu_and_a_sagging_optic_move_the_right_way() -> 
         if t >= float(thermal["onset"]) - 60 and t >= float(optic["onset"]) - 60:
             break
     ids, X = features.matrix("gpu")
-    col = FEATURES["gpu"].index("temp_vs_node_10m")
+    col = FEATURES["gpu"].index("heat_vs_node_10m")
     assert ids[int(np.nanargmax(X[:, col]))] == thermal["root"]
     ids, X = features.matrix("optic")
     col = FEATURES["optic"].index("rx_vs_own_12h")
@@ -290,13 +290,13 @@ def _gpu_frame(t: float, temp: list[float], util: list[float], power: list[float
     return {"gpu": Frame("gpu", np.full(n, int(t * 1e9), dtype=np.int64), tags, fields)}
 
 
-def test_a_gpu_idle_between_jobs_is_held_against_idle_mates_and_its_own_idle_past() -> None:
-    """Four GPUs busy at the power cap (70 C) beside four idle (35 C) for six hours, then all idle
-    (the job ended): nobody has risen or cooled against mates in the same state or against its
-    own past in that state. Against the node as a whole, the four that were idle all along would
-    look 17 degrees "risen" once their neighbours cool, the pattern behind the false gpu_thermal
-    predictions on partial-node clusters. One idle GPU that runs 8 degrees warmer than its idle
-    mates after the job is still seen."""
+def test_a_gpu_is_held_against_its_node_mates_at_its_power_whatever_state_they_are_in() -> None:
+    """Four GPUs busy at the power cap (70 C at 690 W) beside four idle (35 C at 81 W) for six
+    hours, then all idle (the job ended): at its power, nobody runs warmer than its mates, and
+    nobody has risen against its own past when the job ends. Against the node's temperatures
+    alone, the four that were idle all along would look 17 degrees "risen" once their neighbours
+    cool; against mates in the same state, a GPU's reference changed with every job that came or
+    went. One GPU that runs 8 degrees warmer than its idle mates after the job is seen."""
     features = PrecursorFeatures()
     busy = [99.0] * 4 + [0.0] * 4
     t = 0.0
@@ -307,12 +307,31 @@ def test_a_gpu_idle_between_jobs_is_held_against_idle_mates_and_its_own_idle_pas
         t += 60.0
         features.update(t, _gpu_frame(t, [35.0] * 7 + [43.0], [0.0] * 8, [81.0] * 8))
     _, X = features.matrix("gpu")
-    rise = X[:, FEATURES["gpu"].index("temp_vs_node_rise_12h")]
-    level = X[:, FEATURES["gpu"].index("temp_vs_node_10m")]
+    rise = X[:, FEATURES["gpu"].index("heat_vs_node_rise_12h")]
+    level = X[:, FEATURES["gpu"].index("heat_vs_node_10m")]
     assert np.all(np.abs(rise[:7]) < 1.0), rise
     assert np.all(np.abs(level[:7]) < 1.0), level
     assert rise[7] > 5.0 and level[7] > 5.0
     assert np.all(X[:, FEATURES["gpu"].index("busy_now")] == 0.0)
+
+
+def test_the_heat_slope_is_the_sites_own_and_the_recorded_gpus_until_a_node_shows_it() -> None:
+    """Degrees per watt come from nodes with busy and idle GPUs at once; before any, the recorded
+    H200's 0.039. A site whose GPUs run 0.02 C/W (a colder loop) is not read with 0.039."""
+    from detectors.predict.features import HEAT_SLOPE_PRIOR_C_PER_W
+
+    features = PrecursorFeatures()
+    features.update(60.0, _gpu_frame(60.0, [60.0] * 8, [99.0] * 8, [690.0] * 8))
+    assert features.heat_slope == HEAT_SLOPE_PRIOR_C_PER_W
+    for i in range(2, 120):
+        t = 60.0 * i
+        features.update(
+            t,
+            _gpu_frame(
+                t, [40.0 + 0.02 * 690] * 4 + [40.0 + 0.02 * 81] * 4, [99.0] * 4 + [0.0] * 4, [690.0] * 4 + [81.0] * 4
+            ),
+        )
+    assert abs(features.heat_slope - 0.02) < 0.002
 
 
 def test_training_histories_mix_job_shapes_and_realism_per_seed_and_mask_blank_sentinels(
