@@ -97,8 +97,8 @@ def per_seed(config: dict[str, Any], key: str, seed: int, default: str) -> str:
     """A setting that may differ per history: a string for every seed, or a list beside
     `seeds` (a seed not listed, e.g. a validation seed, takes the entry its number picks)."""
     value = config.get(key, default)
-    if isinstance(value, str):
-        return value
+    if not isinstance(value, list):
+        return str(value)
     seeds = [int(s) for s in config.get("seeds", [])]
     return str(value[seeds.index(seed)] if seed in seeds else value[seed % len(value)])
 
@@ -110,12 +110,12 @@ def _generation(seed: int, config: dict[str, Any]) -> Generation:
         GenConfig(
             realism=per_seed(config, "realism", seed, "clean"),
             job_shapes=per_seed(config, "job_shapes", seed, "nodes"),
-            gpus=int(config["gpus"]),
+            gpus=int(per_seed(config, "gpus", seed, "")),
             topology=str(config.get("topology", "fat-tree")),
-            hours=float(config["hours"]),
+            hours=float(per_seed(config, "hours", seed, "")),
             interval=float(config["interval"]),
             seed=seed,
-            faults=str(config["faults"]),
+            faults=per_seed(config, "faults", seed, ""),
         )
     )
 
@@ -137,10 +137,10 @@ def _histories(
     seeds: list[int], config: dict[str, Any], progress: Progress
 ) -> Iterator[tuple[Iterator[tuple[float, dict[str, Frame]]], list[dict[str, Any]]]]:
     """Each seed's history, its ticks counted by `progress` (whose total the first one sets)."""
-    for seed in seeds:
-        gen = _generation(seed, config)
-        if progress.total is None:  # every history has the same length
-            progress.update(total=gen.sim.steps * len(seeds))
+    gens = [_generation(seed, config) for seed in seeds]  # cheap: the ticks are made as they are read
+    if progress.total is None:
+        progress.update(total=sum(gen.sim.steps for gen in gens))
+    for gen in gens:
         ticks, truth = _history(gen)
         yield progress.track(ticks), truth
 
@@ -166,10 +166,11 @@ def train_default(path: Path | None = None, config: dict[str, Any] = DEFAULT_TRA
 def _source(seed: int, config: dict[str, Any]) -> str:
     shapes = per_seed(config, "job_shapes", seed, "nodes")
     realism = per_seed(config, "realism", seed, "clean")
+    gpus, hours = per_seed(config, "gpus", seed, ""), float(per_seed(config, "hours", seed, ""))
     return (
-        f"generated seed {seed}: {config['gpus']} GPUs, {config['hours']:g} h at {config['interval']:g} s, "
+        f"generated seed {seed}: {gpus} GPUs, {hours:g} h at {config['interval']:g} s, "
         f"{realism} realism, jobs holding {'whole nodes' if shapes == 'nodes' else 'any number of GPUs'}, "
-        f"faults {config['faults']}"
+        f"faults {per_seed(config, 'faults', seed, '')}"
     )
 
 

@@ -257,7 +257,7 @@ def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
 
     assert DEFAULT_EVALUATION["model"] == fingerprint(**DEFAULT_TRAINING)
     assert DEFAULT_EVALUATION["command"].startswith("scripts/holdout-table")
-    trained_on = {(DEFAULT_TRAINING["gpus"], DEFAULT_TRAINING["interval"], "fat-tree")}
+    trained_on = {(gpus, DEFAULT_TRAINING["interval"], "fat-tree") for gpus in DEFAULT_TRAINING["gpus"]}
     held_out = {(c["gpus"], c["interval_s"], c["topology"]) for c in DEFAULT_EVALUATION["clusters"]}
     assert not held_out & trained_on  # another size, topology or interval than it learnt from
     assert not {c["seed"] for c in DEFAULT_EVALUATION["clusters"]} & set(DEFAULT_TRAINING["seeds"])
@@ -351,7 +351,7 @@ def test_training_histories_mix_job_shapes_and_realism_per_seed_and_mask_blank_s
     assert per_seed({"seeds": [1], "job_shapes": ["nodes", "gpus"]}, "job_shapes", 2001, "nodes") == "gpus"
     assert per_seed({"job_shapes": "gpus"}, "job_shapes", 5, "nodes") == "gpus"
     # every kind can confuse the predictor, so every kind is in its training histories
-    assert DEFAULT_TRAINING["faults"].startswith("all=")
+    assert all(faults.startswith("all=") for faults in DEFAULT_TRAINING["faults"])
     # what training reads is what ingest serves: DCGM's "no value" sentinels are missing, not 1.8e19
     import telemetry_gen.simulate
 
