@@ -388,7 +388,7 @@ class _Recording:
             self.calls.append(("offer", t, [json.loads(s) if isinstance(s, bytes | str) else s for s in states]))
 
 
-EMISSION_FIELDS = ("threshold", "thresholds", "persist_rounds", "emit_within_s", "every_ticks", "warmup_s")
+EMISSION_FIELDS = ("threshold", "thresholds", "persist_rounds", "emit_within_s", "every_ticks", "warmup_s", "raise_by")
 
 
 def _predictor_tag() -> str:

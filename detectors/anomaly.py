@@ -49,6 +49,10 @@ class Prediction:
     horizon_s: float
     expected_in_s: float | None
     action: str
+    # a warning already given, said again because its probability has risen (detectors/predict/
+    # online.py raise_by): the incident takes the higher probability and acting decides again;
+    # quality counts the first word of each episode only
+    update: bool = False
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()

@@ -477,6 +477,7 @@ def _load(truth_path: Path, run_dir: Path, interval_s: float | None) -> _Loaded:
     incidents = _read_jsonl(run_dir / "incidents.jsonl")
     predictions_path = run_dir / "predictions.jsonl"
     predictions = _read_jsonl(predictions_path) if predictions_path.exists() else []
+    predictions = [p for p in predictions if not p.get("update")]  # a warning said again is not another
     run_path = run_dir / "run.json"
     earliest = None
     if run_path.exists():

@@ -427,6 +427,14 @@ class IncidentEngine:
         held = self.open.get(entity)
         if held is not None and held.status == "warning":  # still coming: the warning lasts
             held.last_evidence = max(held.last_evidence, t + horizon_s)
+            if probability is not None and probability > (held.probability or 0.0):
+                # surer now (the predictor says a warning again when its probability has risen):
+                # the warning carries it, and whoever acts on warnings decides again
+                held.probability = probability
+                held.root = Candidate(held.root.entity, held.root.kind, probability)
+                held.candidates = [held.root, *held.candidates[1:]]
+                held.updated = t
+                changed[held.incident_id] = held
         if held is not None or self._silenced(entity, t):
             return
         root = Candidate(entity, kind, probability if probability is not None else 1.0)

@@ -116,6 +116,33 @@ def test_model_round_trips_through_save_and_load_with_identical_outputs(tmp_path
     assert "features" in card and "sklearn" in card and "training_data" in card
 
 
+def test_a_failure_kind_is_predicted_from_its_own_evidence_only() -> None:
+    """An HBM failure is read from memory errors, never from a GPU's heat: two GPUs with the same
+    memory-error history get the same HBM probability however far apart their heat and power are
+    (the single classifier before warned of HBM failures on idle GPUs with no error at all), and
+    each kind's evidence is on the card."""
+    model = small_model()
+    gpu = model.models["gpu"]
+    assert set(gpu.classifiers) == {"gpu_hbm_ecc", "gpu_thermal"}
+    names = FEATURES["gpu"]
+    assert model.card["evidence"]["gpu"]["gpu_hbm_ecc"] == [names[c] for c in gpu.columns["gpu_hbm_ecc"]]
+    assert "heat_vs_node_10m" not in model.card["evidence"]["gpu"]["gpu_hbm_ecc"]
+    rng = np.random.default_rng(3)
+    calm = rng.normal(0.0, 0.5, (50, len(names)))
+    calm[:, names.index("sbe_per_h_30m") : names.index("remap_per_h_3h") + 1] = 0.0
+    hot = calm.copy()
+    for name in ("heat_vs_node_10m", "heat_vs_node_3h", "heat_vs_node_trend", "heat_vs_node_rise_12h"):
+        hot[:, names.index(name)] += 12.0  # a GPU far hotter than its mates, and rising
+    per_kind_calm, per_kind_hot = gpu.probabilities(calm), gpu.probabilities(hot)
+    hbm = list(gpu.classifiers).index("gpu_hbm_ecc")
+    np.testing.assert_array_equal(per_kind_calm[:, hbm], per_kind_hot[:, hbm])
+    thermal = list(gpu.classifiers).index("gpu_thermal")
+    assert per_kind_hot[:, thermal].mean() > per_kind_calm[:, thermal].mean()
+    p, which, _ = model.probabilities("gpu", hot)
+    np.testing.assert_array_equal(p, per_kind_hot.max(axis=1))  # the likeliest kind, at its own probability
+    assert which.tolist() == [list(gpu.classifiers)[i] for i in per_kind_hot.argmax(axis=1)]
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -193,6 +220,8 @@ def test_a_prediction_is_made_once_per_episode() -> None:
     assert predictions, "nothing predicted at all"
     last: dict[str, float] = {}
     for p in predictions:  # no repeats every scoring: an entity is predicted again only after its
+        if p.update:  # (a warning said again at a higher probability is not another prediction)
+            continue
         assert p.entity not in last or p.at - last[p.entity] >= RE_ARM_S  # probability fell for an hour
         last[p.entity] = p.at
     report = evaluate_predictions(predictions, truth)
@@ -247,6 +276,34 @@ def test_a_prediction_needs_two_rounds_above_and_a_failure_expected_within_the_w
         features.now = np.array(row)
         emitted.append([p.entity for p in online.update(float(n * 60), {})])
     assert emitted == [[], [], ["g2"], ["g0"], ["g1"]]
+
+
+def test_a_warning_is_said_again_when_its_probability_has_risen_and_counted_once() -> None:
+    """Said at 0.45, a warning is said again, as an update, once its probability has held 0.15
+    higher for the rounds a warning needs (0.62, then 0.9), not for every small rise (0.5); the
+    quality measures count it once."""
+    features = _ScriptedFeatures()
+    online = OnlinePredictor(
+        _Column0Model(), threshold=0.4, thresholds={}, every_ticks=1, warmup_s=0.0, features=features
+    )
+    said = []
+    for n, level in enumerate([0.45, 0.45, 0.5, 0.62, 0.62, 0.62, 0.9, 0.9]):
+        features.now = np.array([level, 0.0, 0.0])
+        said += [(p.probability, p.update) for p in online.update(float(n * 60), {})]
+    assert said == [(0.45, False), (0.62, True), (0.9, True)]
+    came = [{"kind": "gpu_hbm_ecc", "root": "g0", "onset": 3600.0, "end": 7200.0, "fault_id": "f0"}]
+    replayed = OnlinePredictor(_Column0Model(), threshold=0.4, thresholds={}, every_ticks=1, warmup_s=0.0)
+    predictions = [
+        p for n, level in enumerate([0.45, 0.45, 0.62, 0.62]) for p in _score(replayed, float(n * 60), level)
+    ]
+    assert [p.update for p in predictions] == [False, True]
+    report = evaluate_predictions(predictions, came)
+    assert (report.predictions, report.hits) == (1, 1)
+
+
+def _score(online: OnlinePredictor, t: float, level: float) -> list[Prediction]:
+    ids = np.array(["g0"], dtype=object)
+    return online.score(t, "gpu", ids, np.array([level]), np.array(["gpu_hbm_ecc"], dtype=object), np.array([7200.0]))
 
 
 def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:

@@ -207,6 +207,20 @@ def test_prediction_opens_a_warning_that_becomes_the_failures_incident(engine: I
     assert engine.stats.opened == 1 and engine.stats.warnings == 1
 
 
+def test_a_warning_said_again_surer_carries_the_higher_probability(engine: IncidentEngine) -> None:
+    """The predictor says a warning again when its probability has risen: the open warning takes
+    it (and is a change, so acting decides again); a lower one changes nothing."""
+    from dataclasses import replace
+
+    warning = only(engine.process(T, [], [prediction(T)]))
+    surer = replace(prediction(T + TICK), probability=0.97, update=True)
+    again = only(engine.process(T + TICK, [], [surer]))
+    assert again is warning and again.record()["root_cause"]["confidence"] == 0.97
+    assert again.updated == T + TICK and again.status == "warning"
+    assert engine.process(T + 2 * TICK, [], [replace(prediction(T + 2 * TICK), probability=0.9, update=True)]) == []
+    assert warning.record()["root_cause"]["confidence"] == 0.97 and engine.stats.warnings == 1
+
+
 def test_a_warning_without_failure_ends_at_its_horizon(engine: IncidentEngine) -> None:
     warning = only(engine.process(T, [], [prediction(T, horizon_s=3600.0)]))
     assert engine.process(T + 3600 - 1, []) == []
