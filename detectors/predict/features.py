@@ -231,8 +231,8 @@ class PrecursorFeatures:
         mates = node_state + np.where(job == "", "", "\x00" + job)
         _, inverse, counts = np.unique(mates, return_inverse=True, return_counts=True)
         mates = np.where(counts[inverse] >= 2, mates, node_state)
-        node = np.unique(mates, return_inverse=True)[1].astype(np.int64)
-        _, median = robust_z(power[:, None], node, min_size=2)
+        mate_group = np.unique(mates, return_inverse=True)[1].astype(np.int64)
+        _, median = robust_z(power[:, None], mate_group, min_size=2)
         power_vs_mates = power - median[:, 0]
         k.avg("busy_now", 1.0).update(t, rows, busy.astype(np.float64))
         for name, on in (("busy", busy), ("idle", ~busy)):  # a busy sample updates the busy average only
