@@ -176,8 +176,21 @@ class Predictor:
 # another model, even from the same data.
 MODEL_DESCRIPTION = (
     "per failure kind, a binary HistGradientBoostingClassifier (200 iterations, 15 leaves) on the kind's "
-    "evidence features, calibrated with isotonic 3-fold CV; HistGradientBoostingRegressor for log time to onset"
+    "evidence features (optic: balanced), calibrated with isotonic 3-fold CV; HistGradientBoostingRegressor for log time to onset"
 )
+
+# Failure kinds whose classifier is fitted with its classes weighted balanced. Optic failures are
+# 0.3 % of the optic samples: unweighted, early stopping held two of the three calibration folds'
+# fits at 11 iterations (Newton steps on near-pure leaves swing the boosting), the folds' top
+# calibrated answers were 0.69, 0.007 and 0.62, and a 7-dB receive-power sag read 0.44, under the
+# 0.57 a drain needs, though every training sample with a sag of 0.5 dB or more was a failure's.
+# Weighted, every fold reaches 1.0. The other kinds' folds already reach 0.99-1.0; weighting them
+# too moved the thermal classifier until no validation setting met the threshold rule
+# (docs/prediction.md, "Tried on 2026-12-05"). The card's `calibration_folds` shows the symptom.
+BALANCED_CLASSES = frozenset({"optic_degradation"})
+# A classifier whose calibration folds' top answers differ by more than this says different things
+# for the same evidence depending on which third of the data it was fitted on.
+FOLD_DISAGREEMENT = 0.5
 
 
 def train(dataset: Dataset, horizon: float = HORIZON_S, seed: int = 0, sources: list[str] | None = None) -> Predictor:
@@ -191,6 +204,7 @@ def train(dataset: Dataset, horizon: float = HORIZON_S, seed: int = 0, sources: 
 def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | None) -> Predictor:
     models: dict[str, KindModel] = {}
     metrics: dict[str, Any] = {}
+    fold_tops: dict[str, list[float]] = {}
     for kind in FEATURES:
         X, y, ttf = dataset.arrays(kind)
         classifiers, columns = {}, {}
@@ -199,10 +213,16 @@ def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | Non
             if positive_samples < 6 or len(y) - positive_samples < 6:
                 continue  # not enough failures of this kind to learn from
             base = HistGradientBoostingClassifier(
-                max_iter=200, learning_rate=0.08, max_leaf_nodes=15, l2_regularization=1.0, random_state=seed
+                max_iter=200,
+                learning_rate=0.08,
+                max_leaf_nodes=15,
+                l2_regularization=1.0,
+                class_weight="balanced" if failure in BALANCED_CLASSES else None,
+                random_state=seed,
             )
             classifiers[failure] = CalibratedClassifierCV(base, method="isotonic", cv=3).fit(X[:, cols], y == failure)
             columns[failure] = cols
+            fold_tops[failure] = calibration_fold_tops(classifiers[failure])
         if not classifiers:
             continue
         classes = sorted(set(y.tolist()))
@@ -228,9 +248,26 @@ def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | Non
         },
         "training_data": {"histories": dataset.histories, "sources": sources or [], "samples": metrics},
         "model": MODEL_DESCRIPTION,
+        "calibration_folds": {"top_answer": fold_tops, "disagreeing": disagreeing_folds(fold_tops)},
         "versions": {"sklearn": sklearn.__version__, "numpy": np.__version__, "python": platform.python_version()},
     }
     return Predictor(models, horizon, card)
+
+
+def calibration_fold_tops(classifier: CalibratedClassifierCV) -> list[float]:
+    """The highest probability each calibration fold's classifier can say: isotonic calibration
+    maps the fold's scores to a step function, and its top step is the most it will ever answer."""
+    tops = []
+    for fold in classifier.calibrated_classifiers_:
+        (isotonic,) = fold.calibrators  # binary: one calibrator, for the failure class
+        tops.append(round(float(np.max(isotonic.y_thresholds_)), 4))
+    return tops
+
+
+def disagreeing_folds(fold_tops: dict[str, list[float]]) -> list[str]:
+    """The failure kinds whose calibration folds disagree about the strongest evidence: the
+    model's answer for it is an average of fits that learned different things."""
+    return sorted(f for f, tops in fold_tops.items() if max(tops) - min(tops) > FOLD_DISAGREEMENT)
 
 
 # A model file: a one-line magic, a one-line JSON header (format, versions, SHA-256 of the body),

@@ -30,6 +30,7 @@ from detectors.predict.model import (
     Predictor,
     card_path,
     collect,
+    disagreeing_folds,
     labels_for,
     load,
     save,
@@ -141,6 +142,33 @@ def test_a_failure_kind_is_predicted_from_its_own_evidence_only() -> None:
     p, which, _ = model.probabilities("gpu", hot)
     np.testing.assert_array_equal(p, per_kind_hot.max(axis=1))  # the likeliest kind, at its own probability
     assert which.tolist() == [list(gpu.classifiers)[i] for i in per_kind_hot.argmax(axis=1)]
+
+
+def test_the_card_shows_what_each_calibration_fold_can_answer_at_most() -> None:
+    """The card's `calibration_folds` is each fold's highest calibrated probability: no input gets
+    more from that fold, and the strongest evidence in training gets exactly it."""
+    model = small_model()
+    folds = model.card["calibration_folds"]
+    dataset = Dataset()
+    ticks, truth = generated_history(7, SMALL)
+    collect(ticks, truth, dataset, every_s=600)
+    extreme = np.random.default_rng(5).normal(0, 30, (400, len(FEATURES["gpu"])))
+    for failure, classifier in model.models["gpu"].classifiers.items():
+        cols = model.models["gpu"].columns[failure]
+        X, _, _ = dataset.arrays("gpu")
+        tops = folds["top_answer"][failure]
+        assert len(tops) == len(classifier.calibrated_classifiers_) == 3
+        for fold, top in zip(classifier.calibrated_classifiers_, tops, strict=True):
+            seen = fold.predict_proba(X[:, cols])[:, 1].max()
+            assert seen == pytest.approx(top, abs=1e-4)
+            assert fold.predict_proba(extreme[:, cols])[:, 1].max() <= top + 1e-4
+    assert folds["disagreeing"] == disagreeing_folds(folds["top_answer"])
+
+
+def test_folds_that_top_out_far_apart_are_named() -> None:
+    # the optic classifier shipped before 9dcb21c4e45b, and one whose folds agree
+    tops = {"optic_degradation": [0.69, 0.007, 0.62], "gpu_hbm_ecc": [1.0, 0.99, 1.0], "rack_cooling": [0.7, 0.4, 0.6]}
+    assert disagreeing_folds(tops) == ["optic_degradation"]
 
 
 @pytest.mark.parametrize(
