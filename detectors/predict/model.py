@@ -176,7 +176,8 @@ class Predictor:
 # another model, even from the same data.
 MODEL_DESCRIPTION = (
     "per failure kind, a binary HistGradientBoostingClassifier (200 iterations, 15 leaves) on the kind's "
-    "evidence features (optic: balanced), calibrated with isotonic 3-fold CV; HistGradientBoostingRegressor for log time to onset"
+    "evidence features (optic: balanced), calibrated with isotonic 3-fold CV; "
+    "HistGradientBoostingRegressor for log time to onset"
 )
 
 # Failure kinds whose classifier is fitted with its classes weighted balanced. Optic failures are
