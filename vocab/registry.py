@@ -42,6 +42,7 @@ class FaultKind:
     precursor: bool
     warning_threshold: float | None
     evidence: tuple[str, ...]  # predictor features its model may read; () = all of its root's
+    balanced_classes: bool  # its classifier is fitted with its classes weighted balanced
     kills_job: bool
     under_load: bool
     duration_s: tuple[float, float]
@@ -119,6 +120,7 @@ def _kind(name: str, raw: dict[str, Any]) -> FaultKind:
         precursor=bool(raw.get("precursor", False)),
         warning_threshold=None if "warning_threshold" not in raw else float(raw["warning_threshold"]),
         evidence=tuple(raw.get("evidence", ())),
+        balanced_classes=bool(raw.get("balanced_classes", False)),
         kills_job=bool(raw.get("kills_job", False)),
         under_load=bool(raw.get("under_load", False)),
         duration_s=(float(lo), float(hi)),
@@ -226,6 +228,11 @@ def precursor_evidence() -> dict[str, tuple[str, ...]]:
     return {k.name: k.evidence for k in KINDS.values() if k.evidence}
 
 
+def balanced_classes() -> frozenset[str]:
+    """Precursor kinds whose classifier is fitted with its classes weighted balanced."""
+    return frozenset(k.name for k in KINDS.values() if k.balanced_classes)
+
+
 def predictable_by_root() -> dict[str, tuple[str, ...]]:
     """Root entity kind -> the kinds that announce themselves there (what a predictor learns)."""
     out: dict[str, tuple[str, ...]] = {}
@@ -262,6 +269,7 @@ __all__ = [
     "RegistryError",
     "Xid",
     "action",
+    "balanced_classes",
     "clock_reason",
     "describe_xid",
     "kind",

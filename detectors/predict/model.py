@@ -172,23 +172,38 @@ class Predictor:
         return p_fail, which, ttf
 
 
+# Failure kinds whose classifier is fitted with its classes weighted balanced (`balanced_classes`
+# in vocab/faults.toml). Optic failures are 0.3 % of the optic samples: unweighted, early stopping
+# held two of the three calibration folds' fits at 11 iterations (Newton steps on near-pure leaves
+# swing the boosting), the folds' top calibrated answers were 0.69, 0.007 and 0.62, and a 7-dB
+# receive-power sag read 0.44, under the 0.57 a drain needs, though every training sample with a
+# sag of 0.5 dB or more was a failure's. Weighted, every fold reaches 1.0. The other kinds' folds
+# already reach 0.99-1.0; weighting them too moved the thermal classifier until no validation
+# setting met the threshold rule (docs/prediction.md, "Tried on 2026-12-05"). The card's
+# `calibration_folds` shows the symptom.
+BALANCED_CLASSES = registry.balanced_classes()
+
+
+def _weighted() -> str:
+    """The balanced classifiers as the model's description names them: by entity kind where it has
+    one predictable failure kind ("optic"), else by failure kind."""
+    names = [
+        root if len(kinds) == 1 else kind
+        for root, kinds in PREDICTABLE.items()
+        for kind in kinds
+        if kind in BALANCED_CLASSES
+    ]
+    return f" ({', '.join(sorted(names))}: balanced)" if names else ""
+
+
 # What train() fits, on the card and in the fingerprint: a model file trained by other code is
 # another model, even from the same data.
 MODEL_DESCRIPTION = (
     "per failure kind, a binary HistGradientBoostingClassifier (200 iterations, 15 leaves) on the kind's "
-    "evidence features (optic: balanced), calibrated with isotonic 3-fold CV; "
+    f"evidence features{_weighted()}, calibrated with isotonic 3-fold CV; "
     "HistGradientBoostingRegressor for log time to onset"
 )
 
-# Failure kinds whose classifier is fitted with its classes weighted balanced. Optic failures are
-# 0.3 % of the optic samples: unweighted, early stopping held two of the three calibration folds'
-# fits at 11 iterations (Newton steps on near-pure leaves swing the boosting), the folds' top
-# calibrated answers were 0.69, 0.007 and 0.62, and a 7-dB receive-power sag read 0.44, under the
-# 0.57 a drain needs, though every training sample with a sag of 0.5 dB or more was a failure's.
-# Weighted, every fold reaches 1.0. The other kinds' folds already reach 0.99-1.0; weighting them
-# too moved the thermal classifier until no validation setting met the threshold rule
-# (docs/prediction.md, "Tried on 2026-12-05"). The card's `calibration_folds` shows the symptom.
-BALANCED_CLASSES = frozenset({"optic_degradation"})
 # A classifier whose calibration folds' top answers differ by more than this says different things
 # for the same evidence depending on which third of the data it was fitted on.
 FOLD_DISAGREEMENT = 0.5

@@ -47,3 +47,22 @@ def test_a_record_caps_the_lead_of_a_precursor_that_began_before_it(ceiling: Mod
     assert ceiling.oracle_leads(0.0, interval, truth, 0.0) == pytest.approx([(4.0 * HOUR - first) / HOUR, 3.0])
     # shown only a third of the way up its ramp: 2 h of a 3-h ramp are left
     assert ceiling.oracle_leads(0.0, interval, truth, 1 / 3)[1] == pytest.approx(2.0)
+
+
+def test_the_share_of_its_ramp_a_fault_was_warned_at(ceiling: ModuleType) -> None:
+    """How far up its precursor a fault was first warned of, per kind: only faults whose precursor
+    began once the predictor could speak, warned of with 10 minutes of lead or more, by a warning
+    on their own part within the horizon."""
+    horizon = 12 * HOUR
+    truth = [
+        {**_fault("gpu_hbm_ecc", 2.0, 6.0), "root": "g0"},  # warned at 3 h: a quarter of its ramp
+        {**_fault("gpu_thermal", 2.0, 4.0), "root": "g1"},  # warned at 3.5 h: three quarters
+        {**_fault("gpu_thermal", 0.5, 4.0), "root": "g2"},  # began before the predictor could speak
+        {**_fault("optic_degradation", 2.0, 3.0), "root": "g3"},  # warned 5 min before: too late
+        {**_fault("rack_cooling", 2.0, 8.0), "root": "g4"},  # warned of on another part only
+        {"kind": "gpu_lost", "root": "g5", "onset": 3 * HOUR, "fault_id": "f"},  # no precursor
+    ]
+    said = [("g0", 4.0 * HOUR), ("g0", 3.0 * HOUR), ("g1", 3.5 * HOUR), ("g2", 2.0 * HOUR)]
+    said += [("g3", 3.0 * HOUR - 300.0), ("g9", 3.0 * HOUR), ("g5", 2.5 * HOUR)]
+    shares = ceiling.ramp_shares(said, truth, 1.0 * HOUR, horizon)
+    assert shares == {"gpu_hbm_ecc": [pytest.approx(0.25)], "gpu_thermal": [pytest.approx(0.75)]}
