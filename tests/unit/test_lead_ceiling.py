@@ -61,6 +61,7 @@ def test_the_share_of_its_ramp_a_fault_was_warned_at(ceiling: ModuleType) -> Non
         {**_fault("optic_degradation", 2.0, 3.0), "root": "g3"},  # warned 5 min before: too late
         {**_fault("rack_cooling", 2.0, 8.0), "root": "g4"},  # warned of on another part only
         {"kind": "gpu_lost", "root": "g5", "onset": 3 * HOUR, "fault_id": "f"},  # no precursor
+        {"kind": "gpu_lost", "root": "g5", "onset": 3 * HOUR, "precursor_start": None, "fault_id": "f"},
     ]
     said = [("g0", 4.0 * HOUR), ("g0", 3.0 * HOUR), ("g1", 3.5 * HOUR), ("g2", 2.0 * HOUR)]
     said += [("g3", 3.0 * HOUR - 300.0), ("g9", 3.0 * HOUR), ("g5", 2.5 * HOUR)]
