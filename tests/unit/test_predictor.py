@@ -152,10 +152,10 @@ def test_the_card_shows_what_each_calibration_fold_can_answer_at_most() -> None:
     dataset = Dataset()
     ticks, truth = generated_history(7, SMALL)
     collect(ticks, truth, dataset, every_s=600)
+    X, _, _ = dataset.arrays("gpu")
     extreme = np.random.default_rng(5).normal(0, 30, (400, len(FEATURES["gpu"])))
     for failure, classifier in model.models["gpu"].classifiers.items():
         cols = model.models["gpu"].columns[failure]
-        X, _, _ = dataset.arrays("gpu")
         tops = folds["top_answer"][failure]
         assert len(tops) == len(classifier.calibrated_classifiers_) == 3
         for fold, top in zip(classifier.calibrated_classifiers_, tops, strict=True):
