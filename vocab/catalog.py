@@ -99,6 +99,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
             Metric("DCGM_FI_DEV_GPU_TEMP", FLOAT, GAUGE, "°C", "GPU core temperature"),
             Metric("DCGM_FI_DEV_MEMORY_TEMP", FLOAT, GAUGE, "°C", "HBM temperature"),
             Metric("DCGM_FI_DEV_POWER_USAGE", FLOAT, GAUGE, "W", "board power draw"),
+            # the mean power over a scrape interval is its delta over the interval: what heated the
+            # die, where the power gauge is one second's average (a step's pause, a checkpoint's edge)
+            Metric("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", INT, COUNTER, "mJ", "energy since the driver loaded"),
             Metric("DCGM_FI_DEV_SM_CLOCK", INT, GAUGE, "MHz", "SM clock"),
             Metric("DCGM_FI_DEV_MEM_CLOCK", INT, GAUGE, "MHz", "memory clock"),
             Metric("DCGM_FI_DEV_GPU_UTIL", INT, GAUGE, "%", "GPU utilisation"),

@@ -30,7 +30,9 @@ MINUTE, HOUR = 60.0, 3600.0
 #    against its own past in that state; busy_now.
 # 4: a GPU's heat at its power against all its node-mates (heat_vs_node_*), in place of its
 #    temperature against its job-mates in the same state.
-FEATURE_VERSION = 4
+# 5: heat at the power the scrape interval burnt (the energy counter's delta), not the power
+#    gauge's one second, wherever the exporter counts energy.
+FEATURE_VERSION = 5
 # History the features need before a model may learn from them or speak on them: the fast
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
@@ -58,6 +60,17 @@ _IN_STATE = ("power_vs_node_10m",)
 # no node ever mixes states, all of a node's GPUs share one state and power, and the slope barely
 # moves their differences.)
 HEAT_SLOPE_PRIOR_C_PER_W = 0.039
+# The power a GPU's heat is read at: its mean over the scrape interval, the delta of NVML's energy
+# counter (mJ since the driver loaded; on in dcgm-exporter's default counters). The power gauge is
+# one second's average: the recorded H200 read 279 W at 100 % utilisation when that second caught a
+# step's pause, and a checkpoint's edge splits a second between 690 and 126 W. The die answers its
+# load within seconds (the recorded H200: 37 to 60 C in the ten seconds after training began), not
+# within a pause of under one: it stays at what the last seconds burnt. Read through the gauge, such
+# a sample is a GPU 16 degrees "warmer" than its mates at 0.039 C/W; it was the widest part of a
+# healthy GPU's heat spread on the validation histories at 4,096 GPUs (99.99th percentile of its
+# rise 1.86 C through the gauge, 0.69 C through the counter; docs/prediction.md). Where the
+# exporter does not count energy (a first scrape, an older exporter), the gauge is what there is.
+ENERGY_FIELD = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 HEAT_SLOPE_MIN_GAP_W = 200.0  # busy against idle: a checkpoint's wait (126 W) still counts as idle
 
 # Which entity kinds have models, and the features of each (names are part of the model card).
@@ -137,7 +150,7 @@ class _Kind:
 class PrecursorFeatures:
     def __init__(self) -> None:
         self.kinds = {k: _Kind() for k in FEATURES}
-        self._rates = {"gpu": CounterRates(2), "nic": CounterRates(1)}
+        self._rates = {"gpu": CounterRates(3), "nic": CounterRates(1)}
         self._nic_rows = EntityIndex()
         self._slope = Ewma(1 * HOUR)  # the fleet's degrees per watt (_heat_slope)
         # where an entity's trouble shows up in the detectors: an optic's on its NIC and port
@@ -201,7 +214,11 @@ class PrecursorFeatures:
         k = self.kinds["gpu"]
         rows = k.entities.add(frame.tag("gpu"))
         counters = np.column_stack(
-            [_col(frame, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"), _col(frame, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")]
+            [
+                _col(frame, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+                _col(frame, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+                _col(frame, ENERGY_FIELD),
+            ]
         )
         rate, _ = self._rates["gpu"].update(t, rows, counters)
         k.avg("sbe_per_h_30m", 30 * MINUTE).update(t, rows, rate[:, 0] * HOUR)
@@ -210,7 +227,8 @@ class PrecursorFeatures:
         temp, power = _col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")
         busy = _col(frame, BUSY_FIELD) >= BUSY_UTIL_PCT
         node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
-        heat = temp - self._heat_slope(t, node, temp, power, busy) * power
+        heating = np.where(np.isnan(rate[:, 2]), power, rate[:, 2] / 1000.0)  # mJ/s -> W
+        heat = temp - self._heat_slope(t, node, temp, heating, busy) * heating
         _, heat_median = robust_z(heat[:, None], node, min_size=2)
         heat_vs_node = heat - heat_median[:, 0]
         for name, tau in (

@@ -210,3 +210,62 @@ def test_a_psu_failure_lowers_its_nodes_power_limit() -> None:
     power, _, reasons, _, _ = a.T
     assert (power <= (330.0 - 120.0 * f.severity) * 1.01).all()
     assert ((reasons.astype(np.int64) & HW_POWER_BRAKE) > 0).all()
+
+
+def test_the_energy_counter_holds_the_power_the_interval_burnt_not_a_one_second_sample() -> None:
+    """NVML's total energy (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ) grows by what the GPU burnt
+    between scrapes, so its delta over the interval is the mean power, while the power gauge is
+    one second's average: a sample that catches a step's pause reads ~280 W on a GPU that burnt
+    690 W the whole interval. The counter never runs backwards and sits above zero from the start
+    (it counts from the driver's load, days before)."""
+    gen = Generation(GenConfig(realism="harsh", gpus=256, hours=2, interval=30, seed=4503, faults=""))
+    w = gen.workload
+    last: dict[int, float] = {}
+    dips = 0
+    for tick in gen.ticks():
+        now = tick.time_ns / 1e9
+        fr = next(f for f in tick.frames if f.measurement == "gpu")
+        rows = tick.rows["gpu"]
+        energy = fr.fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].values.astype(np.float64)
+        power = fr.fields["DCGM_FI_DEV_POWER_USAGE"].values.astype(np.float64)
+        util = fr.fields["DCGM_FI_DEV_GPU_UTIL"].values.astype(np.float64)
+        job = w.gpu_job(now)[rows]
+        working = (job >= 0) & ~np.append(w.in_checkpoint(now), False)[job] & (util >= 1.0)
+        before = np.array([last.get(g, np.nan) for g in rows.tolist()])
+        mean_w = (energy - before) / 30.0 / 1000.0
+        assert np.all(energy > 0)
+        assert not np.any(mean_w < 0)
+        # a step's pause in the 1-s sample of a GPU at its cap: the interval's mean holds the cap
+        dip = working & (power < 400.0) & ~np.isnan(mean_w) & (power < POWER_LIMIT_W)
+        dips += int(dip.sum())
+        assert np.all(mean_w[dip] > 550.0), mean_w[dip]
+        last.update(zip(rows.tolist(), energy.tolist(), strict=True))
+    assert dips > 0
+
+
+def test_the_die_settles_within_a_scrape_of_a_load_change_like_the_recording() -> None:
+    """The recorded H200 fell from 61 to 39 C within 8 s of its load stopping: scraped every 10 s,
+    a GPU whose job has just begun a checkpoint reads its idle temperature at once, not a cooling
+    curve over the next minute."""
+    gen = Generation(GenConfig(realism="typical", gpus=256, hours=2, interval=10, seed=4504, faults=""))
+    w = gen.workload
+    first: dict[int, float] = {}
+    steps: list[float] = []
+    for tick in gen.ticks():
+        now = tick.time_ns / 1e9
+        fr = next(f for f in tick.frames if f.measurement == "gpu")
+        rows = tick.rows["gpu"]
+        job = w.gpu_job(now)[rows]
+        ckpt = np.append(w.in_checkpoint(now), False)[job] & (job >= 0)
+        began = ckpt & ~np.append(w.in_checkpoint(now - 10.0), False)[job]
+        held = ckpt & np.append(w.in_checkpoint(now - 20.0), False)[job] & ~np.append(
+            w.in_checkpoint(now - 30.0), False
+        )[job]
+        temp = fr.fields["DCGM_FI_DEV_GPU_TEMP"].values.astype(np.float64)
+        for g, v in zip(rows[held].tolist(), temp[held].tolist(), strict=True):
+            if g in first:
+                steps.append(abs(v - first.pop(g)))
+        first.update(zip(rows[began].tolist(), temp[began].tolist(), strict=True))
+    assert len(steps) > 100
+    # from the first scrape in the checkpoint to the third: only the sensor's noise (0.3 C)
+    assert float(np.mean(steps)) < 1.0, np.mean(steps)

@@ -357,8 +357,11 @@ def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
     }
 
 
-def _gpu_frame(t: float, temp: list[float], util: list[float], power: list[float]) -> dict[str, Frame]:
-    """One node's eight GPUs as a stock dcgm-exporter sends them (no job tag)."""
+def _gpu_frame(
+    t: float, temp: list[float], util: list[float], power: list[float], energy_mj: list[float] | None = None
+) -> dict[str, Frame]:
+    """One node's eight GPUs as a stock dcgm-exporter sends them (no job tag; the energy counter
+    where given)."""
     from ingest.frames import Column
     from vocab.catalog import FieldType
 
@@ -370,6 +373,8 @@ def _gpu_frame(t: float, temp: list[float], util: list[float], power: list[float
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": Column.of(FieldType.FLOAT, [0.0] * n),
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Column.of(FieldType.FLOAT, [0.0] * n),
     }
+    if energy_mj is not None:
+        fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = Column.of(FieldType.FLOAT, energy_mj)
     gpus = np.array([f"n00000-gpu{i}" for i in range(n)], dtype=object)
     tags = {"gpu": gpus, "node": np.full(n, "n00000", dtype=object)}
     return {"gpu": Frame("gpu", np.full(n, int(t * 1e9), dtype=np.int64), tags, fields)}
@@ -398,6 +403,33 @@ def test_a_gpu_is_held_against_its_node_mates_at_its_power_whatever_state_they_a
     assert np.all(np.abs(level[:7]) < 1.0), level
     assert rise[7] > 5.0 and level[7] > 5.0
     assert np.all(X[:, FEATURES["gpu"].index("busy_now")] == 0.0)
+
+
+@pytest.mark.parametrize("counted", [True, False])
+def test_heat_is_read_at_the_power_the_interval_burnt_where_the_exporter_counts_energy(counted: bool) -> None:
+    """Eight GPUs at their cap (690 W, 60 C) for three hours; every fourth scrape, one GPU's
+    1-s power sample catches a step's pause (280 W) while it burns 690 W the whole interval, as
+    the recorded H200 does now and then. With the energy counter, that GPU's heat is read at the
+    690 W it burnt and it is not "warmer" than its mates; a stock exporter without the counter
+    leaves only the gauge, and the dips read as degrees of heat (what the counter is for)."""
+    features = PrecursorFeatures()
+    energy = np.full(8, 3.6e9)
+    t = 0.0
+    for k in range(180):
+        t += 60.0
+        energy += 690.0 * 60.0 * 1000.0
+        power = [690.0] * 8
+        if k % 4 == 1:  # (the first scrape has no delta yet: the gauge is all there is)
+            power[3] = 280.0
+        frame = _gpu_frame(t, [60.0] * 8, [99.0] * 8, power, energy.tolist() if counted else None)
+        features.update(t, frame)
+    _, X = features.matrix("gpu")
+    level = X[:, FEATURES["gpu"].index("heat_vs_node_3h")]
+    assert not np.isnan(level).any()
+    if counted:
+        assert np.all(np.abs(level) < 0.05), level
+    else:
+        assert level[3] > 2.0, level
 
 
 def test_the_heat_slope_is_the_sites_own_and_the_recorded_gpus_until_a_node_shows_it() -> None:

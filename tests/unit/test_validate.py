@@ -188,12 +188,12 @@ def test_fields_the_catalog_does_not_know_are_stored_and_counted() -> None:
 
     core = IngestCore()
     batch = core.process(
-        b"gpu,node=n1,gpu=n1-gpu0 DCGM_FI_DEV_GPU_TEMP=60,DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION=123i 1000000000\n"
+        b"gpu,node=n1,gpu=n1-gpu0 DCGM_FI_DEV_GPU_TEMP=60,DCGM_FI_DEV_ENC_UTIL=123i 1000000000\n"
         b"gpu,node=n1,gpu=n1-gpu1 DCGM_FI_DEV_GPU_TEMP=61 1000000000\n"
     )
     assert batch.deadletters == []
     frame = batch.frames["gpu"]
-    assert frame.fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].present.tolist() == [True, False]
+    assert frame.fields["DCGM_FI_DEV_ENC_UTIL"].present.tolist() == [True, False]
     assert core.stats.uncatalogued_values == 1
     assert core.stats.as_fields()["uncatalogued_values"] == 1
 
