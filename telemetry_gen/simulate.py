@@ -42,6 +42,11 @@ from vocab.catalog import DCGM_FP64_BLANK, DCGM_INT32_BLANK, MEASUREMENTS, Field
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: every run starts here, so runs are comparable
 IDLE_W, PEAK_W = 70.0, 700.0
+# What a generated history looks like, as a number: the default predictor is trained on generated
+# histories, so its fingerprint holds this (aiops/default_model.json's `generator_behaviour`,
+# checked equal by tests/unit/test_default_model_shipped.py). Bump it with any change to what the
+# generator emits. 2: an energy counter per GPU, and dies that settle within seconds.
+BEHAVIOUR_VERSION = 2
 THERMAL_R = 0.06  # °C per W, die over inlet: ~60 °C at full load, as H100s run
 # the die answers its load within seconds: the recorded H200 fell from 61 to 42 C in the second
 # after training stopped and to 39 C within 8 s, and rose from 37 to 60 C within 10 s of it

@@ -34,6 +34,15 @@ def test_the_shipped_default_model_is_the_one_this_version_trains() -> None:
     assert card_path(shipped_model_path()).is_file()
 
 
+def test_the_default_model_is_trained_on_what_the_generator_emits_now() -> None:
+    """The default model learns from generated histories: a change to what the generator emits is
+    a change to its training data, so it must change the model's fingerprint (and so make the
+    shipped model stale until it is trained again and evaluated)."""
+    from telemetry_gen.simulate import BEHAVIOUR_VERSION
+
+    assert DEFAULT_TRAINING["generator_behaviour"] == BEHAVIOUR_VERSION
+
+
 def test_a_first_run_copies_the_shipped_model_and_does_not_train(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
