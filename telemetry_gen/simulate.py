@@ -51,7 +51,7 @@ THERMAL_R = 0.06  # °C per W, die over inlet: ~60 °C at full load, as H100s ru
 # the die answers its load within seconds: the recorded H200 fell from 61 to 42 C in the second
 # after training stopped and to 39 C within 8 s, and rose from 37 to 60 C within 10 s of it
 # starting (datasets/real-gpu/h200/nvml-1s.csv); so at any scrape interval a sample sees a settled
-# die. (It was 45 s: a GPU scraped every 10 s read tens of degrees "warm" for a minute after each
+# die. (It was 45 s: a GPU scraped every 10 s read up to ten degrees "warm" for a minute after each
 # checkpoint began, which no real GPU does.)
 THERMAL_TAU_S = 2.0
 MISSING_SAMPLE_P = 2e-5  # per entity per tick
