@@ -258,9 +258,11 @@ def test_the_die_settles_within_a_scrape_of_a_load_change_like_the_recording() -
         job = w.gpu_job(now)[rows]
         ckpt = np.append(w.in_checkpoint(now), False)[job] & (job >= 0)
         began = ckpt & ~np.append(w.in_checkpoint(now - 10.0), False)[job]
-        held = ckpt & np.append(w.in_checkpoint(now - 20.0), False)[job] & ~np.append(
-            w.in_checkpoint(now - 30.0), False
-        )[job]
+        held = (
+            ckpt
+            & np.append(w.in_checkpoint(now - 20.0), False)[job]
+            & ~np.append(w.in_checkpoint(now - 30.0), False)[job]
+        )
         temp = fr.fields["DCGM_FI_DEV_GPU_TEMP"].values.astype(np.float64)
         for g, v in zip(rows[held].tolist(), temp[held].tolist(), strict=True):
             if g in first:
