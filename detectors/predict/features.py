@@ -32,7 +32,11 @@ MINUTE, HOUR = 60.0, 3600.0
 #    temperature against its job-mates in the same state.
 # 5: heat at the power the scrape interval burnt (the energy counter's delta), not the power
 #    gauge's one second, wherever the exporter counts energy.
-FEATURE_VERSION = 5
+# 6: (a candidate, not shipped: heat against the node's GPUs in the same state;
+#    docs/experiments/2026-12-06-same-state-heat.diff)
+# 7: a GPU's heat trend and 12-h rise are its change against its own past in its state (busy or
+#    idle), less the median of its node-mates' changes against theirs.
+FEATURE_VERSION = 7
 # History the features need before a model may learn from them or speak on them: the fast
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
@@ -188,14 +192,14 @@ class PrecursorFeatures:
             return self._in_state(name)
         derived = {
             "sbe_accel": ("sbe_per_h_30m", "sbe_per_h_3h"),
-            "heat_vs_node_trend": ("heat_vs_node_10m", "heat_vs_node_3h"),
-            "heat_vs_node_rise_12h": ("heat_vs_node_10m", "heat_vs_node_12h"),  # always a bit warm is no creep
             "rx_trend": ("rx_dbm_30m", "rx_dbm_3h"),
             "supply_trend": ("supply_vs_all_30m", "supply_vs_all_3h"),
         }
         if name in derived:
             fast, slow = derived[name]
             return k.get(fast) - k.get(slow)
+        if name in ("heat_vs_node_trend", "heat_vs_node_rise_12h"):
+            return k.get(f"{name}_now")
         if name == "rx_vs_own_12h":
             return k.get("rx_dbm_10m") - k.get("rx_dbm_12h")
         if name == "rx_vs_own_3h":
@@ -231,12 +235,24 @@ class PrecursorFeatures:
         heat = temp - self._heat_slope(t, node, temp, heating, busy) * heating
         _, heat_median = robust_z(heat[:, None], node, min_size=2)
         heat_vs_node = heat - heat_median[:, 0]
-        for name, tau in (
-            ("heat_vs_node_10m", 10 * MINUTE),
-            ("heat_vs_node_3h", 3 * HOUR),
-            ("heat_vs_node_12h", 12 * HOUR),
-        ):
+        for name, tau in (("heat_vs_node_10m", 10 * MINUTE), ("heat_vs_node_3h", 3 * HOUR)):
             k.avg(name, tau).update(t, rows, heat_vs_node)
+        # Its trend and rise: its heat's change against its own past in its state (busy or idle),
+        # less the median of its node-mates' changes against theirs. Each healthy mate's change is
+        # about zero whatever state or job it is in, so neither which mates share its state nor
+        # their own offsets move the reference, and a change the whole node shares (its inlet) is
+        # taken out. Why: as a level against the node's median (versions 4-5), a GPU "rose" by a
+        # degree whenever the median crossed between a node's busy and idle GPUs (busy and idle
+        # differ by 600 W, and a slope 0.003 C/W off a node's own puts them 2 degrees apart) or
+        # between mates whose own offsets differ; on the harsh validation histories that was most
+        # of the false thermal warnings (docs/prediction.md).
+        for feature, tau in (("heat_vs_node_trend", 3 * HOUR), ("heat_vs_node_rise_12h", 12 * HOUR)):
+            past = np.where(busy, k.get(f"heat_busy_{feature}")[rows], k.get(f"heat_idle_{feature}")[rows])
+            change = heat - past  # NaN until the GPU has a past in this state
+            _, mates = robust_z(change[:, None], node, min_size=2)
+            k.avg(f"{feature}_now", 10 * MINUTE).update(t, rows, change - mates[:, 0])
+            for state, on in (("busy", busy), ("idle", ~busy)):
+                k.avg(f"heat_{state}_{feature}", tau).update(t, rows, np.where(on, heat, np.nan))
         # power against mates in the same state: a busy GPU against the busy GPUs of its job on
         # its node, an idle GPU against the idle ones there (a 4-GPU job on an 8-GPU node leaves
         # four GPUs idle at a tenth of the power). Under a power cap (the recorded H200 holds

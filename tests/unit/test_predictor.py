@@ -360,10 +360,15 @@ def test_the_default_models_evaluation_is_for_the_model_trained_today() -> None:
 
 
 def _gpu_frame(
-    t: float, temp: list[float], util: list[float], power: list[float], energy_mj: list[float] | None = None
+    t: float,
+    temp: list[float],
+    util: list[float],
+    power: list[float],
+    energy_mj: list[float] | None = None,
+    nodes: int = 1,
 ) -> dict[str, Frame]:
-    """One node's eight GPUs as a stock dcgm-exporter sends them (no job tag; the energy counter
-    where given)."""
+    """`nodes` nodes' GPUs (eight each, in order) as a stock dcgm-exporter sends them (no job tag;
+    the energy counter where given)."""
     from ingest.frames import Column
     from vocab.catalog import FieldType
 
@@ -377,8 +382,10 @@ def _gpu_frame(
     }
     if energy_mj is not None:
         fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = Column.of(FieldType.FLOAT, energy_mj)
-    gpus = np.array([f"n00000-gpu{i}" for i in range(n)], dtype=object)
-    tags = {"gpu": gpus, "node": np.full(n, "n00000", dtype=object)}
+    per_node = n // nodes
+    node = np.array([f"n{i // per_node:05d}" for i in range(n)], dtype=object)
+    gpus = np.array([f"{node[i]}-gpu{i % per_node}" for i in range(n)], dtype=object)
+    tags = {"gpu": gpus, "node": node}
     return {"gpu": Frame("gpu", np.full(n, int(t * 1e9), dtype=np.int64), tags, fields)}
 
 
@@ -405,6 +412,41 @@ def test_a_gpu_is_held_against_its_node_mates_at_its_power_whatever_state_they_a
     assert np.all(np.abs(level[:7]) < 1.0), level
     assert rise[7] > 5.0 and level[7] > 5.0
     assert np.all(X[:, FEATURES["gpu"].index("busy_now")] == 0.0)
+
+
+def test_a_gpus_heat_has_not_risen_when_its_mates_change_state_whatever_their_offsets() -> None:
+    """A node whose eight GPUs run up to 3 degrees apart (manufacturing), under a site slope a little
+    off its own (0.057 C/W against 0.065 on the two other nodes: the median over nodes), four busy
+    and four idle for six hours; then one busy GPU goes idle, then all do, then all are busy again.
+    Held as a level against the node's median, the GPUs "rose" a degree each time the median
+    crossed between the busy and the idle ones or between mates of other offsets (harsh validation
+    histories 2011, 2013, 2103: most false thermal warnings). Against their own past in their state,
+    less their mates' changes, nobody rises; one GPU that then creeps 3 degrees does."""
+    offsets = [1.5, -1.2, 0.3, 2.0, -0.8, 0.0, -1.5, 0.9]
+
+    def node(slope: float, busy: int, offset: list[float]) -> tuple[list[float], list[float], list[float]]:
+        powers = [690.0] * busy + [81.0] * (8 - busy)
+        temps = [30.0 + slope * p + o for p, o in zip(powers, offset, strict=True)]
+        return temps, [99.0] * busy + [0.0] * (8 - busy), powers
+
+    def rises(features: PrecursorFeatures) -> FloatArray:
+        _, X = features.matrix("gpu")
+        cols = [FEATURES["gpu"].index(n) for n in ("heat_vs_node_trend", "heat_vs_node_rise_12h")]
+        return X[:8][:, cols]
+
+    features = PrecursorFeatures()
+    t = 0.0
+    for hours, busy, creep in ((6.0, 4, 0.0), (1.0, 3, 0.0), (1.0, 0, 0.0), (1.0, 8, 0.0), (1.0, 8, 3.0)):
+        for _ in range(int(hours * 60)):
+            t += 60.0
+            first = node(0.057, busy, [o + (creep if i == 1 else 0.0) for i, o in enumerate(offsets)])
+            parts = [first, node(0.065, 4, [0.0] * 8), node(0.065, 4, [0.0] * 8)]
+            temp, util, power = (sum((part[i] for part in parts), []) for i in range(3))
+            features.update(t, _gpu_frame(t, temp, util, power, nodes=3))
+        if not creep:
+            assert np.all(np.abs(rises(features)) < 0.3), (hours, busy, rises(features))
+    crept = rises(features)  # an hour into it: most of it against 12 h, part of it against 3 h
+    assert crept[1, 1] > 2.0 and crept[1, 0] > 1.0 and np.all(np.abs(np.delete(crept, 1, axis=0)) < 0.6), crept
 
 
 @pytest.mark.parametrize("counted", [True, False])
