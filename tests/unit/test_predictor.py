@@ -441,7 +441,7 @@ def test_a_gpus_heat_has_not_risen_when_its_mates_change_state_whatever_their_of
             t += 60.0
             first = node(0.057, busy, [o + (creep if i == 1 else 0.0) for i, o in enumerate(offsets)])
             parts = [first, node(0.065, 4, [0.0] * 8), node(0.065, 4, [0.0] * 8)]
-            temp, util, power = (sum((part[i] for part in parts), []) for i in range(3))
+            temp, util, power = ([x for part in parts for x in part[i]] for i in range(3))
             features.update(t, _gpu_frame(t, temp, util, power, nodes=3))
         if not creep:
             assert np.all(np.abs(rises(features)) < 0.3), (hours, busy, rises(features))
