@@ -249,10 +249,10 @@ class PrecursorFeatures:
         for feature, tau in (("heat_vs_node_trend", 3 * HOUR), ("heat_vs_node_rise_12h", 12 * HOUR)):
             past = np.where(busy, k.get(f"heat_busy_{feature}")[rows], k.get(f"heat_idle_{feature}")[rows])
             change = heat - past  # NaN until the GPU has a past in this state
-            _, mates = robust_z(change[:, None], node, min_size=2)
-            k.avg(f"{feature}_now", 10 * MINUTE).update(t, rows, change - mates[:, 0])
-            for state, on in (("busy", busy), ("idle", ~busy)):
-                k.avg(f"heat_{state}_{feature}", tau).update(t, rows, np.where(on, heat, np.nan))
+            _, mates_change = robust_z(change[:, None], node, min_size=2)
+            k.avg(f"{feature}_now", 10 * MINUTE).update(t, rows, change - mates_change[:, 0])
+            for which, on in (("busy", busy), ("idle", ~busy)):
+                k.avg(f"heat_{which}_{feature}", tau).update(t, rows, np.where(on, heat, np.nan))
         # power against mates in the same state: a busy GPU against the busy GPUs of its job on
         # its node, an idle GPU against the idle ones there (a 4-GPU job on an 8-GPU node leaves
         # four GPUs idle at a tenth of the power). Under a power cap (the recorded H200 holds
