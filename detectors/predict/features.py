@@ -36,7 +36,10 @@ MINUTE, HOUR = 60.0, 3600.0
 #    docs/experiments/2026-12-06-same-state-heat.diff)
 # 7: a GPU's heat trend and 12-h rise are its change against its own past in its state (busy or
 #    idle), less the median of its node-mates' changes against theirs.
-FEATURE_VERSION = 7
+# 8: heat is read above the node's own inlet (its BMC's inlet temperature), and the site's degrees
+#    per watt from busy against idle GPUs across the whole fleet, wherever nodes read their inlet;
+#    a GPU's past in its state is read at today's slope.
+FEATURE_VERSION = 8
 # History the features need before a model may learn from them or speak on them: the fast
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
@@ -49,20 +52,25 @@ BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
 BUSY_UTIL_PCT = 1.0
 # the GPU features read in the GPU's current state (busy or idle), from per-state averages
 _IN_STATE = ("power_vs_node_10m",)
-# A GPU's heat at its power: its temperature less what its power explains (slope x power; a die
-# sits above its coolant by a thermal resistance times the power it burns), against the median of
-# its node's GPUs, all of them, busy or idle, in any job. Why: against its job-mates in the same
-# state, as before, the reference changed whenever a job ended or another began on the node (jobs
-# that hold part of a node), and a GPU that had run 2 degrees above one set of mates ran 4 above
-# the next: its own history "rose" without any change in the GPU (validation history 2103: five
-# of six false thermal warnings). The node's GPUs share its inlet air or coolant, and all eight are
-# there in every tick. The slope is measured where it matters and nothing else differs: on nodes
-# that hold busy and idle GPUs at once (one inlet, one chassis), the mean busy temperature less the
-# mean idle one over their powers, the median over such nodes, averaged over an hour; cooling
-# differs by site, so it is the site's own. Until a node has shown it, the recorded H200's: 36 C
-# idle at 80 W, 60 C training at 690 W (datasets/real-gpu/h200/nvml-1s.csv), 0.039 C/W. (Where
-# no node ever mixes states, all of a node's GPUs share one state and power, and the slope barely
-# moves their differences.)
+# A GPU's heat at its power: its temperature above its node's inlet, less what its power explains
+# (slope x power; a die sits above its coolant by a thermal resistance times the power it burns),
+# against the median of its node's GPUs, all of them, busy or idle, in any job. Why against the
+# node: against its job-mates in the same state, as before, the reference changed whenever a job
+# ended or another began on the node (jobs that hold part of a node), and a GPU that had run 2
+# degrees above one set of mates ran 4 above the next (validation history 2103: five of six false
+# thermal warnings). The node's GPUs share its inlet air or coolant, and all eight are there in
+# every tick. Why above the inlet: a GPU's rise is read against its own past in its state, and a
+# GPU idle for hours has a busy past from when the room was cooler or warmer (a day's swing of the
+# inlet is a few degrees, half a degree an hour at its steepest); above the inlet, that past is
+# the GPU's own, not the room's (training histories 1005: four GPUs of a node "rose" 1.7 degrees
+# against their four busy mates when their job reached them, at 2 h, on a warming morning).
+# The slope is the site's own (cooling differs by site): GPUs busy against GPUs idle, the median
+# heat above the inlet of each less the other over the median powers, across the whole fleet
+# wherever nodes read their inlet (a 10,000-GPU fleet has both at every tick, whole-node jobs or
+# not; GPUs' own offsets are spread 1.5 degrees and cancel in the medians), averaged over an hour.
+# Where no node reads its inlet, the nodes that hold busy and idle GPUs at once (one inlet, one
+# chassis), as version 7 did. Until either has shown it, the recorded H200's: 36 C idle at 80 W,
+# 60 C training at 690 W (datasets/real-gpu/h200/nvml-1s.csv), 0.039 C/W.
 HEAT_SLOPE_PRIOR_C_PER_W = 0.039
 # The power a GPU's heat is read at: its mean over the scrape interval, the delta of NVML's energy
 # counter (mJ since the driver loaded; on in dcgm-exporter's default counters). The power gauge is
@@ -76,6 +84,9 @@ HEAT_SLOPE_PRIOR_C_PER_W = 0.039
 # exporter does not count energy (a first scrape, an older exporter), the gauge is what there is.
 ENERGY_FIELD = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 HEAT_SLOPE_MIN_GAP_W = 200.0  # busy against idle: a checkpoint's wait (126 W) still counts as idle
+# GPUs in each state before the fleet's busy and idle medians read a slope (a node's eight at least)
+HEAT_SLOPE_MIN_GPUS = 8
+INLET_FIELD = "inlet_temp_c"  # the node's, from its BMC (vocab/catalog.py)
 
 # Which entity kinds have models, and the features of each (names are part of the model card).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -156,6 +167,10 @@ class PrecursorFeatures:
         self.kinds = {k: _Kind() for k in FEATURES}
         self._rates = {"gpu": CounterRates(3), "nic": CounterRates(1)}
         self._nic_rows = EntityIndex()
+        # each node's last inlet reading: a BMC is scraped apart from the GPUs, and a tick that
+        # misses it reads the one before, not no inlet at all (a GPU's heat would jump by 25 C)
+        self._node_rows = EntityIndex()
+        self._node_inlet = np.zeros(0)
         self._slope = Ewma(1 * HOUR)  # the fleet's degrees per watt (_heat_slope)
         # where an entity's trouble shows up in the detectors: an optic's on its NIC and port
         self.related: dict[str, str] = {}
@@ -173,6 +188,8 @@ class PrecursorFeatures:
         if cohorts is None:
             cohorts = CohortSummary()
             self.summarise(frames, cohorts)
+        if "node" in frames:
+            self._inlets(frames["node"])
         if "gpu" in frames:
             self._gpu(t, frames["gpu"])
         if "optic" in frames:
@@ -232,7 +249,11 @@ class PrecursorFeatures:
         busy = _col(frame, BUSY_FIELD) >= BUSY_UTIL_PCT
         node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
         heating = np.where(np.isnan(rate[:, 2]), power, rate[:, 2] / 1000.0)  # mJ/s -> W
-        heat = temp - self._heat_slope(t, node, temp, heating, busy) * heating
+        inlet = self._inlet_of(frame.tag("node"))
+        above_inlet = temp - inlet  # NaN where the node reads no inlet: there, its temperature
+        base = np.where(np.isnan(inlet), temp, above_inlet)
+        slope = self._heat_slope(t, node, above_inlet, base, heating, busy)
+        heat = base - slope * heating
         _, heat_median = robust_z(heat[:, None], node, min_size=2)
         heat_vs_node = heat - heat_median[:, 0]
         for name, tau in (("heat_vs_node_10m", 10 * MINUTE), ("heat_vs_node_3h", 3 * HOUR)):
@@ -246,13 +267,22 @@ class PrecursorFeatures:
         # differ by 600 W, and a slope 0.003 C/W off a node's own puts them 2 degrees apart) or
         # between mates whose own offsets differ; on the harsh validation histories that was most
         # of the false thermal warnings (docs/prediction.md).
+        # The past is kept as its temperature (above the inlet) and its power apart, and read at
+        # today's slope: a heat averaged at the slope of its day would carry every change of the
+        # site's slope into the GPU's change (a record's first minutes, before any GPU was idle,
+        # read at the recorded H200's 0.039 where the site runs 0.06, left a busy past 14 degrees
+        # "hotter"; validation history 2005, `n00005`: two idle GPUs "rose" 2 degrees when six
+        # mates came back to work three hours later).
         for feature, tau in (("heat_vs_node_trend", 3 * HOUR), ("heat_vs_node_rise_12h", 12 * HOUR)):
-            past = np.where(busy, k.get(f"heat_busy_{feature}")[rows], k.get(f"heat_idle_{feature}")[rows])
-            change = heat - past  # NaN until the GPU has a past in this state
+            past_base = np.where(busy, k.get(f"base_busy_{feature}")[rows], k.get(f"base_idle_{feature}")[rows])
+            past_power = np.where(busy, k.get(f"power_busy_{feature}")[rows], k.get(f"power_idle_{feature}")[rows])
+            change = (base - past_base) - slope * (heating - past_power)  # NaN until it has a past in this state
             _, mates_change = robust_z(change[:, None], node, min_size=2)
             k.avg(f"{feature}_now", 10 * MINUTE).update(t, rows, change - mates_change[:, 0])
-            for which, on in (("busy", busy), ("idle", ~busy)):
-                k.avg(f"heat_{which}_{feature}", tau).update(t, rows, np.where(on, heat, np.nan))
+            read = ~np.isnan(base) & ~np.isnan(heating)
+            for which, on in (("busy", busy & read), ("idle", ~busy & read)):
+                k.avg(f"base_{which}_{feature}", tau).update(t, rows, np.where(on, base, np.nan))
+                k.avg(f"power_{which}_{feature}", tau).update(t, rows, np.where(on, heating, np.nan))
         # power against mates in the same state: a busy GPU against the busy GPUs of its job on
         # its node, an idle GPU against the idle ones there (a 4-GPU job on an 8-GPU node leaves
         # four GPUs idle at a tenth of the power). Under a power cap (the recorded H200 holds
@@ -272,11 +302,55 @@ class PrecursorFeatures:
         for name, on in (("busy", busy), ("idle", ~busy)):  # a busy sample updates the busy average only
             k.avg(f"power_vs_node_{name}_10m", 10 * MINUTE).update(t, rows, np.where(on, power_vs_mates, np.nan))
 
+    def _inlets(self, frame: Frame) -> None:
+        rows = self._node_rows.add(frame.tag("node"))
+        self._node_inlet = grow(self._node_inlet, len(self._node_rows), np.nan)
+        inlet = _col(frame, INLET_FIELD)
+        seen = ~np.isnan(inlet)
+        self._node_inlet[rows[seen]] = inlet[seen]
+
+    def _inlet_of(self, nodes: NDArray[np.object_]) -> FloatArray:
+        """Each GPU's node's inlet, NaN where its node has never read one."""
+        rows = self._node_rows.lookup(nodes)
+        known = np.full(len(nodes), np.nan)
+        if len(self._node_inlet):
+            found = rows >= 0
+            known[found] = self._node_inlet[rows[found]]
+        return known
+
     def _heat_slope(
-        self, t: float, node: NDArray[np.int64], temp: FloatArray, power: FloatArray, busy: NDArray[np.bool_]
+        self,
+        t: float,
+        node: NDArray[np.int64],
+        above_inlet: FloatArray,
+        base: FloatArray,
+        power: FloatArray,
+        busy: NDArray[np.bool_],
     ) -> float:
-        """Degrees per watt: the median over nodes with busy and idle GPUs of (mean busy
-        temperature - mean idle one) / (mean busy power - mean idle one), averaged over an hour."""
+        """Degrees per watt: the fleet's busy GPUs against its idle ones, (median heat above the
+        inlet - the idle one) / (median power - the idle one), where nodes read their inlet; else
+        the median over nodes with busy and idle GPUs of the same within the node (temperatures,
+        one inlet); averaged over an hour. `above_inlet`: temperature less the node's inlet, NaN
+        where the node reads none; `base`: the same, or the temperature where it is NaN."""
+        has_power = ~np.isnan(power)
+        fleet = ~np.isnan(above_inlet) & has_power
+        on, off = fleet & busy, fleet & ~busy
+        estimate = math.nan
+        if on.sum() >= HEAT_SLOPE_MIN_GPUS and off.sum() >= HEAT_SLOPE_MIN_GPUS:
+            gap = float(np.median(power[on]) - np.median(power[off]))
+            if gap >= HEAT_SLOPE_MIN_GAP_W:
+                estimate = float(np.median(above_inlet[on]) - np.median(above_inlet[off])) / gap
+        if math.isnan(estimate):
+            estimate = self._slope_within_nodes(node, base, power, busy)
+        self._slope.update(t, np.zeros(1, dtype=np.int64), np.array([estimate]))
+        return self.heat_slope
+
+    @staticmethod
+    def _slope_within_nodes(
+        node: NDArray[np.int64], temp: FloatArray, power: FloatArray, busy: NDArray[np.bool_]
+    ) -> float:
+        """The median over nodes with busy and idle GPUs of (mean busy temperature - mean idle
+        one) / (mean busy power - mean idle one): one inlet, so no inlet reading is needed."""
         seen = ~np.isnan(temp) & ~np.isnan(power)
         nodes = int(node.max()) + 1 if len(node) else 0
 
@@ -287,9 +361,7 @@ class PrecursorFeatures:
         (busy_temp, busy_n), (idle_temp, idle_n) = mean(seen & busy, temp), mean(seen & ~busy, temp)
         gap = mean(seen & busy, power)[0] - mean(seen & ~busy, power)[0]
         mixed = (busy_n > 0) & (idle_n > 0) & (gap >= HEAT_SLOPE_MIN_GAP_W)
-        estimate = float(np.median((busy_temp - idle_temp)[mixed] / gap[mixed])) if mixed.any() else math.nan
-        self._slope.update(t, np.zeros(1, dtype=np.int64), np.array([estimate]))
-        return self.heat_slope
+        return float(np.median((busy_temp - idle_temp)[mixed] / gap[mixed])) if mixed.any() else math.nan
 
     @property
     def heat_slope(self) -> float:

@@ -131,6 +131,32 @@ def evidence_columns(kind: str) -> dict[str, list[int]]:
     return out
 
 
+# The features the trees read on a fixed grid of degrees, not on the training data's quantiles.
+# Gradient-boosted trees bin each feature into at most 255 bins at its quantiles; a healthy GPU's
+# heat rise sits within 0.3 C of zero 99.99 % of the time (feature version 8, training
+# histories), so every bin but the last lay between -0.3 and +0.2 C and the last held everything
+# above: the thermal classifier could not tell a 0.3 C rise from a 3 C one and warned on the
+# GPU's level against its mates alone, which a GPU's own offset (1.5 C spread) hides. On a grid
+# of 0.1 C from -12 to +12 (241 values, under the 255 bins, so each value is its own bin) the
+# trees see the whole ramp. 0.1 C is a third of a temperature reading's own noise.
+HEAT_GRID_C, HEAT_GRID_LIMIT_C = 0.1, 12.0
+ON_HEAT_GRID: dict[str, tuple[str, ...]] = {
+    "gpu": ("heat_vs_node_10m", "heat_vs_node_3h", "heat_vs_node_trend", "heat_vs_node_rise_12h"),
+}
+
+
+def on_grid(kind: str, X: FloatArray) -> FloatArray:
+    """`X` with the features of ON_HEAT_GRID rounded to HEAT_GRID_C and held within the limit
+    (NaN stays NaN: missing is missing)."""
+    names = ON_HEAT_GRID.get(kind, ())
+    if not names or not len(X):
+        return X
+    cols = [FEATURES[kind].index(n) for n in names]
+    out = X.copy()
+    out[:, cols] = np.clip(np.round(X[:, cols] / HEAT_GRID_C) * HEAT_GRID_C, -HEAT_GRID_LIMIT_C, HEAT_GRID_LIMIT_C)
+    return out
+
+
 @dataclass
 class KindModel:
     classifiers: dict[str, Any]  # failure kind -> fitted calibrated binary classifier
@@ -163,6 +189,7 @@ class Predictor:
             return np.zeros(len(X)), np.full(len(X), NONE, dtype=object), np.full(len(X), np.nan)
         # the most likely kind, at its own probability (not the sum over kinds: a warning of an
         # HBM failure rests on memory-error evidence alone)
+        X = on_grid(kind, X)
         per_kind = model.probabilities(X)
         p_fail = per_kind.max(axis=1)
         which = np.asarray(list(model.classifiers), dtype=object)[np.argmax(per_kind, axis=1)]
@@ -200,7 +227,7 @@ def _weighted() -> str:
 # another model, even from the same data.
 MODEL_DESCRIPTION = (
     "per failure kind, a binary HistGradientBoostingClassifier (200 iterations, 15 leaves) on the kind's "
-    f"evidence features{_weighted()}, calibrated with isotonic 3-fold CV; "
+    f"evidence features{_weighted()}, heat features on a {HEAT_GRID_C:g} C grid, calibrated with isotonic 3-fold CV; "
     "HistGradientBoostingRegressor for log time to onset"
 )
 
@@ -223,6 +250,7 @@ def _train(dataset: Dataset, horizon: float, seed: int, sources: list[str] | Non
     fold_tops: dict[str, list[float]] = {}
     for kind in FEATURES:
         X, y, ttf = dataset.arrays(kind)
+        X = on_grid(kind, X)
         classifiers, columns = {}, {}
         for failure, cols in evidence_columns(kind).items():
             positive_samples = int(np.sum(y == failure))

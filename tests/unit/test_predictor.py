@@ -366,9 +366,10 @@ def _gpu_frame(
     power: list[float],
     energy_mj: list[float] | None = None,
     nodes: int = 1,
+    inlet: list[float] | None = None,
 ) -> dict[str, Frame]:
     """`nodes` nodes' GPUs (eight each, in order) as a stock dcgm-exporter sends them (no job tag;
-    the energy counter where given)."""
+    the energy counter where given), and each node's inlet temperature from its BMC where given."""
     from ingest.frames import Column
     from vocab.catalog import FieldType
 
@@ -386,7 +387,16 @@ def _gpu_frame(
     node = np.array([f"n{i // per_node:05d}" for i in range(n)], dtype=object)
     gpus = np.array([f"{node[i]}-gpu{i % per_node}" for i in range(n)], dtype=object)
     tags = {"gpu": gpus, "node": node}
-    return {"gpu": Frame("gpu", np.full(n, int(t * 1e9), dtype=np.int64), tags, fields)}
+    frames = {"gpu": Frame("gpu", np.full(n, int(t * 1e9), dtype=np.int64), tags, fields)}
+    if inlet is not None:
+        names = np.array([f"n{i:05d}" for i in range(nodes)], dtype=object)
+        frames["node"] = Frame(
+            "node",
+            np.full(nodes, int(t * 1e9), dtype=np.int64),
+            {"node": names},
+            {"inlet_temp_c": Column.of(FieldType.FLOAT, inlet)},
+        )
+    return frames
 
 
 def test_a_gpu_is_held_against_its_node_mates_at_its_power_whatever_state_they_are_in() -> None:
@@ -448,6 +458,87 @@ def test_a_gpus_heat_has_not_risen_when_its_mates_change_state_whatever_their_of
             assert np.all(np.abs(rises(features)) < 0.3), (hours, busy, rises(features))
     crept = rises(features)  # an hour into it: most of it against 12 h, part of it against 3 h
     assert crept[1, 1] > 2.0 and crept[1, 0] > 1.0 and np.all(np.abs(np.delete(crept, 1, axis=0)) < 0.6), crept
+
+
+@pytest.mark.parametrize("inlet_read", [True, False])
+def test_a_gpu_has_not_risen_when_its_racks_air_gets_hot_whatever_state_its_mates_are_in(inlet_read: bool) -> None:
+    """A node's eight GPUs busy for six hours at 22 C air; then the rack's cooling falters and its
+    air is 37 C for an hour (training history 1005: its rack's inlet went from 23 to 37 C) while
+    four of them wait idle. Each GPU's change is read against its own past in its state: the busy
+    four against a busy past at 22 C, the idle four against an idle past that began in the hot
+    air, so the node's median change falls between them. Read above the node's inlet (its BMC's),
+    nobody rises; from the temperature alone (a site whose BMCs are not scraped, and version 7)
+    the busy four "rose" 5 degrees, as a thermal creep would."""
+    slope, offsets = 0.06, [1.5, -1.2, 0.3, 2.0, -0.8, 0.0, -1.5, 0.9]
+
+    def node(air: float, busy: int, offset: list[float]) -> tuple[list[float], list[float], list[float]]:
+        powers = [690.0] * busy + [81.0] * (8 - busy)
+        temps = [air + 8.0 + slope * p + o for p, o in zip(powers, offset, strict=True)]
+        return temps, [99.0] * busy + [0.0] * (8 - busy), powers
+
+    features = PrecursorFeatures()
+    t, hour = 0.0, 60
+    for k in range(7 * hour):
+        t += 60.0
+        air, busy = (22.0, 8) if k < 6 * hour else (37.0, 4)
+        # two more nodes, half busy throughout: the site's slope is known from the first tick
+        parts = [node(air, busy, offsets), node(air, 4, [0.0] * 8), node(air, 4, [0.0] * 8)]
+        temp, util, power = ([x for part in parts for x in part[i]] for i in range(3))
+        features.update(t, _gpu_frame(t, temp, util, power, nodes=3, inlet=[air] * 3 if inlet_read else None))
+    _, X = features.matrix("gpu")
+    rise = X[:8, [FEATURES["gpu"].index(n) for n in ("heat_vs_node_trend", "heat_vs_node_rise_12h")]]
+    if inlet_read:
+        assert np.all(np.abs(rise) < 0.3), rise
+    else:
+        assert np.all(rise[:4] > 2.0), rise
+
+
+def test_the_heat_slope_is_read_across_the_fleet_where_nodes_read_their_inlet() -> None:
+    """Whole-node jobs: no node ever holds busy and idle GPUs at once, so version 7 read every
+    whole-node site with the recorded H200's 0.039. Above each node's own inlet (three nodes, three
+    inlets, GPUs 1.5 degrees apart), busy GPUs against idle ones across the fleet give the site's
+    0.06."""
+    from detectors.predict.features import HEAT_SLOPE_PRIOR_C_PER_W
+
+    offsets = [1.5, -1.2, 0.3, 2.0, -0.8, 0.0, -1.5, 0.9] * 3
+    inlets = [20.0, 24.0, 22.0]
+    powers = [690.0] * 16 + [81.0] * 8  # two busy nodes, one idle
+    temps = [inlets[i // 8] + 0.06 * p + o for i, (p, o) in enumerate(zip(powers, offsets, strict=True))]
+    util = [99.0] * 16 + [0.0] * 8
+    features = PrecursorFeatures()
+    features.update(60.0, _gpu_frame(60.0, temps, util, powers, nodes=3))
+    assert features.heat_slope == HEAT_SLOPE_PRIOR_C_PER_W  # no inlet, no node with both states
+    for i in range(2, 120):
+        features.update(60.0 * i, _gpu_frame(60.0 * i, temps, util, powers, nodes=3, inlet=inlets))
+    assert abs(features.heat_slope - 0.06) < 0.003
+
+
+def test_a_gpus_past_is_read_at_the_sites_slope_as_it_is_now() -> None:
+    """A record begins with every GPU busy, so the site's slope is not known yet and the recorded
+    H200's 0.039 C/W stands for twenty minutes where the site runs 0.06; then one node of three
+    waits idle for two hours (the fleet shows its slope), and six of its GPUs go back to work
+    while two wait on. Read at the slope of their day, the six busy pasts would hold twenty minutes
+    14 degrees "hotter" and the two idle GPUs "rise" 2 degrees against them (validation history
+    2005, `n00005`); read at today's slope, nobody rises."""
+    offsets = [1.5, -1.2, 0.3, 2.0, -0.8, 0.0, -1.5, 0.9]
+    inlets = [20.0, 24.0, 22.0]
+
+    def tick(t: float, busy_first: int) -> dict[str, Frame]:
+        busy = [busy_first, 8, 8]
+        powers = [690.0 if g < b else 81.0 for b in busy for g in range(8)]
+        temps = [inlets[i // 8] + 0.06 * p + offsets[i % 8] for i, p in enumerate(powers)]
+        util = [99.0 if p > 100 else 0.0 for p in powers]
+        return _gpu_frame(t, temps, util, powers, nodes=3, inlet=inlets)
+
+    features = PrecursorFeatures()
+    t = 0.0
+    for minutes, busy_first in ((20, 8), (120, 0), (30, 6)):
+        for _ in range(minutes):
+            t += 60.0
+            features.update(t, tick(t, busy_first))
+    _, X = features.matrix("gpu")
+    rise = X[:8, [FEATURES["gpu"].index(n) for n in ("heat_vs_node_trend", "heat_vs_node_rise_12h")]]
+    assert np.all(np.abs(rise) < 0.3), rise
 
 
 @pytest.mark.parametrize("counted", [True, False])
