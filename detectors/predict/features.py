@@ -38,7 +38,7 @@ MINUTE, HOUR = 60.0, 3600.0
 #    idle), less the median of its node-mates' changes against theirs.
 # 8: heat is read above the node's own inlet (its BMC's inlet temperature), and the site's degrees
 #    per watt from busy against idle GPUs across the whole fleet, wherever nodes read their inlet;
-#    a GPU's past in its state is read at today's slope.
+#    a GPU's past in its state is read at today's slope, from samples that held their state.
 FEATURE_VERSION = 8
 # History the features need before a model may learn from them or speak on them: the fast
 # averages (10-30 min) have settled and the slow ones hold a few of their own time constants' worth
@@ -241,6 +241,7 @@ class PrecursorFeatures:
                 _col(frame, ENERGY_FIELD),
             ]
         )
+        energy_read_at = _last_time(self._rates["gpu"], rows, 2)  # before this tick's read
         rate, _ = self._rates["gpu"].update(t, rows, counters)
         k.avg("sbe_per_h_30m", 30 * MINUTE).update(t, rows, rate[:, 0] * HOUR)
         k.avg("sbe_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 0] * HOUR)
@@ -273,13 +274,25 @@ class PrecursorFeatures:
         # read at the recorded H200's 0.039 where the site runs 0.06, left a busy past 14 degrees
         # "hotter"; validation history 2005, `n00005`: two idle GPUs "rose" 2 degrees when six
         # mates came back to work three hours later).
+        # Only a sample whose GPU held its state since the one before is read or kept: the power
+        # is the interval's mean and the temperature the moment's, so a sample that caught a job
+        # starting or a checkpoint's wait pairs an idle die with a busy interval's watts (harsh
+        # validation history 2109, `n00311-gpu1`: its idle past was one such sample, and it "rose"
+        # 2.8 degrees when its node next went idle).
+        # (And only where the power is that one interval's: a counter not read in the sample before
+        # spans both states.)
+        before = k.get("busy_now")[rows]
+        seen_at = _seen_at(k, rows)
+        one_interval = np.isnan(counters[:, 2]) | np.isnan(energy_read_at) | (energy_read_at == seen_at)
+        held = ~np.isnan(before) & ((before >= 0.5) == busy) & one_interval
         for feature, tau in (("heat_vs_node_trend", 3 * HOUR), ("heat_vs_node_rise_12h", 12 * HOUR)):
             past_base = np.where(busy, k.get(f"base_busy_{feature}")[rows], k.get(f"base_idle_{feature}")[rows])
             past_power = np.where(busy, k.get(f"power_busy_{feature}")[rows], k.get(f"power_idle_{feature}")[rows])
             change = (base - past_base) - slope * (heating - past_power)  # NaN until it has a past in this state
+            change[~held] = np.nan
             _, mates_change = robust_z(change[:, None], node, min_size=2)
             k.avg(f"{feature}_now", 10 * MINUTE).update(t, rows, change - mates_change[:, 0])
-            read = ~np.isnan(base) & ~np.isnan(heating)
+            read = held & ~np.isnan(base) & ~np.isnan(heating)
             for which, on in (("busy", busy & read), ("idle", ~busy & read)):
                 k.avg(f"base_{which}_{feature}", tau).update(t, rows, np.where(on, base, np.nan))
                 k.avg(f"power_{which}_{feature}", tau).update(t, rows, np.where(on, heating, np.nan))
@@ -407,6 +420,24 @@ class PrecursorFeatures:
         ):
             k.avg(name, tau).update(t, rows, resid[:, 0])
         k.avg("flow_vs_all_10m", 10 * MINUTE).update(t, rows, resid[:, 1])
+
+
+def _seen_at(k: _Kind, rows: NDArray[np.int64]) -> FloatArray:
+    """When each row was last sampled (NaN: never): busy_now is updated with every sample."""
+    out = np.full(len(rows), np.nan)
+    if "busy_now" in k.ewma:
+        time = k.ewma["busy_now"].time
+        known = rows < len(time)
+        out[known] = time[rows[known]]
+    return out
+
+
+def _last_time(rates: CounterRates, rows: NDArray[np.int64], column: int) -> FloatArray:
+    """When each row's counter in `column` was last read (NaN: never)."""
+    out = np.full(len(rows), np.nan)
+    known = rows < len(rates.last_time)
+    out[known] = rates.last_time[rows[known], column]
+    return out
 
 
 def _col(frame: Frame, name: str) -> FloatArray:

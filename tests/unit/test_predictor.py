@@ -541,6 +541,36 @@ def test_a_gpus_past_is_read_at_the_sites_slope_as_it_is_now() -> None:
     assert np.all(np.abs(rise) < 0.3), rise
 
 
+def test_a_sample_that_caught_a_gpu_changing_state_is_not_its_past() -> None:
+    """A node's eight GPUs busy for two hours; a scrape catches them all just gone idle (a die
+    settles in seconds, so its temperature is idle while the energy counter says the interval
+    burnt 690 W), except that one GPU's counter was not read in it (the gauge's 81 W is all there
+    is for it); then they stay idle for half an hour. Kept as the idle past, that sample pairs an
+    idle die with busy watts for seven GPUs and not for the eighth, which then "rises" against
+    them (harsh validation history 2109, `n00311-gpu1`: 2.8 degrees). Only samples whose GPU held
+    its state since the one before are read: nobody rises."""
+    offsets = [1.5, -1.2, 0.3, 2.0, -0.8, 0.0, -1.5, 0.9]
+    inlets = [20.0, 24.0, 22.0]
+    energy = np.full(24, 3.6e9)
+    features = PrecursorFeatures()
+    t = 0.0
+    for k in range(120 + 1 + 30):
+        t += 60.0
+        first_busy = k < 120
+        burnt = [690.0 if (first_busy or k == 120) else 81.0] * 8 + ([690.0] * 4 + [81.0] * 4) * 2
+        gauge = [690.0 if first_busy else 81.0] * 8 + ([690.0] * 4 + [81.0] * 4) * 2
+        energy += np.array(burnt) * 60.0 * 1000.0
+        counted = energy.copy()
+        if k == 120:
+            counted[1] = np.nan
+        temps = [inlets[i // 8] + 0.06 * p + offsets[i % 8] for i, p in enumerate(gauge)]
+        util = [99.0 if p > 100 else 0.0 for p in gauge]
+        features.update(t, _gpu_frame(t, temps, util, gauge, counted.tolist(), nodes=3, inlet=inlets))
+    _, X = features.matrix("gpu")
+    rise = X[:8, [FEATURES["gpu"].index(n) for n in ("heat_vs_node_trend", "heat_vs_node_rise_12h")]]
+    assert np.all(np.abs(rise) < 0.3), rise
+
+
 @pytest.mark.parametrize("counted", [True, False])
 def test_heat_is_read_at_the_power_the_interval_burnt_where_the_exporter_counts_energy(counted: bool) -> None:
     """Eight GPUs at their cap (690 W, 60 C) for three hours; every fourth scrape, one GPU's
