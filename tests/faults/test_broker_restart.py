@@ -156,7 +156,11 @@ def test_both_daemons_ride_out_a_broker_restart_as_processes(
         time.sleep(8)
         assert gen.poll() is None, "the stream ended before the broker restarted"
         restart_broker(DOWN_S)
-        assert ingest.poll() is None and run.poll() is None, "a daemon exited while the broker was away"
+        exited = {name: p for name, p in (("ingest", ingest), ("run", run)) if p.poll() is not None}
+        # why it exited, not only that it did (it once did in CI, and its stderr went unseen)
+        assert not exited, "a daemon exited while the broker was away: " + "; ".join(
+            f"{name} (code {p.returncode}): {p.communicate()[1][-3000:]}" for name, p in exited.items()
+        )
         outputs = {name: p.communicate(timeout=600) for name, p in processes.items()}
     finally:  # a failed assertion must not leave a daemon running
         for p in processes.values():
