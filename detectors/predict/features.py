@@ -62,8 +62,9 @@ _IN_STATE = ("power_vs_node_10m",)
 # every tick. Why above the inlet: a GPU's rise is read against its own past in its state, and a
 # GPU idle for hours has a busy past from when the room was cooler or warmer (a day's swing of the
 # inlet is a few degrees, half a degree an hour at its steepest); above the inlet, that past is
-# the GPU's own, not the room's (training histories 1005: four GPUs of a node "rose" 1.7 degrees
-# against their four busy mates when their job reached them, at 2 h, on a warming morning).
+# the GPU's own, not the room's (training history 1005: a rack's air went from 23 to 37 C for an
+# hour, and four idle GPUs of a node "rose" 1.7 degrees against their four busy mates when their
+# job reached them).
 # The slope is the site's own (cooling differs by site): GPUs busy against GPUs idle, the median
 # heat above the inlet of each less the other over the median powers, across the whole fleet
 # wherever nodes read their inlet (a 10,000-GPU fleet has both at every tick, whole-node jobs or
@@ -174,6 +175,14 @@ class PrecursorFeatures:
         self._slope = Ewma(1 * HOUR)  # the fleet's degrees per watt (_heat_slope)
         # where an entity's trouble shows up in the detectors: an optic's on its NIC and port
         self.related: dict[str, str] = {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A daemon's checkpoint from feature version 7 has no node inlets: they fill in from the
+        next node frame (and its pasts under the old names are left unread; the new ones fill in
+        as the old did on a first start)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_node_rows", EntityIndex())
+        self.__dict__.setdefault("_node_inlet", np.zeros(0))
 
     def summarise(self, frames: dict[str, Frame], summary: CohortSummary) -> None:
         """What the features compared across the fleet need from these entities (the cooling

@@ -571,6 +571,19 @@ def test_a_sample_that_caught_a_gpu_changing_state_is_not_its_past() -> None:
     assert np.all(np.abs(rise) < 0.3), rise
 
 
+def test_features_from_a_checkpoint_written_before_inlets_go_on() -> None:
+    """A daemon upgraded over a checkpoint of feature version 7 restores features with no node
+    inlets; they go on, and read the inlet from the next node frame."""
+    import pickle
+
+    features = PrecursorFeatures()
+    features.update(60.0, _gpu_frame(60.0, [60.0] * 8, [99.0] * 8, [690.0] * 8))
+    del features.__dict__["_node_rows"], features.__dict__["_node_inlet"]  # as version 7 wrote it
+    restored = pickle.loads(pickle.dumps(features))
+    restored.update(120.0, _gpu_frame(120.0, [60.0] * 8, [99.0] * 8, [690.0] * 8, inlet=[22.0]))
+    assert restored._inlet_of(np.array(["n00000"], dtype=object)).tolist() == [22.0]
+
+
 @pytest.mark.parametrize("counted", [True, False])
 def test_heat_is_read_at_the_power_the_interval_burnt_where_the_exporter_counts_energy(counted: bool) -> None:
     """Eight GPUs at their cap (690 W, 60 C) for three hours; every fourth scrape, one GPU's
