@@ -333,12 +333,7 @@ class PrecursorFeatures:
 
     def _inlet_of(self, nodes: NDArray[np.object_]) -> FloatArray:
         """Each GPU's node's inlet, NaN where its node has never read one."""
-        rows = self._node_rows.lookup(nodes)
-        known = np.full(len(nodes), np.nan)
-        if len(self._node_inlet):
-            found = rows >= 0
-            known[found] = self._node_inlet[rows[found]]
-        return known
+        return _known(self._node_inlet, self._node_rows.lookup(nodes))
 
     def _heat_slope(
         self,
@@ -433,19 +428,19 @@ class PrecursorFeatures:
 
 def _seen_at(k: _Kind, rows: NDArray[np.int64]) -> FloatArray:
     """When each row was last sampled (NaN: never): busy_now is updated with every sample."""
-    out = np.full(len(rows), np.nan)
-    if "busy_now" in k.ewma:
-        time = k.ewma["busy_now"].time
-        known = rows < len(time)
-        out[known] = time[rows[known]]
-    return out
+    return _known(k.ewma["busy_now"].time if "busy_now" in k.ewma else np.zeros(0), rows)
 
 
 def _last_time(rates: CounterRates, rows: NDArray[np.int64], column: int) -> FloatArray:
     """When each row's counter in `column` was last read (NaN: never)."""
+    return _known(rates.last_time[:, column], rows)
+
+
+def _known(values: FloatArray, rows: NDArray[np.int64]) -> FloatArray:
+    """`values[rows]`, NaN for a row not there (-1, or beyond what has grown so far)."""
     out = np.full(len(rows), np.nan)
-    known = rows < len(rates.last_time)
-    out[known] = rates.last_time[rows[known], column]
+    there = (rows >= 0) & (rows < len(values))
+    out[there] = values[rows[there]]
     return out
 
 
