@@ -443,7 +443,7 @@ class DetectLoop:
         summary = CohortSummary()
         self.stack.summarise(views, summary)
         if self.predictor is not None:
-            self.predictor.features.summarise(frames, summary)
+            self.predictor.features.summarise(t, frames, summary)
         return TickWork(t, frames, views, summary)
 
     def complete(self, work: TickWork, cohorts: CohortSummary) -> list[Anomaly]:

@@ -41,6 +41,20 @@ class CounterRates:
         self.last_time[series] = np.where(present, t, self.last_time[series])
         return rate, increment
 
+    def peek(self, t: float, series: IndexArray, values: FloatArray, column: int) -> FloatArray:
+        """The rates update() would return for one column of these values now, without taking
+        them in (no gap limit); a series never seen (index -1, or beyond the known ones) has none."""
+        known = (series >= 0) & (series < len(self.last_value))
+        previous = np.full(len(series), np.nan)
+        last = np.full(len(series), np.nan)
+        previous[known] = self.last_value[series[known], column]
+        last[known] = self.last_time[series[known], column]
+        dt = t - last
+        increment = values - previous
+        increment[increment < 0] = np.nan
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(dt > 0, increment / dt, np.nan)
+
     def state_dict(self) -> State:
         return {"last_value": self.last_value.copy(), "last_time": self.last_time.copy()}
 

@@ -184,23 +184,42 @@ class PrecursorFeatures:
         self.__dict__.setdefault("_node_rows", EntityIndex())
         self.__dict__.setdefault("_node_inlet", np.zeros(0))
 
-    def summarise(self, frames: dict[str, Frame], summary: CohortSummary) -> None:
-        """What the features compared across the fleet need from these entities (the cooling
-        loops against all the others: loops are keyed by rack, so they span partitions)."""
+    def summarise(self, t: float, frames: dict[str, Frame], summary: CohortSummary) -> None:
+        """What the features compared across the fleet need from these entities, read before
+        update() takes this tick in: the cooling loops against all the others (loops are keyed
+        by rack, so they span partitions), and the busy and idle GPUs the site's slope is read
+        from (_heat_slope), whichever partition holds them. A node's telemetry is on one
+        partition, so each node's own slope is whole here."""
         cooling = frames.get("cooling")
         if cooling is not None and len(cooling):
             for name in COOLING_VS_ALL:
                 summary.add_values(f"pred/cooling/{name}", _col(cooling, name))
+        gpu = frames.get("gpu")
+        if gpu is None or not len(gpu):
+            return
+        rows = self.kinds["gpu"].entities.lookup(gpu.tag("gpu"))
+        energy = self._rates["gpu"].peek(t, rows, _col(gpu, ENERGY_FIELD), column=2)  # _gpu's counters
+        heating = _heating(energy, _col(gpu, "DCGM_FI_DEV_POWER_USAGE"))
+        temp, inlet = _col(gpu, "DCGM_FI_DEV_GPU_TEMP"), self._inlet_of(gpu.tag("node"), frames.get("node"))
+        above_inlet = temp - inlet
+        busy = _col(gpu, BUSY_FIELD) >= BUSY_UTIL_PCT
+        read = ~np.isnan(above_inlet) & ~np.isnan(heating)
+        for which, on in (("busy", read & busy), ("idle", read & ~busy)):
+            summary.add_values(f"pred/gpu/{which}_above_inlet", above_inlet[on])
+            summary.add_values(f"pred/gpu/{which}_power", heating[on])
+        node = np.unique(gpu.tag("node"), return_inverse=True)[1].astype(np.int64)
+        base = np.where(np.isnan(inlet), temp, above_inlet)
+        summary.add_values("pred/gpu/node_slope", _node_slopes(node, base, heating, busy))
 
     def update(self, t: float, frames: dict[str, Frame], cohorts: CohortSummary | None = None) -> None:
         """`cohorts`: the tick's merged summary (None: these frames are the whole fleet)."""
         if cohorts is None:
             cohorts = CohortSummary()
-            self.summarise(frames, cohorts)
+            self.summarise(t, frames, cohorts)
         if "node" in frames:
             self._inlets(frames["node"])
         if "gpu" in frames:
-            self._gpu(t, frames["gpu"])
+            self._gpu(t, frames["gpu"], cohorts)
         if "optic" in frames:
             self._optic(t, frames["optic"], frames.get("nic"))
         if "cooling" in frames:
@@ -240,7 +259,7 @@ class PrecursorFeatures:
 
     # ------------------------------------------------------------------ per kind
 
-    def _gpu(self, t: float, frame: Frame) -> None:
+    def _gpu(self, t: float, frame: Frame, cohorts: CohortSummary) -> None:
         k = self.kinds["gpu"]
         rows = k.entities.add(frame.tag("gpu"))
         counters = np.column_stack(
@@ -258,11 +277,11 @@ class PrecursorFeatures:
         temp, power = _col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")
         busy = _col(frame, BUSY_FIELD) >= BUSY_UTIL_PCT
         node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
-        heating = np.where(np.isnan(rate[:, 2]), power, rate[:, 2] / 1000.0)  # mJ/s -> W
+        heating = _heating(rate[:, 2], power)
         inlet = self._inlet_of(frame.tag("node"))
         above_inlet = temp - inlet  # NaN where the node reads no inlet: there, its temperature
         base = np.where(np.isnan(inlet), temp, above_inlet)
-        slope = self._heat_slope(t, node, above_inlet, base, heating, busy)
+        slope = self._heat_slope(t, cohorts)
         heat = base - slope * heating
         _, heat_median = robust_z(heat[:, None], node, min_size=2)
         heat_vs_node = heat - heat_median[:, 0]
@@ -331,54 +350,39 @@ class PrecursorFeatures:
         seen = ~np.isnan(inlet)
         self._node_inlet[rows[seen]] = inlet[seen]
 
-    def _inlet_of(self, nodes: NDArray[np.object_]) -> FloatArray:
-        """Each GPU's node's inlet, NaN where its node has never read one."""
-        return _known(self._node_inlet, self._node_rows.lookup(nodes))
+    def _inlet_of(self, nodes: NDArray[np.object_], tick: Frame | None = None) -> FloatArray:
+        """Each GPU's node's inlet, NaN where its node has never read one; `tick`: this tick's
+        node frame, not yet taken in, read over the inlets known before it."""
+        inlet = _known(self._node_inlet, self._node_rows.lookup(nodes))
+        if tick is not None and len(tick):
+            read = _col(tick, INLET_FIELD)
+            seen = ~np.isnan(read)
+            now = EntityIndex()
+            now.add(tick.tag("node")[seen])
+            rows = now.lookup(nodes)
+            fresh = np.full(len(now), np.nan)
+            fresh[now.lookup(tick.tag("node")[seen])] = read[seen]
+            inlet = np.where(rows >= 0, _known(fresh, rows), inlet)
+        return inlet
 
-    def _heat_slope(
-        self,
-        t: float,
-        node: NDArray[np.int64],
-        above_inlet: FloatArray,
-        base: FloatArray,
-        power: FloatArray,
-        busy: NDArray[np.bool_],
-    ) -> float:
+    def _heat_slope(self, t: float, cohorts: CohortSummary) -> float:
         """Degrees per watt: the fleet's busy GPUs against its idle ones, (median heat above the
         inlet - the idle one) / (median power - the idle one), where nodes read their inlet; else
         the median over nodes with busy and idle GPUs of the same within the node (temperatures,
-        one inlet); averaged over an hour. `above_inlet`: temperature less the node's inlet, NaN
-        where the node reads none; `base`: the same, or the temperature where it is NaN."""
-        has_power = ~np.isnan(power)
-        fleet = ~np.isnan(above_inlet) & has_power
-        on, off = fleet & busy, fleet & ~busy
+        one inlet); averaged over an hour. Read from the tick's merged summary (summarise): every
+        partition's GPUs, so split detection reads the slope one process reads."""
+        keys = [f"pred/gpu/{which}_{name}" for which in ("busy", "idle") for name in ("above_inlet", "power")]
+        stats = cohorts.stats(keys)
+        busy_heat, busy_power, idle_heat, idle_power = stats.median.tolist()
         estimate = math.nan
-        if on.sum() >= HEAT_SLOPE_MIN_GPUS and off.sum() >= HEAT_SLOPE_MIN_GPUS:
-            gap = float(np.median(power[on]) - np.median(power[off]))
+        if min(stats.count[0], stats.count[2]) >= HEAT_SLOPE_MIN_GPUS:
+            gap = busy_power - idle_power
             if gap >= HEAT_SLOPE_MIN_GAP_W:
-                estimate = float(np.median(above_inlet[on]) - np.median(above_inlet[off])) / gap
-        if math.isnan(estimate):
-            estimate = self._slope_within_nodes(node, base, power, busy)
+                estimate = (busy_heat - idle_heat) / gap
+        if math.isnan(estimate):  # no inlets: the nodes with busy and idle GPUs
+            estimate = float(cohorts.stats(["pred/gpu/node_slope"]).median[0])
         self._slope.update(t, np.zeros(1, dtype=np.int64), np.array([estimate]))
         return self.heat_slope
-
-    @staticmethod
-    def _slope_within_nodes(
-        node: NDArray[np.int64], temp: FloatArray, power: FloatArray, busy: NDArray[np.bool_]
-    ) -> float:
-        """The median over nodes with busy and idle GPUs of (mean busy temperature - mean idle
-        one) / (mean busy power - mean idle one): one inlet, so no inlet reading is needed."""
-        seen = ~np.isnan(temp) & ~np.isnan(power)
-        nodes = int(node.max()) + 1 if len(node) else 0
-
-        def mean(on: NDArray[np.bool_], values: FloatArray) -> tuple[FloatArray, FloatArray]:
-            count = np.bincount(node[on], minlength=nodes).astype(np.float64)
-            return np.bincount(node[on], values[on], minlength=nodes) / np.maximum(count, 1.0), count
-
-        (busy_temp, busy_n), (idle_temp, idle_n) = mean(seen & busy, temp), mean(seen & ~busy, temp)
-        gap = mean(seen & busy, power)[0] - mean(seen & ~busy, power)[0]
-        mixed = (busy_n > 0) & (idle_n > 0) & (gap >= HEAT_SLOPE_MIN_GAP_W)
-        return float(np.median((busy_temp - idle_temp)[mixed] / gap[mixed])) if mixed.any() else math.nan
 
     @property
     def heat_slope(self) -> float:
@@ -424,6 +428,28 @@ class PrecursorFeatures:
         ):
             k.avg(name, tau).update(t, rows, resid[:, 0])
         k.avg("flow_vs_all_10m", 10 * MINUTE).update(t, rows, resid[:, 1])
+
+
+def _heating(energy_rate: FloatArray, power: FloatArray) -> FloatArray:
+    """Watts from the energy counter's rate (mJ/s) where it has one, else the power gauge."""
+    return np.where(np.isnan(energy_rate), power, energy_rate / 1000.0)
+
+
+def _node_slopes(node: NDArray[np.int64], temp: FloatArray, power: FloatArray, busy: NDArray[np.bool_]) -> FloatArray:
+    """Per node with busy and idle GPUs: (mean busy temperature - mean idle one) / (mean busy
+    power - mean idle one); one inlet, so no inlet reading is needed."""
+    seen = ~np.isnan(temp) & ~np.isnan(power)
+    nodes = int(node.max()) + 1 if len(node) else 0
+
+    def mean(on: NDArray[np.bool_], values: FloatArray) -> tuple[FloatArray, FloatArray]:
+        count = np.bincount(node[on], minlength=nodes).astype(np.float64)
+        return np.bincount(node[on], values[on], minlength=nodes) / np.maximum(count, 1.0), count
+
+    (busy_temp, busy_n), (idle_temp, idle_n) = mean(seen & busy, temp), mean(seen & ~busy, temp)
+    gap = mean(seen & busy, power)[0] - mean(seen & ~busy, power)[0]
+    mixed = (busy_n > 0) & (idle_n > 0) & (gap >= HEAT_SLOPE_MIN_GAP_W)
+    slopes: FloatArray = (busy_temp - idle_temp)[mixed] / gap[mixed]
+    return slopes
 
 
 def _seen_at(k: _Kind, rows: NDArray[np.int64]) -> FloatArray:

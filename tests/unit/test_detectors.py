@@ -31,6 +31,21 @@ def test_counter_rates_skip_first_sample_resets_and_missing_values() -> None:
     assert r[1, 0] == 1.0  # the missing tick kept the old reference (5 at t=0)
 
 
+def test_a_peek_at_counter_rates_is_what_the_update_returns_and_takes_nothing_in() -> None:
+    """Split detection's shares read a tick's energy rates before the tick is taken in."""
+    rates = CounterRates(2)
+    rates.update(0.0, np.array([0, 1]), np.array([[10.0, 1.0], [5.0, 2.0]]))
+    series = np.array([1, 0, -1, 7])  # -1: never seen; 7: beyond the known ones
+    values = np.array([[9.0, 3.0], [30.0, 4.0], [1.0, 1.0], [2.0, 2.0]])
+    peeked = rates.peek(10.0, series, values[:, 1], column=1)
+    assert peeked[:2].tolist() == [0.1, 0.3] and np.isnan(peeked[2:]).all()
+    again = rates.peek(10.0, series, values[:, 1], column=1)
+    assert np.array_equal(peeked, again, equal_nan=True)  # nothing taken in
+    updated, _ = rates.update(10.0, series[:2], values[:2])
+    assert updated[:, 1].tolist() == peeked[:2].tolist()
+    assert np.isnan(rates.peek(20.0, np.array([0]), np.array([2.0]), column=1)[0])  # went down: a reset
+
+
 def test_robust_z_matches_a_per_group_loop() -> None:
     rng = np.random.default_rng(4)
     values = rng.normal(0, 1, (300, 2))
