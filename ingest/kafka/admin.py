@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import BrokerResponseError, KafkaError, TopicAlreadyExistsError
 
 from ingest.kafka.client import KafkaIOError, security
 
@@ -28,6 +28,13 @@ def _admin(bootstrap: str, request_timeout_ms: int = 30_000) -> KafkaAdminClient
         )
     except KafkaError as exc:
         raise KafkaIOError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+
+
+def _io_error(what: str, exc: KafkaError) -> KafkaIOError:
+    """kafka-python's error as the project's: a broker's answer that says it stands (not
+    authorised, a bad topic setting) is not retriable; the rest (the broker away, a connection
+    dropped mid-request, a controller moving) is."""
+    return KafkaIOError(f"{what}: {exc}", retriable=not isinstance(exc, BrokerResponseError) or exc.retriable)
 
 
 def _reader(bootstrap: str, **options: object) -> KafkaConsumer:
@@ -57,6 +64,8 @@ def ensure_topics(
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):  # created by someone else meanwhile
                 admin.create_topics(new)
+    except KafkaError as exc:  # a broker going away mid-request (a restart): "socket disconnected"
+        raise _io_error(f"cannot create {list(topics)} at {bootstrap}", exc) from exc
     finally:
         admin.close()
 
@@ -68,6 +77,8 @@ def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
         present = [t for t in topics if t in set(admin.list_topics())]
         if present:
             admin.delete_topics(present)
+    except KafkaError as exc:
+        raise _io_error(f"cannot delete {list(topics)} at {bootstrap}", exc) from exc
     finally:
         admin.close()
 

@@ -21,19 +21,25 @@ ENDS_EVERY_S = 2.0  # how often end offsets are asked for partitions no fetch ha
 
 
 class KafkaIOError(RuntimeError):
-    """Kafka could not be reached or refused a request."""
+    """Kafka could not be reached or refused a request. `retriable`: whether asking again may
+    go otherwise (the broker away or restarting), not a refusal that stands (authorisation, a
+    topic's settings)."""
+
+    def __init__(self, message: str, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 def until_reachable(connect: Callable[[], T], should_stop: Callable[[], bool]) -> T:
     """`connect()`, again and again while the broker is away (a daemon started during a broker
     restart waits for it instead of exiting), with backoff up to 30 s. KafkaIOError if asked to
-    stop first."""
+    stop first, or at once for a refusal that asking again would not change."""
     delay = 1.0
     while True:
         try:
             return connect()
         except KafkaIOError as exc:
-            if should_stop():
+            if should_stop() or not exc.retriable:
                 raise
             log.warning("%s; trying again in %.0f s", exc, delay)
             time.sleep(delay)
