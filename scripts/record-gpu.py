@@ -30,34 +30,18 @@ FIELDS = {  # NVML field ids (nvml.h): read by number, so an older binding's mis
     "power_average": 185,  # NVML_FI_DEV_POWER_AVERAGE, mW over the last second
     "power_instant": 186,  # NVML_FI_DEV_POWER_INSTANT, mW
 }
+# the H200 recording's columns and phase names (idle, train, train-checkpoint, membound, cooldown),
+# so aiops/recording_check.py and telemetry_gen/recording.py read either (AIOPS_RECORDING=...)
 COLUMNS = [
-    "t",
-    "phase",
-    "gpu_util",
-    "mem_copy_util",
-    "gpu_temp",
-    "power_w",
-    "power_limit_w",
-    "sm_clock",
-    "mem_clock",
-    "clocks_event_reasons",
-    "pcie_gen",
-    "pcie_width",
-    "fb_used_mib",
-    "ecc_sbe_vol",
-    "ecc_dbe_vol",
-    "power_violation_us",
-    "thermal_violation_us",
-    "remapped_corr",
-    "remapped_unc",
-    "remap_pending",
-    "total_energy",
-    *FIELDS,
+    *("t", "phase", "gpu_util", "mem_copy_util", "gpu_temp", "power_w", "power_limit_w", "sm_clock", "mem_clock"),
+    *("clocks_event_reasons", "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "fb_used_mib"),
+    *("fb_free_mib", "ecc_sbe_vol", "ecc_dbe_vol", "ecc_sbe_agg", "power_violation_us", "thermal_violation_us"),
+    *("remapped_corr", "remapped_unc", "remap_pending", "total_energy", *FIELDS),
 ]
 
 nvml.nvmlInit()
 gpu = nvml.nvmlDeviceGetHandleByIndex(0)
-phase = {"name": "idle-no-context"}
+phase = {"name": "idle"}
 stop = threading.Event()
 
 
@@ -112,9 +96,13 @@ def sample(writer: csv.DictWriter[str]) -> None:
             "clocks_event_reasons": reasons(),
             "pcie_gen": safe(nvml.nvmlDeviceGetCurrPcieLinkGeneration, gpu),
             "pcie_width": safe(nvml.nvmlDeviceGetCurrPcieLinkWidth, gpu),
+            "pcie_max_gen": safe(nvml.nvmlDeviceGetMaxPcieLinkGeneration, gpu),
+            "pcie_max_width": safe(nvml.nvmlDeviceGetMaxPcieLinkWidth, gpu),
             "fb_used_mib": mem.used // 2**20 if mem else None,
+            "fb_free_mib": mem.free // 2**20 if mem else None,
             "ecc_sbe_vol": safe(nvml.nvmlDeviceGetTotalEccErrors, gpu, 0, 0),  # corrected, volatile
             "ecc_dbe_vol": safe(nvml.nvmlDeviceGetTotalEccErrors, gpu, 1, 0),  # uncorrected, volatile
+            "ecc_sbe_agg": safe(nvml.nvmlDeviceGetTotalEccErrors, gpu, 0, 1),  # corrected, aggregate
             "power_violation_us": vio_p.violationTime / 1000 if vio_p else None,
             "thermal_violation_us": vio_t.violationTime / 1000 if vio_t else None,
             "remapped_corr": remap[0] if remap else None,
@@ -169,6 +157,20 @@ def train(name: str, seconds: float, duty: float = 1.0, checkpoint_at: float | N
     torch.cuda.empty_cache()
 
 
+def membound(name: str, seconds: float) -> None:
+    """A 2 GiB copy and scale: memory-bandwidth bound, the SM clock free of the power cap."""
+    phase["name"] = name
+    a = torch.randn(2 * 1024**3 // 4, device="cuda")
+    b = torch.empty_like(a)
+    end = time.time() + seconds
+    while time.time() < end:
+        b.copy_(a)
+        a.mul_(1.0000001)
+        torch.cuda.synchronize()
+    del a, b
+    torch.cuda.empty_cache()
+
+
 def smi(*args: str) -> str:
     return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, check=False).stdout
 
@@ -180,10 +182,11 @@ with open(f"{OUT}/nvidia-smi-info.txt", "w") as fh:
     fh.write(smi("--query-gpu=name,vbios_version,driver_version,power.limit,temperature.gpu", "--format=csv"))
 
 plan: list[tuple[str, Callable[[], None]]] = [
-    ("idle-no-context", lambda: idle("idle-no-context", 20)),
+    ("idle", lambda: idle("idle", 20)),  # no CUDA context yet
     ("train", lambda: train("train", 120, 1.0, 60.0)),
-    ("train-half-duty", lambda: train("train-half-duty", 60, 0.5)),
-    ("cooldown-context", lambda: idle("cooldown-context", 60)),
+    ("train-half-duty", lambda: train("train-half-duty", 45, 0.5)),
+    ("membound", lambda: membound("membound", 20)),
+    ("cooldown", lambda: idle("cooldown", 60)),  # the context alive, no kernels
 ]
 with open(f"{OUT}/nvml-1s.csv", "w", newline="") as table:
     writer = csv.DictWriter(table, fieldnames=COLUMNS)
