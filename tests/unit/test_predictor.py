@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from aiops.default_model import generated_history, load_or_train_default
 from detectors.base import FloatArray
-from detectors.predict.features import FEATURES, Ewma, PrecursorFeatures, reference_ewma
+from detectors.predict.features import FEATURES, HEAT_SLOPE_PRIOR_C_PER_W, Ewma, PrecursorFeatures, reference_ewma
 from detectors.predict.model import (
     FORMAT_VERSION,
     HORIZON_S,
@@ -498,8 +498,6 @@ def test_the_heat_slope_is_read_across_the_fleet_where_nodes_read_their_inlet() 
     whole-node site with the recorded H200's 0.039. Above each node's own inlet (three nodes, three
     inlets, GPUs 1.5 degrees apart), busy GPUs against idle ones across the fleet give the site's
     0.06."""
-    from detectors.predict.features import HEAT_SLOPE_PRIOR_C_PER_W
-
     offsets = [1.5, -1.2, 0.3, 2.0, -0.8, 0.0, -1.5, 0.9] * 3
     inlets = [20.0, 24.0, 22.0]
     powers = [690.0] * 16 + [81.0] * 8  # two busy nodes, one idle
@@ -614,8 +612,6 @@ def test_heat_is_read_at_the_power_the_interval_burnt_where_the_exporter_counts_
 def test_the_heat_slope_is_the_sites_own_and_the_recorded_gpus_until_a_node_shows_it() -> None:
     """Degrees per watt come from nodes with busy and idle GPUs at once; before any, the recorded
     H200's 0.039. A site whose GPUs run 0.02 C/W (a colder loop) is not read with 0.039."""
-    from detectors.predict.features import HEAT_SLOPE_PRIOR_C_PER_W
-
     features = PrecursorFeatures()
     features.update(60.0, _gpu_frame(60.0, [60.0] * 8, [99.0] * 8, [690.0] * 8))
     assert features.heat_slope == HEAT_SLOPE_PRIOR_C_PER_W
@@ -772,3 +768,54 @@ def test_the_validation_grid_replays_exactly_what_the_pipeline_predicts(monkeypa
     replayed = [p for r in recorder.rounds[0] for p in replay.score(r.t, r.kind, r.ids, r.p, r.which, r.ttf, r.blocked)]
     assert live.predictions, "nothing predicted: the comparison would be empty"
     assert sorted(replayed, key=lambda p: (p.at, p.entity)) == sorted(live.predictions, key=lambda p: (p.at, p.entity))
+
+
+@pytest.mark.parametrize("inlets", [True, False])
+def test_features_split_by_node_read_one_processs_slope(inlets: bool) -> None:
+    """Split detection: each member holds some nodes' GPUs, and the site's slope comes from every
+    member's share of the tick, merged, so its features are one process's to the bit, whether the
+    slope is read across the fleet above the inlets or within nodes that hold both states. Each
+    GPU is sampled at its own moment within the tick (an exporter's scrape is not one instant)."""
+    rng = np.random.default_rng(7)
+    nodes, n = 4, 32
+    offsets = rng.uniform(-1.5, 1.5, n)
+    busy = np.array([True] * 12 + [False] * 4 + [True] * 4 + [False] * 4 + [True] * 8)  # nodes 1, 2 mixed
+    whole, members = PrecursorFeatures(), [PrecursorFeatures(), PrecursorFeatures()]
+    member_of_node = np.array([0, 1, 1, 0])
+    energy = rng.uniform(1e9, 2e9, n)
+    for i in range(1, 60):
+        t = 30.0 * i
+        power = np.where(busy, rng.uniform(660, 700, n), rng.uniform(78, 84, n))
+        energy += power * 30_000.0 * rng.uniform(0.98, 1.02, n)  # mJ over an interval near 30 s
+        inlet = [22.0 + 0.1 * i, 24.0, 21.0, 23.0] if inlets else None
+        temp = np.repeat(inlet or [22.0] * nodes, 8) + 0.06 * power + offsets + rng.normal(0, 0.2, n)
+        frames = _gpu_frame(
+            t, temp.tolist(), np.where(busy, 99.0, 0.0).tolist(), power.tolist(), energy.tolist(), nodes, inlet
+        )
+        gpu = frames["gpu"]
+        frames["gpu"] = Frame("gpu", gpu.time_ns + rng.integers(0, 2_000_000_000, n), gpu.tags, gpu.fields)
+        shares, parts = [], []
+        for m, features in enumerate(members):
+            mine = {
+                kind: frame.take(np.flatnonzero(member_of_node[_node_number(frame)] == m))
+                for kind, frame in frames.items()
+            }
+            share = CohortSummary()
+            features.summarise(t, mine, share)
+            shares.append(share)
+            parts.append(mine)
+        merged = CohortSummary.merge(shares)
+        for features, mine in zip(members, parts, strict=True):
+            features.update(t, mine, merged)
+        whole.update(t, frames)
+    assert whole.heat_slope != HEAT_SLOPE_PRIOR_C_PER_W  # the site's slope was read
+    ids, X = whole.matrix("gpu")
+    split = [m.matrix("gpu") for m in members]
+    split_ids, split_X = np.concatenate([i for i, _ in split]), np.concatenate([x for _, x in split])
+    order, split_order = np.argsort(ids), np.argsort(split_ids)
+    assert list(split_ids[split_order]) == list(ids[order])
+    np.testing.assert_array_equal(split_X[split_order], X[order])
+
+
+def _node_number(frame: Frame) -> NDArray[np.int64]:
+    return np.array([int(str(node)[1:]) for node in frame.tag("node")], dtype=np.int64)
