@@ -3,6 +3,11 @@
 - Slurm, through its CLI as a site's admin host runs it: `scontrol update NodeName=N State=DRAIN
   Reason="..."` and `State=RESUME`; `scontrol show node -o N` to read the state back. (slurmrestd
   22.05's v0.0.38 has no node update; v0.0.39 and later take `POST /slurm/v0.0.NN/node/{name}`.)
+  Before the update the scheduler is asked what N means (`scontrol show node -o N`): only where
+  it answers exactly one record, named N, is N updated. A name Slurm expands (`ALL`, a slurm.conf
+  NodeSet, which 22.05.8's `show node` answers "not found" while `update` drains the whole set)
+  never reaches an update: the plan is held (`blocked`) and paged, so the breaker only ever
+  admits the one node it counted.
   What changed is read back, not assumed: exactly one record for N in the state asked for, and
   the whole cluster's drained nodes before and after, so that an update which changed more than
   N (however it came to) is counted against the breaker and paged.
@@ -126,15 +131,20 @@ class SlurmCli:
         self.env = {**os.environ, **(env or {})}
         self.scontrol = scontrol
 
-    def _run(self, *argv: str) -> str:
+    def _completed(self, *argv: str) -> subprocess.CompletedProcess[str]:
         try:
-            done = subprocess.run(
+            return subprocess.run(
                 [self.scontrol, *argv], env=self.env, capture_output=True, text=True, timeout=60, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ActionError(f"scontrol {shlex.join(argv)}: {exc}") from None
+
+    def _run(self, *argv: str) -> str:
+        done = self._completed(*argv)
         if done.returncode != 0:
-            raise ActionError(f"scontrol {shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+            # scontrol says some refusals on stdout ("Node x not found"), others on stderr
+            said = (done.stderr.strip() or done.stdout.strip())[-300:]
+            raise ActionError(f"scontrol {shlex.join(argv)} failed ({done.returncode}): {said}")
         return done.stdout
 
     def node(self, node: str) -> dict[str, str]:
@@ -149,6 +159,31 @@ class SlurmCli:
                 f"scontrol show node -o {node} answered {len(records)} records ({', '.join(names[:5])}), not {node}'s"
             )
         return records[0]
+
+    def names(self, name: str) -> list[str]:
+        """The nodes Slurm's `show node` reads `name` as ([] where it knows no such node): asked
+        before an update, so that a name it expands is refused rather than acted on."""
+        if problem := node_refusal(name):
+            raise RefusedError(f"node {shown(name)}: {problem}")
+        done = self._completed("show", "node", "-o", name)
+        if done.returncode != 0:
+            # 22.05.8 answers a name it holds no record under with "Node NAME not found", exit 1
+            if f"Node {name} not found" in done.stdout + done.stderr:
+                return []
+            said = (done.stderr.strip() or done.stdout.strip())[-300:]
+            raise ActionError(f"scontrol show node -o {name} failed ({done.returncode}): {said}")
+        return [parse_node(line).get("NodeName", "?") for line in done.stdout.splitlines() if line.strip()]
+
+    def _one_node(self, node: str, action: str) -> None:
+        """RefusedError unless Slurm reads `node` as that one node and no other."""
+        names = self.names(node)
+        if names != [node]:
+            listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            means = f"{len(names)} nodes ({listed})" if names else "no node"
+            raise RefusedError(
+                f"{action} {node}: `scontrol show node -o {node}` reads it as {means}, not as that one node; "
+                "nothing was updated"
+            )
 
     def drained(self) -> dict[str, str]:
         """Every node Slurm has drained or is draining, with its reason (`scontrol show node -o`,
@@ -202,6 +237,7 @@ class SlurmCli:
         node = acted_on(row)
         if row.action not in ("drain", "resume", "cordon"):
             raise ActionError(f"Slurm does not {row.action}")
+        self._one_node(node, row.action)  # asked first: a name Slurm expands is never updated
         before = self.drained()
         # Slurm's DRAIN is a cordon: no new job lands, the running ones go on (DRAINING); a cordon
         # and the drain after the checkpoint are the same update, with the same reason

@@ -21,8 +21,9 @@ does it, and no more:
   list it cannot stand for several); a drain that fails part way reports the node where the API
   shows it cordoned or tainted, since it is out of service all the same.
 
-A node's name is checked against Kubernetes' own grammar (an RFC 1123 subdomain) before any
-request, and percent-encoded whole in a path (a "/" in it would name another object); in a field
+The node is read first (`GET /api/v1/nodes/{name}`): nothing is changed unless the API holds that
+node under that name. A node's name is checked against Kubernetes' own grammar (an RFC 1123
+subdomain) before any request, and percent-encoded whole in a path (a "/" in it would name another object); in a field
 selector it is escaped as apimachinery's `fields.EscapeValue` does, then URL-encoded.
 """
 
@@ -121,10 +122,24 @@ class KubernetesNodes:
                 evicted += 1
         return evicted, refused
 
+    def _one_node(self, row: Row, name: str) -> None:
+        """Asked before any change: the API holds exactly the node `name` (a name is one object in
+        Kubernetes, but a node the topology names may not exist, or exist under another name);
+        RefusedError otherwise, with nothing changed."""
+        try:
+            found = self._node(name).get("metadata", {}).get("name")
+        except ApiError as exc:
+            if exc.code == 404:
+                raise RefusedError(f"{row.action} {name}: the API holds no such node; nothing was changed") from None
+            raise ActionError(f"{row.action} {name}: {exc}") from None
+        if found != name:
+            raise RefusedError(f"{row.action} {name}: the API answered node {shown(str(found))}; nothing was changed")
+
     def run(self, row: Row) -> Acted:
         name = checked(row)
         if row.action not in ("drain", "resume", "cordon"):
             raise ActionError(f"Kubernetes does not {row.action} here")
+        self._one_node(row, name)
         try:
             if row.action == "cordon":  # no new pod lands; the running ones stay until the drain
                 self._cordon(name, True)

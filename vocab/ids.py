@@ -15,6 +15,14 @@ Why these rules:
   (`scontrol update NodeName=...` expands host lists), and no "/", which changes a URL's path;
 - an entity id is a node name with a suffix: it may also hold ":" and "/" (a switch port, "leaf-3:p7"
   or an NDR port label "sw01:1/3/2"), never anything a shell, a URL or a host list reads;
+- a node name is never a word the scheduler reads as many nodes: Slurm's `NodeName=ALL` (any
+  case: 22.05.8's `scontrol update NodeName=all State=DRAIN` drained all four nodes of the suite's
+  cluster) and `DEFAULT` (slurm.conf's defaults line), which no site can name a host; a name the
+  scheduler expands some other way (a slurm.conf NodeSet, a feature) looks like any host name,
+  so the executors also ask the scheduler what a name means before acting on it (act.executors);
+- an entity id may hold "/" only in its port part, after a ":" ("sw01:1/3/2"), never ".." or an
+  empty segment: an id is shown in URLs and made into file names (incident pages), where "../"
+  or "a/b" would name another place;
 - a job id is a scheduler's: Slurm's "1234", "1234_7" (array), "1234+1" (heterogeneous), a
   Kubernetes "namespace/name"; it is shown and joined on, never acted on.
 
@@ -41,6 +49,10 @@ _ENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 _JOB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/+@-]*$")
 _PRINTABLE_ASCII = re.compile(r"^[\x20-\x7e]*$")
 _HOSTLIST = re.compile(r"[\[\],\s]")
+# Words a scheduler reads as something other than one host, compared without case (Slurm's are
+# case-insensitive; see the module's docstring). Kubernetes reserves no node name the RFC 1123
+# grammar lets through ("." and ".." are already refused: no empty label).
+RESERVED_NODE_NAMES = frozenset({"all", "default"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +104,12 @@ def node_refusal(value: str) -> Refusal | None:
             "ids.node.hostlist",
             "a node id with brackets, commas or spaces is a host list to Slurm (many nodes, not one)",
         )
+    if value.lower() in RESERVED_NODE_NAMES:
+        return Refusal(
+            "ids.node.reserved",
+            f"{value!r} is a word the scheduler reads as many nodes (Slurm's NodeName=ALL is every node),"
+            " not a host name",
+        )
     for label in value.split("."):
         if len(label) > MAX_LABEL_LENGTH:
             return Refusal("ids.node.label", f"a node id label of {len(label)} characters (the limit is 63)")
@@ -114,6 +132,14 @@ def entity_refusal(value: str) -> Refusal | None:
             "ids.entity.charset",
             f"an entity id holds letters, digits and . _ : / - only, not {bad!r}",
         )
+    if ".." in value:
+        return Refusal("ids.entity.dots", "an entity id holds no '..' (a path's parent, in a URL or a file name)")
+    if "/" in value:
+        head, colon, port = value.partition(":")
+        if not colon or "/" in head:
+            return Refusal("ids.entity.slash", "an entity id holds '/' only in its port part, after a ':' (sw01:1/3/2)")
+        if "//" in port or port.startswith("/") or port.endswith("/"):
+            return Refusal("ids.entity.slash", "an entity id's port part has no empty segment ('//' or an end '/')")
     return None
 
 
@@ -166,6 +192,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JOB_LENGTH",
     "MAX_NODE_LENGTH",
+    "RESERVED_NODE_NAMES",
     "InvalidIdError",
     "Refusal",
     "check_entity",

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from act.audit import Row
-from act.executors import ActionError
+from act.executors import ActionError, RefusedError
 from act.kubernetes import TAINT_KEY, KubernetesNodes, escape_field_value, node_path
 from context.scheduler.kubernetes import ApiConfig
 
@@ -327,3 +327,13 @@ def test_the_field_selector_reaches_the_api_as_its_parser_reads_it(token: Path) 
         assert nodes._evict(hostile) == (0, [])  # a name no node has: nothing listed, nothing evicted
         assert api.selectors == [[("spec.nodeName", "=", hostile)]]
         assert "trainer-0" in api.pods
+
+
+def test_a_node_the_api_does_not_hold_is_refused_before_any_change(token: Path) -> None:
+    """The topology names a node the API server holds no object for: it is asked first (a GET),
+    and nothing is patched or evicted (issue 64: ask the scheduler what a name means first)."""
+    for api in serve([pod("trainer-0")]):
+        nodes = KubernetesNodes(ApiConfig(api.url, token))
+        with pytest.raises(RefusedError, match="holds no such node"):
+            nodes.run(row("drain", "gpu-node-ghost"))
+        assert [(method, path) for method, path, _ in api.seen] == [("GET", "/api/v1/nodes/gpu-node-ghost")]

@@ -34,9 +34,16 @@ from vocab.ids import kubernetes_name_refusal, node_refusal
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile" / "names" / "node-names.txt"
 
-# What the stand-in scontrol does, as Slurm 22.05's does it for these commands. Host lists are
-# expanded (brackets with ranges and commas, names separated by commas or spaces): a name the
-# grammar lets through must not be one.
+# host names as RFC 1123 writes them, with "_": one to four labels
+LABEL = st.from_regex(r"\A[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,20}[A-Za-z0-9_])?\Z", fullmatch=True)
+NODE_NAMES = st.lists(LABEL, min_size=1, max_size=4).map(".".join).filter(lambda n: node_refusal(n) is None)
+
+# What the stand-in scontrol does, as Slurm 22.05.8's does it for these commands (checked on the
+# suite's slurmctld). Host lists are expanded (brackets with ranges and commas, names separated by
+# commas or spaces): a name the grammar lets through must not be one. `update NodeName=` also reads
+# ALL (any case) as every node and a node set as its members, where `show node` answers "not
+# found"; a set named like one of the nodes (a scheduler whose show and update disagree) shows
+# that node's record alone.
 FAKE_SCONTROL = r"""
 import json, re, sys
 from pathlib import Path
@@ -58,9 +65,17 @@ def expand(text):
             lo, _, hi = item.partition("-")
             for i in range(int(lo), int(hi or lo) + 1):
                 out.append(f"{head}{i:0{len(lo)}d}{tail}")
+    return out
+
+def expand_update(text):
+    # as 22.05.8's `update NodeName=` reads a name: ALL in any case is every node, a slurm.conf
+    # node set its members; `show node` knows neither (it answers "not found")
     names = []
-    for name in out:  # a name the site's scheduler reads as several (a node set)
-        names += state.get("sets", {}).get(name, [name])
+    for name in expand(text):
+        if name.lower() == "all":
+            names += list(state["nodes"])
+        else:
+            names += state.get("sets", {}).get(name, [name])
     return names
 
 def record(name):
@@ -73,12 +88,14 @@ def record(name):
 args = sys.argv[1:]
 if args[:3] == ["show", "node", "-o"]:
     names = expand(" ".join(args[3:])) if args[3:] else list(state["nodes"])
+    if state.get("show_sets"):  # a scheduler (another version, a wrapper) whose show reads sets too
+        names = [m for n in names for m in state.get("sets", {}).get(n, [n])]
     found = [n for n in names if n in state["nodes"]]
     if not found:
         sys.exit(f"Node {' '.join(args[3:])} not found")
     print("\n".join(record(n) for n in found))
 elif args[:1] == ["update"] and args[1].startswith("NodeName="):
-    names = expand(args[1].split("=", 1)[1])
+    names = expand_update(args[1].split("=", 1)[1])
     if not names or any(n not in state["nodes"] for n in names):
         sys.exit("slurm_update error: Invalid node name specified")
     fields = dict(a.split("=", 1) for a in args[2:])
@@ -261,6 +278,65 @@ def test_a_drain_is_read_back_from_exactly_one_record(programs: Programs) -> Non
     assert ["show", "node", "-o", "gpu-node-009"] in programs.argvs()
 
 
+@pytest.mark.parametrize("hostile", ["ALL", "all", "All", "DEFAULT"])
+def test_a_node_named_as_slurms_every_node_is_refused_not_drained(programs: Programs, hostile: str) -> None:
+    """An HCA node description "ALL mlx5_0" imported as a node's name: `scontrol update
+    NodeName=ALL` drains every node (any case; the suite's slurmctld did). Failed before the fix
+    (issue 64): the grammar took it, and 16 of 16 nodes were drained under max_nodes 8."""
+    nodes = [f"n{i:04d}" for i in range(16)]
+    programs.set_nodes(nodes)
+    loop, pages = loop_over(
+        topology([*nodes, hostile]), {"drain": SlurmCli(scontrol=programs.scontrol)}, [policy("drain")], 8
+    )
+    loop.offer([incident(1, f"{hostile}-gpu0")], 0.0)
+    assert programs.drained() == set() and programs.argvs() == []  # scontrol never heard it
+    (row,) = loop.audit.rows()
+    assert (row.decision, row.state) == ("blocked", "held") and "ids.node.reserved" in row.detail
+    assert len(pages) == 1 and "ids.node.reserved" in pages[0]
+
+
+def test_a_name_slurm_expands_is_asked_about_and_never_updated(programs: Programs) -> None:
+    """A slurm.conf NodeSet named like a host: the grammar cannot tell, so the scheduler is asked
+    first (`show node -o NAME` answers "not found", as 22.05.8 does for a set) and the plan is
+    held and paged with nothing updated. Failed before the fix: both nodes of the set were
+    drained, counted and paged only afterwards."""
+    nodes = ["gpu-node-001", "gpu-node-002", "gpu-node-003"]
+    programs.set_nodes(nodes, sets={"gpu-rack-a": ["gpu-node-001", "gpu-node-002"]})
+    loop, pages = loop_over(
+        topology(["gpu-rack-a"]), {"drain": SlurmCli(scontrol=programs.scontrol)}, [policy("drain")], 8
+    )
+    loop.offer([incident(1, "gpu-rack-a-gpu0")], 0.0)
+    assert programs.drained() == set()
+    assert programs.argvs() == [["show", "node", "-o", "gpu-rack-a"]]
+    (row,) = loop.audit.rows()
+    assert (row.decision, row.state) == ("blocked", "held") and "reads it as no node" in row.detail
+    assert len(pages) == 1 and "nothing was updated" in pages[0]
+    assert loop.audit.out_of_service(0.0) == set()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=NODE_NAMES, members=st.integers(min_value=2, max_value=5), is_a_node=st.booleans())
+def test_a_name_the_scheduler_reads_as_several_nodes_never_reaches_an_update(
+    programs: Programs, name: str, members: int, is_a_node: bool
+) -> None:
+    """For any name the grammar accepts that the scheduler expands to several nodes (a set, and
+    possibly a node of that name too, shown alone or with the set): asked first, never updated."""
+    others = [f"member-{i}" for i in range(members)]
+    nodes = [*others, *([name] if is_a_node else [])]
+    programs.set_nodes(nodes, sets={name: [*others, *([name] if is_a_node else [])]})
+    # a scheduler whose `show` reads the set too (is_a_node False: "not found" as 22.05.8 does)
+    state = json.loads((programs.folder / "state.json").read_text())
+    state["show_sets"] = True
+    (programs.folder / "state.json").write_text(json.dumps(state))
+    loop, pages = loop_over(topology([name]), {"drain": SlurmCli(scontrol=programs.scontrol)}, [policy("drain")])
+    loop.offer([incident(1, f"{name}-gpu0")], 0.0)
+    assert programs.drained() == set()
+    assert all(argv[:1] != ["update"] for argv in programs.argvs()), programs.argvs()
+    assert programs.argvs()[0] == ["show", "node", "-o", name]
+    (row,) = loop.audit.rows()
+    assert (row.decision, row.state) == ("blocked", "held") and len(pages) == 1
+
+
 # ---------------------------------------------------------------- finding 3: {node} from the topology
 
 
@@ -315,10 +391,6 @@ def test_a_site_command_fills_its_fields_in_whole_or_is_refused_on_load(part: st
 
 # ---------------------------------------------------------------- the grammar, for any name
 
-# host names as RFC 1123 writes them, with "_": one to four labels
-LABEL = st.from_regex(r"\A[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,20}[A-Za-z0-9_])?\Z", fullmatch=True)
-NODE_NAMES = st.lists(LABEL, min_size=1, max_size=4).map(".".join).filter(lambda n: node_refusal(n) is None)
-
 
 # each example runs nine processes (a drain and a resume read back, a site command): a dozen
 # examples of varied shape (dots, "_", "-", digits first) keep the unit run within seconds
@@ -345,6 +417,10 @@ def test_every_executor_names_that_one_node_and_nothing_else(programs: Programs,
         ["update", f"NodeName={name}", "State=RESUME"],
     )
     assert all(argv in allowed for argv in programs.argvs()), programs.argvs()
+    # the scheduler was asked what the name means before each update
+    argvs = programs.argvs()
+    updates = [i for i, argv in enumerate(argvs) if argv[:1] == ["update"]]
+    assert len(updates) >= 2 and all(argvs[i - 2] == ["show", "node", "-o", name] for i in updates), argvs
     assert programs.argvs("site-argv.jsonl") == [[name]]
 
 
