@@ -11,12 +11,12 @@ words around it (labels, bold, the link lines) are ours. What each does, and why
   NUL, ESC, lone surrogates that JSON can carry) are shown as `⟨U+202E⟩`: visible, so a name
   that looks like another is seen to differ, and no byte a UTF-8 encoder refuses remains.
   Each field is cut at FIELD_MAX_CHARS with a note of its full length.
-- no link made by data (`_defang`): a WORD JOINER (U+2060, invisible, no width) goes after the
-  ":" of every `scheme://` and after `www`, so no client's autolinker sees a URL, while the
-  text reads the same. Link syntax is broken separately per format (below). A bare domain
-  ("evil.example") may still be autolinked by a client; its text is then its own target, not a
-  disguise. The only links in a message are the service's incident and Grafana URLs, built by
-  message.py from the configuration.
+- no link made by data (`_defang`): a WORD JOINER (U+2060, invisible, no width) goes after every
+  ":" followed by "/" (a scheme's, even inside a word: `n0_https://…`) and after every `www`, so
+  no client's autolinker sees a URL, while the text reads the same. Link syntax is broken
+  separately per format (below). A bare domain ("evil.example") may still be autolinked by a
+  client; its text is then its own target, not a disguise. The only links in a message are the
+  service's incident and Grafana URLs, built by message.py from the configuration.
 - no mention made by data: a WORD JOINER after an "@" that starts a word (`@all`, `@here`,
   `@channel`, `@所有人`) so no client parses it; "user@site" inside a word stays as it is. The
   angle forms (`<!channel>`, `<!here>`, `<@U123>`, `<!subteam^…>`, Feishu's `<at id=all>`,
@@ -53,8 +53,10 @@ FIELD_MAX_CHARS = 512
 WORD_JOINER = "\u2060"
 
 _BREAKS = re.compile("[\r\n\t\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
-_SCHEME = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}):(?=/)")
-_WWW = re.compile(r"(?i)\b(www)\.")
+# Every ":" before a "/" and every "www.", wherever it stands: an autolinker may find a URL inside
+# a word ("n0_https://…", a scheme after 40 letters), so no word boundary is asked for.
+_SCHEME = re.compile(r":(?=/)")
+_WWW = re.compile(r"(?i)(www)\.")
 _MENTION = re.compile(r"(?<!\w)@")
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _MARKDOWN = str.maketrans(
@@ -95,7 +97,7 @@ def one_line(value: object, limit: int = FIELD_MAX_CHARS) -> str:
 
 
 def _defang(text: str) -> str:
-    text = _SCHEME.sub(lambda m: m.group(1) + ":" + WORD_JOINER, text)
+    text = _SCHEME.sub(":" + WORD_JOINER, text)
     text = _WWW.sub(lambda m: m.group(1) + WORD_JOINER + ".", text)
     return _MENTION.sub("@" + WORD_JOINER, text)
 

@@ -28,6 +28,7 @@ from show.blast import blast_radius
 from show.page import STYLE, _when, render_incident, render_list
 from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series
 from show.topology_svg import Picture, neighbourhood
+from vocab.ids import record_id_refusal, shown
 from vocab.schedule import Schedule, event_problem
 
 TIMELINE_W, ROW = 1100, 18
@@ -433,6 +434,10 @@ def write_report(
     """The report into `out`: index.html, incidents.html, incidents/<id>.html and the PNGs.
     Returns what it wrote and counted (for the CLI's summary line and tests)."""
     files = load(run, truth, input_dir)
+    for state in files.incidents:  # each names a page (incidents/<id>.html): a path, not a guess
+        ident = str(state.get("incident_id", ""))
+        if problem := record_id_refusal(ident):
+            raise ValueError(f"{run}: an incident id {shown(ident)} that names no page: {problem}")
     out.mkdir(parents=True, exist_ok=True)
     latest = [dict(i) for i in latest_states(files.incidents)]
     latest.sort(key=lambda r: float(r["opened"]))

@@ -172,6 +172,25 @@ def check_job(value: str) -> str:
     return value
 
 
+# The ids the service makes itself (incident `inc-<time>-<hash>`, 30 characters; plan, 20 hex;
+# silence `sil-<hex>`, 16): what a URL path segment and a file name carry as they are.
+MAX_RECORD_ID_LENGTH = 128
+_RECORD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def record_id_refusal(value: str) -> Refusal | None:
+    """Why `value` is no incident, plan or silence id, or None: read back from a run folder or a
+    request, it names a page and a file, so no "/" and no leading "." can be in it."""
+    if len(value) > MAX_RECORD_ID_LENGTH:
+        return Refusal("ids.record.length", f"an id of {len(value):,} characters (the limit is {MAX_RECORD_ID_LENGTH})")
+    if not _RECORD_ID.match(value):
+        return Refusal(
+            "ids.record.charset",
+            "an incident, plan or silence id holds letters, digits, '.', '_' and '-' and starts with a letter or digit",
+        )
+    return None
+
+
 # Kubernetes' own grammar for a node's name (an RFC 1123 subdomain: lower case, digits, "-" and
 # ".", at most 253): kubernetes.io/docs/concepts/overview/working-with-objects/names/
 _K8S_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$")
@@ -202,5 +221,6 @@ __all__ = [
     "job_refusal",
     "kubernetes_name_refusal",
     "node_refusal",
+    "record_id_refusal",
     "shown",
 ]

@@ -63,10 +63,18 @@ class Job:
         return index in self.gpus_by_node.get(node, ())
 
 
+# An event's times are Unix seconds from the epoch to the last second an int64 of nanoseconds
+# holds (2262-04-11): the line protocol's and InfluxDB's timestamps, which no job outlives. A
+# `-1e308` or `1e308` would otherwise pass as finite and order every job before or after all time.
+LATEST_EPOCH_S = (2**63 - 1) // 1_000_000_000
+
+
 def _number(e: dict[str, Any], key: str) -> str | None:
     v = e.get(key)
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         return f"{key} must be a number of epoch seconds, got {v!r}"[:200]
+    if not 0 <= v <= LATEST_EPOCH_S:
+        return f"{key} must be epoch seconds from 0 to {LATEST_EPOCH_S} (2262-04-11), got {v!r}"[:200]
     return None
 
 

@@ -43,3 +43,27 @@ def test_a_report_folder_that_is_not_a_report_is_refused(tmp_path: Path, capsys:
     (tmp_path / "thesis.tex").write_text("mine\n")
     assert main(["demo", "--no-predict", "--report", str(tmp_path)]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_a_run_folders_incident_id_that_names_another_path_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """incidents.jsonl is read back from a folder anyone may have written: an id "../../X" made
+    the report write a page outside --out. Failed before the fix (issue 64): X.html was written."""
+    from aiops.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    state = {
+        "incident_id": "../../X",
+        "opened": 0.0,
+        "updated": 0.0,
+        "status": "open",
+        "severity": "warning",
+        "root_cause": {"entity": "n0001-gpu0", "kind": "gpu_hbm_ecc", "confidence": 0.9},
+    }
+    (run / "incidents.jsonl").write_text(json.dumps(state) + "\n")
+    out = tmp_path / "a" / "b" / "report"
+    assert main(["report", str(run), "--out", str(out)]) == 2
+    assert "names no page" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("X.html")) and not out.exists()

@@ -199,3 +199,22 @@ def test_a_key_cannot_end_its_header_or_stall_delivery(tmp_path: Path) -> None:
     finally:
         endpoint.close()
     assert endpoint.bodies[0]["key"] == "r:inc-1\r\nX-Evil: 1:é\ufffd"  # the exact key, as JSON carries it
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "n0_https://evil.example/x",  # a scheme after "_" (a word character: no word boundary)
+        "a" * 40 + "https://evil.example/x",  # a scheme inside a long word
+        "n0_www.evil.example",
+        "x-ftp://evil.example",
+    ],
+)
+def test_a_scheme_inside_a_word_makes_no_link(name: str) -> None:
+    """Before (issue 64): the defang looked for a scheme at a word boundary, at most 31 letters
+    long, so these reached chat as live URLs."""
+    from notify.safe_text import WORD_JOINER, markdown_text, slack_text
+
+    for text in (markdown_text(name), slack_text(name)):
+        assert "://" not in text and "www." not in text.lower(), text
+        assert text.replace(WORD_JOINER, "").replace("ˍ", "_") == name, text

@@ -62,3 +62,12 @@ def test_the_corpus_file_is_small_and_listed() -> None:
     listed = (HOSTILE.parents[1] / "MANIFEST.tsv").read_text()
     assert "events/hostile.jsonl\tevents\t" in listed
     json.loads(HOSTILE.read_text().splitlines()[0])  # the first line is JSON: its refusal is the grammar's
+
+
+def test_times_no_clock_holds_are_dead_letters() -> None:
+    """A job's expected_end of -1e308 is finite, and was taken (issue 64): every line of the file
+    is now a dead letter naming the epoch bound."""
+    path = HOSTILE.parent / "times-out-of-range.jsonl"
+    events, letters = read_events(path)
+    assert events == [] and len(letters) == 5
+    assert all("epoch seconds from 0 to" in letter.reason for letter in letters), [x.reason for x in letters]
