@@ -6,7 +6,8 @@
 - `/api/incidents` (filter by status, severity, kind, entity pattern, time), `/api/incidents/{id}`,
   `POST /api/incidents/{id}/ack` and `/resolve`,
 - `/api/silences` (create, list) and `DELETE /api/silences/{id}` (expire),
-- OpenAPI at `/openapi.json`, its pages at `/docs`.
+- OpenAPI at `/openapi.json` (no `/docs` or `/redoc`: FastAPI's pages load Swagger UI and ReDoc
+  from a CDN, scripts the daemon's origin would run with no integrity check).
 
 Reads are open to whoever reaches the port (compose binds it to loopback); every mutation needs
 `Authorization: Bearer <AIOPS_API_TOKEN>`, and with no token configured mutations are refused.
@@ -15,12 +16,17 @@ What a client may make the daemon hold is bounded before any route runs (`Guard`
 middleware ahead of FastAPI's parsing): a body over `MAX_BODY_BYTES` is refused (413) from its
 Content-Length, or, sent chunked, at the byte that crosses the limit, and the rest is never read;
 a mutation without the token (or a signed link without its signature) is refused before one byte
-of its body is read; a body that does not arrive within `BODY_TIMEOUT_S` is refused (408).
-uvicorn bounds the headers (`MAX_HEADER_BYTES`) and the connections (`MAX_CONNECTIONS`). Free text
+of its body is read; a body not whole within `BODY_TIMEOUT_S` is refused (408); beyond
+`MAX_IN_FLIGHT` requests at once, 503 (but /healthz). Before that, the connection (uvicorn, with
+aiops/api_connections.py): a request head must be whole within `HEAD_TIMEOUT_S` and at most
+`MAX_HEADER_BYTES`, an idle keep-alive connection is closed after `KEEP_ALIVE_S`, and at most
+`MAX_CONNECTIONS` are open, a new one displacing the one that has waited longest for a head. So
+clients that connect and stall hold nothing for long, and never keep /healthz out. Free text
 (names, notes) has a length limit and no control characters; ids in paths and silence matchers
 follow the id grammar (vocab/ids.py), and a refusal names the rule. Every response says
-`X-Content-Type-Options: nosniff`; pages add a strict Content-Security-Policy (show/page.py),
-`X-Frame-Options: DENY` and `Referrer-Policy: no-referrer`."""
+`X-Content-Type-Options: nosniff` and has a Content-Security-Policy: `API_CSP` (nothing may load
+or frame it), or the page's own (show/page.py); pages add `X-Frame-Options: DENY` and
+`Referrer-Policy: no-referrer`."""
 
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from html import escape
 from pathlib import Path
@@ -62,6 +68,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from act.audit import AuditLog, Row
 from act.loop import signed
+from aiops.api_connections import guarded_protocol
 from aiops.daemon_metrics import DaemonMetrics
 from aiops.incident_index import IncidentIndex
 from aiops.incident_index import Query as IncidentQuery
@@ -87,19 +94,37 @@ EVENT_TIME_SLACK_S = 3600.0  # a silence "from now" also covers states this far 
 
 # The largest body a client has a reason to send is a silence with its matchers: a few KB even
 # with a hundred entity patterns (the notes below are at most 2,000 characters, 8 KB in UTF-8).
-# 64 KB is ten times that, and what the daemon holds per request if every connection sends it:
-# MAX_CONNECTIONS x 64 KB = 4 MB. (Before this limit a 300 MB POST was read whole and parsed
+# 64 KB is ten times that, and what the daemon holds per request if every one in flight sends it:
+# MAX_IN_FLIGHT x 64 KB = 4 MB. (Before this limit a 300 MB POST was read whole and parsed
 # before the token was checked: the daemon went from 146 MB to 1.29 GB.)
 MAX_BODY_BYTES = 64 * 1024
 # A 64 KB body arrives in milliseconds on any network an operator works from; a client that takes
-# longer is holding a connection open (slowloris), so it is answered 408 and closed.
+# longer is holding a connection open (slowloris), so it is answered 408 and closed. A deadline
+# for the whole body from the request's start, not per read: a byte every 29 s would pass that.
 BODY_TIMEOUT_S = 30.0
 # The request line and headers: a browser's with a bearer token are under 2 KB; uvicorn (h11)
 # answers 400 beyond this (its default is 16 KB too: stated here so it stays so).
 MAX_HEADER_BYTES = 16 * 1024
-# The API serves a few engineers, their browsers and Prometheus: 64 connections at once is far
-# above that; beyond it uvicorn answers 503 instead of holding more sockets and tasks.
-MAX_CONNECTIONS = 64
+# A request head (under 2 KB, one packet) arrives in milliseconds from a browser, curl or
+# Prometheus, across an ocean within a second; 10 s leaves room for a stalled network. A head not
+# whole by then (sent nothing, or stopped before its blank line: the half-open connections of
+# issue 64) is closed: uvicorn has no such deadline of its own and held them for ever.
+HEAD_TIMEOUT_S = 10.0
+# An idle keep-alive connection after its response (uvicorn's own default, stated so it stays so):
+# a browser reopens one in a round trip; Prometheus scrapes every 15 s or more and reconnects.
+KEEP_ALIVE_S = 5
+# Open sockets, each a file descriptor and at most MAX_HEADER_BYTES of unparsed head: 512 x 16 KB
+# = 8 MB at worst, and half the 1,024 descriptors a process often gets by default (leaving the
+# daemon's Kafka, database and file handles their room). Far above what a few engineers, their
+# browsers and Prometheus open; a client stalling to fill it gets each of its sockets closed in
+# HEAD_TIMEOUT_S, and sooner, oldest first, by every new connection (aiops/api_connections.py):
+# so it does not keep others out, as uvicorn's limit_concurrency did (it counts open connections:
+# 64 silent sockets answered /healthz 503).
+MAX_CONNECTIONS = 512
+# Requests being answered at once (their routes run in a thread pool of 40 or read a body): 64 is
+# far above the API's users; beyond it 503 rather than queueing. /healthz is answered regardless:
+# it reads one number, and a liveness probe refused under load would have the daemon restarted.
+MAX_IN_FLIGHT = 64
 # A person's name as the chat message, the audit log and the page show it: 100 characters hold any
 # real name or e-mail address; more is a paste, or an attempt to bury the message it is quoted in.
 MAX_NAME_CHARS = 100
@@ -112,6 +137,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # The approval page: no script or style at all; its one form posts back to the daemon.
 APPROVAL_CSP = "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+# Every other response (JSON, text, errors): nothing to run, load, post or frame. A JSON answer
+# opened in a browser tab is inert under it, and is not framed for clickjacking.
+API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+UNLIMITED_PATHS = frozenset({"/healthz"})  # answered beyond MAX_IN_FLIGHT (see there)
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _SIGNED_APPROVE = re.compile(r"^/actions/([^/]+)/approve$")
 
@@ -323,16 +352,24 @@ class Guard:
     - a body of no stated length (chunked): its bytes counted as the route reads them, 413 at the
       chunk that crosses `limit`; nothing after it is read;
     - a request `gate` refuses (a mutation without the token): its answer, before the body;
-    - a body still incomplete after `body_timeout_s`: 408.
+    - a body not whole `body_timeout_s` after the request's head: 408;
+    - a request beyond `max_in_flight` being answered at once: 503 (but `UNLIMITED_PATHS`).
 
     Each of these answers says `Connection: close` (the unread rest of the body is not read to
-    find the next request). Every response gets `X-Content-Type-Options: nosniff`, and HTML ones
-    `X-Frame-Options: DENY` and `Referrer-Policy: no-referrer`."""
+    find the next request). Every response gets `X-Content-Type-Options: nosniff` and, unless it
+    states its own, `Content-Security-Policy: API_CSP`; HTML ones `X-Frame-Options: DENY` and
+    `Referrer-Policy: no-referrer`."""
 
     def __init__(
-        self, app: ASGIApp, gate: Gate, limit: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S
+        self,
+        app: ASGIApp,
+        gate: Gate,
+        limit: int = MAX_BODY_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.app, self.gate, self.limit, self.body_timeout_s = app, gate, limit, body_timeout_s
+        self.max_in_flight, self.in_flight = max_in_flight, 0  # (one event loop: no lock needed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -348,6 +385,7 @@ class Guard:
                 started = True
                 headers = MutableHeaders(scope=message)
                 headers.setdefault("x-content-type-options", "nosniff")
+                headers.setdefault("content-security-policy", API_CSP)
                 if headers.get("content-type", "").startswith("text/html"):
                     headers.setdefault("x-frame-options", "DENY")
                     headers.setdefault("referrer-policy", "no-referrer")
@@ -374,6 +412,19 @@ class Guard:
             await send_({"type": "http.response.body", "body": body})
             answered = True
 
+        if self.in_flight >= self.max_in_flight and scope["path"] not in UNLIMITED_PATHS:
+            busy = f"{self.in_flight} requests in flight (MAX_IN_FLIGHT): ask again later"
+            await answer(503, busy, {"retry-after": "1"})
+            return
+        self.in_flight += 1
+        try:
+            await self._guarded(scope, receive, send_, answer)
+        finally:
+            self.in_flight -= 1
+
+    async def _guarded(
+        self, scope: Scope, receive: Receive, send_: Send, answer: Callable[..., Awaitable[None]]
+    ) -> None:
         headers = Headers(scope=scope)
         stated = headers.get("content-length")
         # (h11 has refused a Content-Length that is not a number, or two that differ)
@@ -386,13 +437,15 @@ class Guard:
             return
 
         read, complete = 0, False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
 
         async def receive_() -> Message:
             nonlocal read, complete
             if complete:
                 return await receive()  # (waiting for the client to go away: no body left to bound)
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
             except TimeoutError:
                 await answer(408, f"the body did not arrive within {self.body_timeout_s:.0f} s (BODY_TIMEOUT_S)")
                 raise _AnsweredError from None
@@ -416,8 +469,18 @@ def build_app(
     request_resolve: Callable[[str], None],
     pages: PageContext | None = None,
     actions: ActionsApi | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+    max_in_flight: int = MAX_IN_FLIGHT,
 ) -> FastAPI:
-    app = FastAPI(title="aiops", summary="Incidents, silences and health of the GPU-cluster AIOps daemon")
+    """The API's routes behind its guard (`body_timeout_s` and `max_in_flight` for tests)."""
+    app = FastAPI(
+        title="aiops",
+        summary="Incidents, silences and health of the GPU-cluster AIOps daemon",
+        # no /docs, /redoc: their pages load Swagger UI and ReDoc from a CDN with no integrity
+        # check, to run on this origin; the OpenAPI document alone is served, for any viewer
+        docs_url=None,
+        redoc_url=None,
+    )
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Collector(metrics, index, notifier))
 
@@ -447,7 +510,7 @@ def build_app(
                 return HTTPException(403, "this link is not signed for this plan")
         return None
 
-    app.add_middleware(Guard, gate=gate)
+    app.add_middleware(Guard, gate=gate, body_timeout_s=body_timeout_s, max_in_flight=max_in_flight)
 
     def silences() -> SilenceStore:
         if notifier is None:
@@ -671,18 +734,32 @@ def incident_html(
 
 
 class ApiServer:
-    """uvicorn in a daemon thread; stopped with the daemon."""
+    """uvicorn in a daemon thread; stopped with the daemon. Its connections are bounded by
+    aiops/api_connections.py (`max_connections`, `head_timeout_s`: smaller in tests)."""
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        max_connections: int = MAX_CONNECTIONS,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+    ) -> None:
+        self.protocol = guarded_protocol(max_connections, head_timeout_s)
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
             log_level="warning",
             access_log=False,
-            http="h11",  # (the one installed; named so that its header bound below applies)
+            # uvicorn's h11 protocol with a head deadline and a connection cap that displaces
+            # stalled sockets (h11, so that the header bound below applies)
+            http=self.protocol,
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            # None: uvicorn's own limit counts open connections, so stalled sockets starved every
+            # request (issue 64); connections are capped by the protocol, requests by the guard
+            limit_concurrency=None,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="aiops-api", daemon=True)
@@ -694,7 +771,7 @@ class ApiServer:
             time.sleep(0.05)
         if not self.server.started:
             raise RuntimeError("the HTTP API did not start (is the port taken?)")
-        log.info("HTTP API on http://%s:%d (OpenAPI at /docs)", self.server.config.host, self.port)
+        log.info("HTTP API on http://%s:%d (OpenAPI at /openapi.json)", self.server.config.host, self.port)
 
     @property
     def port(self) -> int:

@@ -5,7 +5,9 @@ send the headers and a little of a body, and see the answer come before the rest
 over the limit (stated or chunked) is refused unread, a mutation without the token is refused
 before its body, pages carry a Content-Security-Policy that allows exactly their own inline script
 and styles, and names, notes and ids outside their bounds are refused with a 422 naming the field
-or the rule (the hostile strings: tests/data/hostile/names/api-bodies.json)."""
+or the rule (the hostile strings: tests/data/hostile/names/api-bodies.json). And (issue 64, item
+4) clients that connect and stall: half-open connections, bodies that never come, a cap filled
+with stalled sockets; none of them keeps /healthz from its 200, and each is closed in the end."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from urllib.parse import quote
 import pytest
 
 from act.loop import sign
-from aiops.api import MAX_BODY_BYTES, MAX_NAME_CHARS, MAX_NOTE_CHARS, Guard
+from aiops.api import API_CSP, MAX_BODY_BYTES, MAX_NAME_CHARS, MAX_NOTE_CHARS, ApiServer, Guard, build_app
+from aiops.daemon_metrics import DaemonMetrics
+from aiops.incident_index import IncidentIndex
 from show.page import csp_hash
 from tests.unit.test_act_approval import SECRET, Recorder, call, served  # noqa: F401 (a fixture)
 from tests.unit.test_api import TOKEN, Api
@@ -223,3 +227,163 @@ def test_the_limit_is_the_stated_one(api: Api, length: int) -> None:
     body += b" " * (length - len(body))  # JSON allows trailing white space
     status, _, _ = exchange(_port(api.base), post_head("/api/incidents/inc-1/ack", length, TOKEN), body)
     assert status == (200 if length <= MAX_BODY_BYTES else 413)
+
+
+# Issue 64, item 4: 64 half-open connections took every route down (503, /healthz included) for as
+# long as they were held. Each way a client can stall before its request is whole: a connection
+# with nothing sent, a request head without its blank line, a POST stating a body it never sends.
+HALF_OPEN = 256
+STALLS = [
+    b"",
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\n",
+    b"POST /api/silences HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{",
+]
+# Bounds on loops, not timings: how often /healthz is asked, and how long a held socket may go
+# unanswered before the test gives up on the server closing it (far above any timeout it has).
+HEALTHZ_TRIES = 50
+CLOSED_WITHIN_S = 120.0
+
+
+def _hold(port: int, count: int, stalls: list[bytes]) -> list[socket.socket]:
+    held = []
+    for i in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=ANSWER_WITHIN_S)
+        if stall := stalls[i % len(stalls)]:
+            s.sendall(stall)
+        held.append(s)
+    return held
+
+
+def _healthz(port: int) -> int:
+    """/healthz's status, asked until it is 200 or the tries run out (each on a new connection)."""
+    status = 0
+    for _ in range(HEALTHZ_TRIES):
+        try:
+            status = exchange(port, "GET /healthz HTTP/1.1\nHost: x\nConnection: close\n")[0]
+        except OSError:
+            status = 0  # refused or reset: asked again
+        if status == 200:
+            break
+    return status
+
+
+def _said_before_closing(s: socket.socket) -> bytes | None:
+    """What the server says on a held connection until it closes it; None if it never does."""
+    s.settimeout(CLOSED_WITHIN_S)
+    said = b""
+    try:
+        while chunk := s.recv(65536):
+            said += chunk
+    except ConnectionResetError:
+        pass  # (closed with our bytes unread: closed all the same)
+    except TimeoutError:
+        return None
+    return said
+
+
+def test_256_half_open_connections_neither_take_healthz_down_nor_stay_open(api: Api) -> None:
+    """With the daemon's own bounds (HEAD_TIMEOUT_S, MAX_CONNECTIONS): before issue 64's fix,
+    /healthz answered 503 to every try while these were held, and none was ever closed."""
+    port = _port(api.base)
+    held = _hold(port, HALF_OPEN, STALLS)
+    try:
+        assert _healthz(port) == 200  # while every one of them is held
+        assert api.call("GET", "/api/incidents")[0] == 200
+        said = [_said_before_closing(s) for s in held]  # then the server lets go of each
+    finally:
+        for s in held:
+            s.close()
+    assert None not in said
+    for stall, answer in zip(STALLS * HALF_OPEN, said, strict=False):
+        if stall.startswith(b"GET"):
+            assert answer is not None and answer.startswith(b"HTTP/1.1 408 ")  # told why
+        elif stall.startswith(b"POST"):
+            assert answer is not None and answer.startswith(b"HTTP/1.1 413 ")  # refused unread
+        else:
+            assert answer == b""  # (nothing asked, nothing said)
+
+
+def _server(**bounds: Any) -> tuple[ApiServer, int]:
+    app_bounds = {k: bounds.pop(k) for k in ("body_timeout_s", "max_in_flight") if k in bounds}
+    app = build_app(IncidentIndex(None), DaemonMetrics(), None, TOKEN, lambda _: None, **app_bounds)
+    server = ApiServer(app, "127.0.0.1", 0, **bounds)
+    server.start()
+    return server, server.port
+
+
+def test_past_the_connection_cap_a_new_connection_displaces_the_oldest_stalled_one() -> None:
+    """Timeouts alone let a client that reconnects keep any cap full; so the connection over the
+    cap closes the one that has waited longest for a head (a long timeout here, so only that acts)."""
+    server, port = _server(max_connections=16, head_timeout_s=3600.0)
+    held: list[socket.socket] = []
+    try:
+        held = _hold(port, 48, STALLS[:2])
+        assert _healthz(port) == 200
+        assert server.protocol.books.displaced >= 48 - 16
+        assert all(_said_before_closing(s) is not None for s in held[:16])  # the oldest: closed
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
+
+
+def test_requests_past_the_in_flight_cap_are_refused_but_healthz_is_answered() -> None:
+    """Requests whose bodies never come (with the token: past the guard's gate) each hold a
+    task until the body deadline; past MAX_IN_FLIGHT others get 503, /healthz its 200."""
+    server, port = _server(body_timeout_s=2.0, max_in_flight=8)
+    head = post_head("/api/silences", 1000, TOKEN).replace("\n", "\r\n").encode() + b"\r\n{"
+    held: list[socket.socket] = []
+    try:
+        held = _hold(port, 12, [head])
+        status = 0
+        for _ in range(HEALTHZ_TRIES):  # (the held requests reach the guard as the server reads them)
+            status = exchange(port, "GET /api/incidents HTTP/1.1\nHost: x\nConnection: close\n")[0]
+            if status == 503:
+                break
+        assert status == 503
+        assert _healthz(port) == 200
+        said = [_said_before_closing(s) or b"" for s in held]
+        statuses = sorted(int(a.split()[1]) for a in said)  # (whichever 8 reached the guard first)
+        assert statuses == [408] * 8 + [503] * 4, said  # and closed, each of them
+        assert exchange(port, "GET /api/incidents HTTP/1.1\nHost: x\nConnection: close\n")[0] == 200
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
+
+
+def test_a_body_trickled_in_is_refused_at_the_deadline_not_per_read() -> None:
+    """A byte well within the timeout each time must still not hold the request for ever."""
+    sent: list[dict[str, Any]] = []
+    reads = 0
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+
+    async def trickle() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        assert reads < 1000, "read on past the body deadline"
+        await asyncio.sleep(0.01)
+        return {"type": "http.request", "body": b"x" if reads % 2 else b"", "more_body": True}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/x", "headers": [(b"transfer-encoding", b"chunked")]}
+    asyncio.run(Guard(route, lambda *_: None, body_timeout_s=0.2)(scope, trickle, send))
+    assert sent[0]["status"] == 408
+
+
+def test_every_response_says_what_it_may_load_and_docs_load_nothing_from_a_cdn(api: Api) -> None:
+    port = _port(api.base)
+    for path, status in [("/healthz", 200), ("/api/incidents", 200), ("/openapi.json", 200), ("/nowhere", 404)]:
+        got, headers, _ = exchange(port, f"GET {path} HTTP/1.1\nHost: x\nConnection: close\n")
+        assert got == status
+        assert headers["content-security-policy"] == API_CSP and "frame-ancestors 'none'" in API_CSP
+        assert headers["x-content-type-options"] == "nosniff"
+    # FastAPI's /docs and /redoc loaded Swagger UI and ReDoc from jsDelivr, with no integrity
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        got, _, body = exchange(port, f"GET {path} HTTP/1.1\nHost: x\nConnection: close\n")
+        assert got == 404 and b"cdn" not in body.lower(), path
