@@ -80,7 +80,7 @@ from show.blast import blast_radius
 from show.page import PAGE_CSP, grafana_links, render_incident, render_list
 from show.series import SERIES_ASKED, WINDOW_S, InfluxSeries, from_evidence, key_series
 from show.topology_svg import Picture, neighbourhood
-from vocab.ids import MAX_ID_LENGTH, Refusal, entity_refusal, shown
+from vocab.ids import MAX_ID_LENGTH, Refusal, entity_refusal, record_id_refusal, shown
 from vocab.schedule import Schedule
 from vocab.settings import InfluxSettings
 
@@ -130,9 +130,6 @@ MAX_IN_FLIGHT = 64
 MAX_NAME_CHARS = 100
 # An operator's note: a paragraph. 2,000 characters fit one chat message (Slack's block is 3,000).
 MAX_NOTE_CHARS = 2000
-# Incident ids are 30 characters (rca/incidents.py), plan ids 20 (act/audit.py), silence ids 16.
-MAX_ROUTE_ID_CHARS = 128
-_ROUTE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # The approval page: no script or style at all; its one form posts back to the daemon.
@@ -310,18 +307,8 @@ class NewSilence(BaseModel):
         return match
 
 
-def route_id_refusal(value: str) -> Refusal | None:
-    """Why `value` is no incident, plan or silence id, or None. vocab/ids.py has no grammar for
-    these (the service makes them: `inc-<time>-<hash>`, hex, `sil-<hex>`), so it is written here:
-    what a URL path segment carries without escaping, nothing a log or a chat message reads."""
-    if len(value) > MAX_ROUTE_ID_CHARS:
-        return Refusal("api.id.length", f"an id of {len(value):,} characters (the limit is {MAX_ROUTE_ID_CHARS})")
-    if not _ROUTE_ID.match(value):
-        return Refusal(
-            "api.id.charset",
-            "an incident, plan or silence id holds letters, digits, '.', '_' and '-' and starts with a letter or digit",
-        )
-    return None
+# incident, plan and silence ids: the service's own, one grammar with every other id (vocab.ids)
+route_id_refusal = record_id_refusal
 
 
 def _checked(kind: str, value: str) -> str:

@@ -189,7 +189,7 @@ def test_ids_in_paths_and_silence_matchers_follow_the_grammar(api: Api) -> None:
     for bad in HOSTILE["incident_ids"]:
         for method, path in [("GET", "/api/incidents/{}"), ("GET", "/incidents/{}"), ("POST", "/api/incidents/{}/ack")]:
             status, answer = api.call(method, path.format(quote(bad, safe="")), {"by": "alice"}, TOKEN)
-            assert status == 422 and "[rule api.id." in answer["detail"], (bad, path, answer)
+            assert status == 422 and "[rule ids.record." in answer["detail"], (bad, path, answer)
     assert api.call("DELETE", "/api/silences/sil-1%0Aforged", token=TOKEN)[0] == 422
     for bad in HOSTILE["matcher_entities"]:
         silence = {"match": {"entity": bad}, "comment": "swap", "created_by": "alice"}
