@@ -6,7 +6,9 @@ same lines the Telegraf node agent sends (config/telegraf/node.conf): one line p
 scrape, `gpu,gpu=<node>-gpu<i>,node=<node> DCGM_FI_...=<v>,... <ns>` and
 `nic,nic=<node>-nic<i>,node=<node> port_xmit_data=...`, on the telemetry topic keyed by node.
 Everything else is counted, and dead-lettered with the reason (one dead letter per series and
-request, not per sample).
+request, never per sample; at most MAX_DEADLETTERS_PER_REQUEST a request and one summary). DCGM's
+blank sentinels (ingest/dcgm_blanks.py) are dropped and counted by which one, catalogued field or
+not: they mean "no reading".
 
 Formats, from their specifications:
 - remote-write 1.0 (prometheus.io/docs/specs/remote_write_spec): POST, `Content-Encoding:
@@ -22,8 +24,9 @@ Formats, from their specifications:
   (prometheus/model/value/value.go StaleNaN); those are counted, not data.
 
 Both are decoded here (no snappy or protobuf package is a dependency of the service): the
-messages are three, and the block format is a page. The body is bounded before it is read and
-the declared uncompressed length before anything is decompressed.
+messages are three, and the block format is a page. The body is bounded before it is read, the
+declared uncompressed length before anything is decompressed, and what it decodes to (series,
+samples, labels) while it is parsed.
 
 Label mapping (the Telegraf path's, config/telegraf/node.conf's starlark):
 - node: the `node` label when the site sets one (relabel_configs), else dcgm-exporter's
@@ -49,7 +52,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ingest.dcgm_blanks import blank_name, width_of
 from ingest.deadletter import DeadLetter
+from vocab.catalog import measurement
 from vocab.ids import entity_refusal, node_refusal
 
 # An operational choice, stated as one: Prometheus sends at most max_samples_per_send (2000 by
@@ -58,6 +63,27 @@ from vocab.ids import entity_refusal, node_refusal
 # fill memory. Configurable with --remote-write-max-bytes.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+# What a request may decode to, counted while it is parsed (the parse stops at the bound and the
+# whole request is refused, 400, before the rest becomes objects): a snappy body of empty
+# TimeSeries is ~20:1, and each series was an object and a dead letter (300 KB: 1.2 GB, 3 million
+# Kafka messages). Prometheus 2.x sends one TimeSeries per sample and at most max_samples_per_send
+# (2000 by default) samples a request: 50,000 is 25 times that, for a site that raised it; every
+# bound keeps a request's objects to tens of MB (about 150 bytes a label, 130 a sample).
+MAX_SERIES_PER_REQUEST = 50_000
+MAX_SAMPLES_PER_REQUEST = 50_000
+# a dcgm-exporter series carries 8-15 labels (gpu, UUID, device, modelName, Hostname, driver,
+# err_code/err_msg, Kubernetes pod/namespace/container, Prometheus's job/instance); 64 leaves room
+# for a site's relabelling
+MAX_LABELS_PER_SERIES = 64
+# names and values of one series: a real one is a few hundred bytes (err_msg is the longest)
+MAX_LABEL_BYTES_PER_SERIES = 16 * 1024
+# all labels of one request: 2000 series of 15 labels is 30,000; 500,000 (~75 MB of objects) is
+# 16 times a raised max_samples_per_send's worth, and stops 50,000 series of 64 labels (3.2 million)
+MAX_LABELS_PER_REQUEST = 500_000
+# Dead letters are for a person to read: one per bad series, at most this many a request; beyond
+# it one summary dead letter counts the rest by reason (a request can never make more than 101
+# Kafka messages on the dead-letter topic)
+MAX_DEADLETTERS_PER_REQUEST = 100
 
 STALE_NAN_BITS = 0x7FF0000000000002
 
@@ -217,18 +243,51 @@ def _text(value: int | memoryview) -> str:
         raise RemoteWriteError("a label is not UTF-8") from None
 
 
-def parse_write_request(body: bytes) -> list[Series]:
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one request may decode to (the module's MAX_* constants say why each is what it is)."""
+
+    series: int = MAX_SERIES_PER_REQUEST
+    samples: int = MAX_SAMPLES_PER_REQUEST
+    labels_per_series: int = MAX_LABELS_PER_SERIES
+    label_bytes_per_series: int = MAX_LABEL_BYTES_PER_SERIES
+    labels: int = MAX_LABELS_PER_REQUEST
+    deadletters: int = MAX_DEADLETTERS_PER_REQUEST
+
+
+class RequestTooLargeError(RemoteWriteError):
+    """A request over one of the Limits: refused whole (400), counted as `refused_bounds`."""
+
+
+def parse_write_request(body: bytes, limits: Limits | None = None) -> list[Series]:
+    """The request's series, counted as they are parsed: the first one over a bound of `limits`
+    stops the parse (RequestTooLargeError) before the rest becomes objects."""
+    limits = limits or Limits()
     out: list[Series] = []
+    samples = labels = 0
     for number, wire, value in _fields(memoryview(body)):
         if number != 1 or wire != 2:
             continue  # metadata (3) and anything newer
         assert isinstance(value, memoryview)
+        if len(out) >= limits.series:
+            raise RequestTooLargeError(f"more than {limits.series:,} series in one request")
         series = Series({}, [])
+        label_bytes = 0
         for n2, w2, v2 in _fields(value):
             if w2 != 2:
                 continue
             assert isinstance(v2, memoryview)
             if n2 == 1:
+                labels += 1
+                label_bytes += len(v2)
+                if len(series.labels) >= limits.labels_per_series:
+                    raise RequestTooLargeError(f"a series with more than {limits.labels_per_series} labels")
+                if label_bytes > limits.label_bytes_per_series:
+                    raise RequestTooLargeError(
+                        f"a series with more than {limits.label_bytes_per_series:,} bytes of labels"
+                    )
+                if labels > limits.labels:
+                    raise RequestTooLargeError(f"more than {limits.labels:,} labels in one request")
                 name = val = ""
                 for n3, _w3, v3 in _fields(v2):
                     if n3 == 1:
@@ -237,6 +296,9 @@ def parse_write_request(body: bytes) -> list[Series]:
                         val = _text(v3)
                 series.labels[name] = val
             elif n2 == 2:
+                samples += 1
+                if samples > limits.samples:
+                    raise RequestTooLargeError(f"more than {limits.samples:,} samples in one request")
                 bits, ts = 0, 0
                 for n3, w3, v3 in _fields(v2):
                     if n3 == 1 and w3 == 1:
@@ -373,9 +435,52 @@ def _number(value: float) -> str:
     return repr(value)
 
 
-def map_series(all_series: list[Series]) -> Mapped:
-    """One line per (measurement, entity, timestamp), keyed by node."""
+_GPU = measurement("gpu")
+
+
+def _blank(name: str, value: float) -> str | None:
+    """The DCGM sentinel a dcgm-exporter sample is, if it is one (ingest/dcgm_blanks.py): by the
+    field's width when the catalog lists it, by exact family member when it does not."""
+    metric = _GPU.metric(name) if _GPU is not None else None
+    return blank_name(value, width_of(metric) if metric is not None else None)
+
+
+class _Letters:
+    """A request's dead letters: one per bad series, at most `cap`; the rest counted by reason
+    and said in one summary dead letter."""
+
+    def __init__(self, out: Mapped, cap: int) -> None:
+        self.out, self.cap = out, cap
+        self.dropped: Counter[str] = Counter()
+
+    def add(self, reason: str, labels: dict[str, str]) -> None:
+        self.out.counts["series_deadlettered"] += 1
+        if len(self.out.deadletters) < self.cap:
+            self.out.deadletters.append(DeadLetter("remote_write", reason, _series_text(labels)))
+        else:
+            self.dropped[DeadLetter("remote_write", reason, b"").category] += 1
+
+    def close(self) -> None:
+        if not self.dropped:
+            return
+        n = sum(self.dropped.values())
+        self.out.counts["deadletters_dropped"] += n
+        why = "; ".join(f"{k}: {v:,}" for k, v in self.dropped.most_common(10))
+        self.out.deadletters.append(
+            DeadLetter(
+                "remote_write",
+                f"{n:,} more series of this request not dead-lettered one by one (at most {self.cap} a request); "
+                f"by reason: {why}",
+                b"",
+            )
+        )
+
+
+def map_series(all_series: list[Series], max_deadletters: int = MAX_DEADLETTERS_PER_REQUEST) -> Mapped:
+    """One line per (measurement, entity, timestamp), keyed by node; a bad series is one dead
+    letter (never one per sample), at most `max_deadletters` a request and one summary."""
     out = Mapped()
+    letters = _Letters(out, max_deadletters)
     rows: dict[tuple[str, str, str, str, int], dict[str, float]] = {}
     for series in all_series:
         out.counts["series"] += 1
@@ -384,23 +489,32 @@ def map_series(all_series: list[Series]) -> Mapped:
         if isinstance(target, str):
             out.counts["series_unmapped"] += 1
             out.counts["samples_unmapped"] += len(series.samples)
-            out.deadletters.append(DeadLetter("remote_write", target, _series_text(series.labels)))
+            letters.add(target, series.labels)
             continue
         kind, id_tag, entity, node, _ = target
         name = series.labels["__name__"]
+        dcgm = name.startswith("DCGM_")
+        not_finite: Counter[str] = Counter()
         for value, ts_ms in series.samples:
             if math.isnan(value) and struct.unpack("<Q", struct.pack("<d", value))[0] == STALE_NAN_BITS:
                 out.counts["stale_markers"] += 1
                 continue
             if not math.isfinite(value):
-                out.counts["samples_unmapped"] += 1
-                out.deadletters.append(
-                    DeadLetter("remote_write", f"value {value!r} is not finite", _series_text(series.labels))
-                )
+                not_finite[repr(value)] += 1
+                continue
+            if dcgm and (sentinel := _blank(name, value)) is not None:
+                out.counts["dcgm_blanks"] += 1  # "no reading": dropped, counted by which sentinel
+                out.counts[f"dcgm_blank:{sentinel}"] += 1
                 continue
             key, mapped = _field_of(name, value)
             rows.setdefault((kind, id_tag, entity, node, ts_ms), {})[key] = mapped
             out.counts["samples"] += 1
+        if not_finite:
+            n = sum(not_finite.values())
+            out.counts["samples_unmapped"] += n
+            which = ", ".join(f"{k} x{v}" for k, v in sorted(not_finite.items()))
+            letters.add(f"samples not finite: {n} of {len(series.samples)} ({which})", series.labels)
+    letters.close()
     for (kind, id_tag, entity, node, ts_ms), fields in rows.items():
         body = ",".join(f"{k}={_number(v)}" for k, v in sorted(fields.items()))
         line = f"{kind},{id_tag}={entity},node={node} {body} {ts_ms * 1_000_000}".encode()
@@ -409,6 +523,8 @@ def map_series(all_series: list[Series]) -> Mapped:
     return out
 
 
-def decode_request(body: bytes, max_decompressed: int = MAX_DECOMPRESSED_BYTES) -> Mapped:
-    """A remote-write body (snappy-compressed protobuf) to lines; RemoteWriteError if it is none."""
-    return map_series(parse_write_request(snappy_decompress(body, max_decompressed)))
+def decode_request(body: bytes, max_decompressed: int = MAX_DECOMPRESSED_BYTES, limits: Limits | None = None) -> Mapped:
+    """A remote-write body (snappy-compressed protobuf) to lines; RemoteWriteError if it is none,
+    RequestTooLargeError if it decodes to more than `limits` allow."""
+    limits = limits or Limits()
+    return map_series(parse_write_request(snappy_decompress(body, max_decompressed), limits), limits.deadletters)

@@ -7,8 +7,9 @@ Decoding accepts any valid line protocol; this stage decides what the service ca
   would reach sixteen;
 - a catalog field of the wrong kind of type (text where a number belongs) dead-letters the row;
   numeric types are converted to the catalog's (exporters disagree on 1 vs 1i);
-- DCGM "blank" sentinels become missing values (counted): they mean "no reading", and a detector
-  fed 9.2e18 as a temperature would alarm forever;
+- DCGM "blank" sentinels become missing values (counted), in catalogued fields and in `DCGM_*`
+  fields the catalog does not list alike (ingest/dcgm_blanks.py): they mean "no reading", and a
+  detector fed 9.2e18 as a temperature would alarm forever;
 - a row further behind or ahead of the stream's event time than the lateness bound (a setting)
   is dead-lettered: it cannot be placed (a clock years off, a replay of last month).
 Everything else is kept, as a time-series database keeps it: rows of one entity and timestamp
@@ -27,17 +28,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from ingest.dcgm_blanks import blank_mask, is_string_blank, width_of
 from ingest.frames import Column, Frame
 from ingest.lineprotocol import Decoded
-from vocab.catalog import (
-    DCGM_FP64_BLANK,
-    DCGM_INT32_BLANK,
-    DCGM_INT64_BLANK,
-    FieldType,
-    Measurement,
-    MetricKind,
-    measurement,
-)
+from vocab.catalog import FieldType, Measurement, measurement
 from vocab.ids import Refusal, entity_refusal, job_refusal, node_refusal
 
 _NUMERIC = (FieldType.FLOAT, FieldType.INT, FieldType.UINT)
@@ -244,19 +238,20 @@ def _convert(col: Column, target: FieldType) -> Column:
 
 
 def _mask_dcgm_blanks(frame: Frame, spec: Measurement) -> int:
-    """Turn DCGM blank sentinels into missing values, in place; returns how many."""
+    """Turn DCGM blank sentinels into missing values, in place; returns how many. Catalogued
+    fields by their width, uncatalogued `DCGM_*` fields by exact family member, strings by
+    DCGM_STR_IS_BLANK (ingest/dcgm_blanks.py owns the rule for every door)."""
     masked = 0
     for key, col in frame.fields.items():
         metric = spec.metric(key)
-        if metric is None or col.type in (FieldType.STRING, FieldType.BOOL):
+        if metric is None and not key.startswith("DCGM_"):
+            continue  # not DCGM's: no sentinel applies
+        if col.type == FieldType.BOOL:
             continue
-        values = np.asarray(col.values)
-        if col.type == FieldType.FLOAT:
-            blank = values >= DCGM_FP64_BLANK
-        elif metric.kind is MetricKind.COUNTER:  # 64-bit counters
-            blank = values >= DCGM_INT64_BLANK
-        else:  # 32-bit gauges and states
-            blank = values >= DCGM_INT32_BLANK
+        if col.type == FieldType.STRING:
+            blank = np.fromiter((isinstance(v, str) and is_string_blank(v) for v in col.values), bool, len(col.values))
+        else:
+            blank = blank_mask(np.asarray(col.values), width_of(metric) if metric is not None else None)
         blank &= col.present
         if blank.any():
             col.present = col.present & ~blank

@@ -114,7 +114,14 @@ def _topology(flag: str) -> Callable[[Path, Path], Result]:
     return run
 
 
-_HOSTILE_FINDINGS = {"invalid_name", "duplicate_guid", "duplicate_name", "duplicate_device", "too_many_hcas"}
+_HOSTILE_FINDINGS = {
+    "invalid_name",
+    "duplicate_guid",
+    "duplicate_port",
+    "duplicate_name",
+    "duplicate_device",
+    "too_many_hcas",
+}
 
 
 def _scheduler(flag: str) -> Callable[[Path, Path], Result]:
@@ -172,6 +179,107 @@ def _checkpoint(path: Path, work: Path) -> Result:
     return ("let-through", f"ran code: {ran}") if ran else (outcome, message)
 
 
+class _Producer:
+    """Kafka's place for the remote-write door: what would have been published."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+        self.failed = 0
+
+    def send_raw(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
+        self.sent.append((topic, value))
+
+    def flush(self, timeout_s: float = 60.0, should_stop: object = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_RW_TOKEN = "hostile-corpus-token"
+
+
+def _remote_write(mode: str) -> Callable[[Path, Path], Result]:
+    """The Prometheus door (`aiops ingest --remote-write`) on loopback with a token and short
+    timeouts, Kafka replaced by a list. mode "token": the body POSTed with the token; "no-token":
+    without it; "raw": the file is an HTTP request sent as it is (TOKEN replaced) by 30
+    connections at once that then stall."""
+
+    def run(path: Path, work: Path) -> Result:
+        import http.client
+        import socket
+        import threading
+
+        from pydantic import SecretStr
+
+        from ingest.remote_write_service import Credentials, RemoteWriteReceiver
+        from vocab.settings import KafkaSettings
+
+        producer = _Producer()
+        receiver = RemoteWriteReceiver(
+            KafkaSettings(),
+            "127.0.0.1",
+            0,
+            producer=producer,  # type: ignore[arg-type]
+            credentials=Credentials(SecretStr(_RW_TOKEN)),
+            read_timeout_s=1.0,
+            idle_timeout_s=1.0,
+            body_wait_s=0.5,
+        )
+        stop = threading.Event()
+        server = threading.Thread(target=receiver.serve, args=(stop.is_set,), daemon=True)
+        server.start()
+        name = path.name
+        try:
+            if mode == "raw":
+                raw = path.read_bytes().replace(b"TOKEN", _RW_TOKEN.encode())
+                socks = [socket.create_connection(("127.0.0.1", receiver.port), timeout=10) for _ in range(30)]
+                for s in socks:
+                    s.sendall(raw)
+                answers = [s.recv(200).split(b"\r\n", 1)[0].decode(errors="replace") for s in socks]
+                for s in socks:
+                    s.close()
+                if any(" 408 " not in a + " " and " 503 " not in a + " " for a in answers) or producer.sent:
+                    return "let-through", f"{name}: half-open bodies answered {sorted(set(answers))}"
+                return "refused", f"{name}: 30 half-open bodies answered {sorted(set(answers))}, nothing published"
+            body = path.read_bytes()
+            headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"}
+            if mode == "token":
+                headers["Authorization"] = f"Bearer {_RW_TOKEN}"
+            conn = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=60)
+            conn.request("POST", "/api/v1/write", body, headers)
+            response = conn.getresponse()
+            text = response.read().decode(errors="replace").strip()
+            conn.close()
+            telemetry = [v for t, v in producer.sent if t == receiver.kafka.telemetry_topic]
+            letters = [v for t, v in producer.sent if t == receiver.kafka.deadletter_topic]
+            if response.status >= 400:
+                if producer.sent:
+                    return "let-through", f"{name}: {response.status} but published {len(producer.sent)}"
+                return "refused", f"{name}: {response.status} {text}"
+            if (
+                b"922337" in b"".join(telemetry)
+                or b"2147483" in b"".join(telemetry)
+                or b"1407374883" in b"".join(telemetry)
+            ):
+                return "let-through", f"{name}: a DCGM blank stored: {telemetry[:1]!r}"
+            if letters:
+                if len(letters) > 101:  # MAX_DEADLETTERS_PER_REQUEST and one summary
+                    return "let-through", f"{name}: {len(letters)} dead letters for one request"
+                return "dead-lettered", f"{name}: {len(letters)} dead letters; {json.loads(letters[-1])['reason']}"
+            if telemetry:
+                return "let-through", f"{name}: published {telemetry[:1]!r}"
+            blanks = {k: v for k, v in receiver.counts.items() if k.startswith("dcgm_blank")}
+            if blanks:
+                return "refused", f"{name}: nothing stored, DCGM blanks dropped and counted: {blanks}"
+            return "unclear", f"{name}: {response.status}, nothing published, nothing counted"
+        finally:
+            stop.set()
+            server.join(timeout=10)
+
+    return run
+
+
 def _names(path: Path, work: Path) -> Result:
     from tests.hostile_names import through_pages_and_chat
 
@@ -189,6 +297,9 @@ DOORS: dict[str, Callable[[Path, Path], Result]] = {
     "events": _events,
     "checkpoint": _checkpoint,
     "names": _names,
+    "remote_write": _remote_write("token"),
+    "remote_write_no_token": _remote_write("no-token"),
+    "remote_write_raw": _remote_write("raw"),
 }
 
 

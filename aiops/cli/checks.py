@@ -86,11 +86,12 @@ def _out_folder(value: str | None, force: bool) -> None:
 
 
 def listen_address(value: str) -> tuple[str, int]:
-    """HOST:PORT (or :PORT, every interface) for a listener; ArgumentError otherwise."""
+    """HOST:PORT (or :PORT, loopback only: another address is said, not defaulted to) for a
+    listener; ArgumentError otherwise."""
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ArgumentError(f"--remote-write {value}: give HOST:PORT to listen on, e.g. 0.0.0.0:9201")
-    return host or "0.0.0.0", int(port)
+        raise ArgumentError(f"--remote-write {value}: give HOST:PORT to listen on, e.g. 127.0.0.1:9201")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def check(args: argparse.Namespace) -> None:

@@ -140,20 +140,57 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_remote_write(args: argparse.Namespace, settings: Settings) -> int:
-    from ingest.remote_write import MAX_BODY_BYTES
-    from ingest.remote_write_service import run_remote_write
+    import os
 
+    from pydantic import SecretStr
+
+    from ingest.remote_write import MAX_BODY_BYTES
+    from ingest.remote_write_service import Credentials, read_secret, run_remote_write, server_tls, start_refusal
+
+    # Secrets from files or the environment, never the command line (ps and shell history show it):
+    # the token as Prometheus's `authorization: {credentials_file}` sends it, the basic-auth pair as
+    # `basic_auth` does (one line "user:password").
+    try:
+        token: SecretStr | None = None
+        if args.remote_write_token_file:
+            token = read_secret(Path(args.remote_write_token_file))
+        elif os.environ.get("AIOPS_REMOTE_WRITE_TOKEN"):
+            token = SecretStr(os.environ["AIOPS_REMOTE_WRITE_TOKEN"])
+        basic = None
+        if args.remote_write_basic_auth_file:
+            user, sep, password = read_secret(Path(args.remote_write_basic_auth_file)).get_secret_value().partition(":")
+            if not sep or not user or not password:
+                raise ValueError(f"{args.remote_write_basic_auth_file}: give user:password on the first line")
+            basic = (user, SecretStr(password))
+        tls = None
+        if args.remote_write_tls_cert or args.remote_write_tls_key:
+            if not (args.remote_write_tls_cert and args.remote_write_tls_key):
+                raise ValueError("--remote-write-tls-cert and --remote-write-tls-key go together")
+            tls = server_tls(Path(args.remote_write_tls_cert), Path(args.remote_write_tls_key))
+        credentials = Credentials(token, basic)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"remote write: {exc}") from exc
+    from aiops.cli.checks import listen_address
+
+    host, _ = listen_address(args.remote_write)
+    if refusal := start_refusal(host, credentials, tls is not None, args.remote_write_open):
+        raise CliError(refusal)
     counts = run_remote_write(
         settings.kafka,
         args.remote_write,
         stop_on_signals(),
         idle_stop_s=args.stop_when_idle,
         max_body_bytes=args.remote_write_max_bytes or MAX_BODY_BYTES,
+        credentials=credentials,
+        tls=tls,
+        open_door=args.remote_write_open,
     )
     print(
         f"remote write: {counts['requests']} requests, {counts['series']} series, {counts['samples']} samples "
         f"as {counts['lines']} lines; dead-lettered {counts['deadlettered']} ({counts['series_unmapped']} series "
-        f"unmapped), {counts['stale_markers']} stale markers, refused {counts['refused']}, "
+        f"unmapped), {counts['stale_markers']} stale markers, {counts['dcgm_blanks']} DCGM blanks dropped, "
+        f"refused {counts['refused']} ({counts['refused_bounds']} over a bound), unauthorized "
+        f"{counts['unauthorized']}, busy {counts['busy']}, read timeouts {counts['read_timeouts']}, "
         f"Kafka unavailable {counts['unavailable']}"
     )
     return 0
@@ -558,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--remote-write",
         metavar="HOST:PORT",
-        help="instead: listen for Prometheus remote write 1.0 (POST /api/v1/write) and publish the dcgm-exporter "
+        help="instead: listen for Prometheus remote write 1.0 (POST /api/v1/write; :PORT is 127.0.0.1) and publish "
+        "the dcgm-exporter "
         "and node-exporter InfiniBand series to the telemetry topic as the catalog's lines (docs/collectors.md)",
     )
     p.add_argument(
@@ -566,6 +604,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="BYTES",
         help="largest compressed body taken (default 16 MiB; the decompressed limit is 4 times this, at least 64 MiB)",
+    )
+    p.add_argument(
+        "--remote-write-token-file",
+        metavar="FILE",
+        help="require Authorization: Bearer <the token on this file's first line> (Prometheus's remote_write "
+        "authorization: credentials_file); or AIOPS_REMOTE_WRITE_TOKEN",
+    )
+    p.add_argument(
+        "--remote-write-basic-auth-file",
+        metavar="FILE",
+        help="also take basic auth (Prometheus's basic_auth): 'user:password' on this file's first line",
+    )
+    p.add_argument("--remote-write-tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    p.add_argument("--remote-write-tls-key", metavar="PEM", help="and this private key")
+    p.add_argument(
+        "--remote-write-open",
+        action="store_true",
+        help="listen on an address other than loopback without credentials or TLS (logged as a warning); "
+        "without it such a door refuses to start",
     )
     p.set_defaults(handler=cmd_ingest)
 

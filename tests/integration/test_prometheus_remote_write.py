@@ -63,12 +63,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def prometheus_config(exporter_url: str, door: str) -> str:
+def prometheus_config(exporter_url: str, door: str, token_file: Path, ca_file: Path) -> str:
     """A whole prometheus.yml: a scrape job for the exporter and the shipped remote_write block,
-    pointed at the door."""
+    pointed at the door, with its token and the suite's CA."""
     target = exporter_url.split("//", 1)[1].split("/", 1)[0]
-    shipped = REMOTE_WRITE_CONF.read_text().replace("http://aiops-ingest:9201/", f"http://{door}/")
-    assert f"http://{door}/" in shipped
+    shipped = (
+        REMOTE_WRITE_CONF.read_text()
+        .replace("https://aiops-ingest:9201/", f"https://{door}/")
+        .replace("/etc/prometheus/aiops-remote-write.token", str(token_file))
+        .replace("/etc/prometheus/aiops-ca.pem", str(ca_file))
+    )
+    assert f"https://{door}/" in shipped and str(token_file) in shipped and str(ca_file) in shipped
     return (
         f"global:\n  scrape_interval: {INTERVAL_S}s\n  scrape_timeout: {INTERVAL_S}s\n"
         f'scrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: ["{target}"]\n' + shipped
@@ -96,9 +101,26 @@ def test_prometheus_remote_write_finds_an_xid_79(kafka_settings: KafkaSettings, 
         (tmp_path / "run.log").open("wb") as run_log,
     ):
         served = _exposition_values(exporter.body())
-        (tmp_path / "prometheus.yml").write_text(prometheus_config(exporter.url, door))
+        tls = Path(
+            subprocess.run(
+                [str(ROOT / "scripts" / "services"), "tls-dir"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        )
+        (tmp_path / "token").write_text("prometheus-remote-write-token\n")
+        (tmp_path / "prometheus.yml").write_text(
+            prometheus_config(exporter.url, door, tmp_path / "token", tls / "ca.pem")
+        )
         receiver = subprocess.Popen(
-            [sys.executable, "-m", "aiops.cli", "ingest", "--remote-write", door, "--kafka", kafka.bootstrap],
+            [
+                *[sys.executable, "-m", "aiops.cli", "ingest", "--remote-write", door, "--kafka", kafka.bootstrap],
+                *["--remote-write-token-file", str(tmp_path / "token")],
+                *[
+                    "--remote-write-tls-cert",
+                    str(tls / "broker.pem"),
+                    "--remote-write-tls-key",
+                    str(tls / "broker.key"),
+                ],
+            ],
             env=_daemon_env(kafka),
             stdout=door_log,
             stderr=door_log,
@@ -140,6 +162,7 @@ def test_prometheus_remote_write_finds_an_xid_79(kafka_settings: KafkaSettings, 
     assert receiver.returncode == 0, door_text[-3000:]
     assert daemon.returncode == 0, (tmp_path / "run.log").read_text()[-3000:]
     assert "remote write: " in door_text and " 0 requests" not in door_text, door_text[-2000:]
+    assert "unauthorized 0," in door_text, door_text[-2000:]  # Prometheus sent its token over TLS
     run = NodeRun(kafka)
     assert run.deadletters == []
     payload = b"\n".join(run.lines()) + b"\n"
