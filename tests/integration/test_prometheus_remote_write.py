@@ -174,8 +174,10 @@ def test_prometheus_remote_write_finds_an_xid_79(kafka_settings: KafkaSettings, 
     assert set(gpu.tag("node")) == {NODE}
     assert set(gpu.tags) == {"gpu", "node"}  # no UUID, modelName, job or instance: ids only
     per_scrape = Tally(zip(ids.tolist(), gpu.time_ns.tolist(), strict=True))
-    # Prometheus may split a scrape over requests (shards); ingest merges those rows again
-    assert len(gpu) / len(per_scrape) < 1.2
+    # Prometheus may split a scrape over requests (shards, and the 1 s batch deadline cutting a
+    # scrape in two: 1.21 was seen over TLS on a loaded machine); ingest merges those rows again
+    # (checked point by point below). More than two rows a scrape would be a scrape cut in three.
+    assert len(gpu) / len(per_scrape) < 2.0
     enabled = {c.field for c in counters if c.kind != "label"}
     catalog_gpu = {m.name for m in measurement("gpu").metrics}  # type: ignore[union-attr]
     assert set(gpu.fields) >= (enabled & catalog_gpu)
