@@ -85,3 +85,61 @@ def test_a_missing_topology_is_said_once_then_waited_for(tmp_path: Path, capsys:
     lines = capsys.readouterr().err.splitlines()
     assert lines == [f"aiops run: waiting for {topology}, make it"], lines
     assert sys.stderr is not None
+
+
+def test_the_gpu_hosts_listener_is_sasl_ssl_behind_acls(compose: dict[str, Any]) -> None:
+    """Issue 64: EXTERNAL (the GPU hosts') is TLS with a SCRAM-SHA-512 login, and KRaft's authorizer
+    refuses what no ACL allows; the broker's own login is the only super user. The broker these
+    settings make is run by tests/integration/test_kafka_acls.py."""
+    env = compose["services"]["kafka"]["environment"]
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert protocols["EXTERNAL"] == "SASL_SSL"
+    assert protocols["INTERNAL"] == "SASL_SSL"  # the daemons log in too
+    assert protocols["CONTROLLER"] == "SASL_PLAINTEXT"
+    # what a site publishes beyond loopback is EXTERNAL's port only (compose.site.yml)
+    site: dict[str, Any] = yaml.safe_load((ROOT / "compose.site.yml").read_text())
+    external_port = next(item.rsplit(":", 1)[1] for item in env["KAFKA_LISTENERS"].split(",") if "EXTERNAL" in item)
+    assert [p.rsplit(":", 1)[1] for p in site["services"]["kafka"]["ports"]] == [external_port]
+    assert env["KAFKA_LISTENER_NAME_EXTERNAL_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512"
+    assert "ScramLoginModule" in env["KAFKA_LISTENER_NAME_EXTERNAL_SCRAM___SHA___512_SASL_JAAS_CONFIG"]
+    assert env["KAFKA_AUTHORIZER_CLASS_NAME"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert env["KAFKA_SUPER_USERS"] == "User:admin"
+    for name in ("KAFKA_SSL_KEYSTORE_PASSWORD", "KAFKA_LISTENER_NAME_INTERNAL_PLAIN_SASL_JAAS_CONFIG"):
+        assert ":?" in env[name], name  # no default secret
+    # the GPU hosts' ACL: the telemetry topic, Write and Describe, and no other line for them
+    script = (ROOT / "config" / "kafka" / "setup-acls.sh").read_text()
+    granted = re.findall(r"^\s*(?:bg )?allow User:gpu-host (.*)$", script, flags=re.M)
+    assert granted == ['Write,Describe --topic "$TELEMETRY"'], granted
+    assert 'TELEMETRY="${AIOPS_KAFKA__TELEMETRY_TOPIC:-aiops.telemetry}"' in script
+
+
+def test_the_acls_are_set_before_any_daemon_starts(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    setup = services["kafka-setup"]
+    assert setup["image"] == services["kafka"]["image"]  # Kafka's own kafka-acls.sh and kafka-configs.sh
+    assert setup["command"] == ["bash", "/etc/kafka/aiops/setup-acls.sh"]
+    assert "./config/kafka:/etc/kafka/aiops:ro" in setup["volumes"]
+    assert (ROOT / "config" / "kafka" / "setup-acls.sh").is_file()
+    assert setup["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert setup["restart"] == "no"
+    daemons = {name: s for name, s in services.items() if "AIOPS_KAFKA__BOOTSTRAP" in (s.get("environment") or {})}
+    assert {"aiops", "aiops-run", "aiops-detect", "aiops-rca", "aiops-scheduler"} <= set(daemons)
+    users = set()
+    for name, service in daemons.items():
+        assert service["depends_on"]["kafka-setup"]["condition"] == "service_completed_successfully", name
+        env = service["environment"]
+        assert env["AIOPS_KAFKA__SECURITY_PROTOCOL"] == "SASL_SSL", name
+        assert env["AIOPS_KAFKA__SSL_CAFILE"] == "/etc/aiops/kafka/tls/ca.pem", name
+        assert env["AIOPS_KAFKA__SASL_PASSWORD"].startswith("${KAFKA_"), name
+        users.add(env["AIOPS_KAFKA__SASL_USERNAME"])
+        mounts = [str(v).split(":")[:2] for v in service.get("volumes", [])]
+        assert ["./config", "/etc/aiops"] in mounts or [
+            "./config/kafka/tls/ca.pem",
+            env["AIOPS_KAFKA__SSL_CAFILE"],
+        ] in mounts
+    assert len(users) == len(daemons)  # a principal each
+    assert "gpu-host" not in users
+    # every password compose hands out is one kafka-setup sets
+    passwords = set(re.findall(r"\$\{(KAFKA_\w+_PASSWORD)", str(daemons)))
+    assert passwords <= set(setup["environment"]), passwords - set(setup["environment"])
