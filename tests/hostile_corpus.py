@@ -280,6 +280,69 @@ def _remote_write(mode: str) -> Callable[[Path, Path], Result]:
     return run
 
 
+def _api_raw(path: Path, work: Path) -> Result:
+    """The HTTP API (a real uvicorn, as the daemon serves it, with a 1 s head deadline): the file
+    sent as it is by 256 connections that then stall; /healthz must answer 200 while they are
+    held, and each must be closed by the server."""
+    import http.client
+    import socket
+
+    from aiops.api import ApiServer, build_app
+    from aiops.daemon_metrics import DaemonMetrics
+    from aiops.incident_index import IncidentIndex
+
+    server = ApiServer(
+        build_app(IncidentIndex(None), DaemonMetrics(), None, None, lambda _: None), "127.0.0.1", 0, head_timeout_s=1.0
+    )
+    server.start()
+    held: list[socket.socket] = []
+    try:
+        raw = path.read_bytes()
+        for _ in range(256):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            s.sendall(raw)
+            held.append(s)
+        statuses = []
+        for _ in range(20):  # bounded: the probe must get through while all are held
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("GET", "/healthz")
+            statuses.append(conn.getresponse().status)
+            conn.close()
+            if statuses[-1] == 200:
+                break
+        closed = 0
+        for s in held:
+            try:
+                while s.recv(4096):
+                    pass
+                closed += 1
+            except OSError:
+                pass
+        if statuses[-1] != 200 or closed < len(held):
+            return "let-through", f"/healthz answered {statuses} with 256 held; {closed} of 256 closed"
+        return "refused", f"256 stalled heads: /healthz answered {statuses[-1]}, each closed by the server"
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
+
+
+def _report(path: Path, work: Path) -> Result:
+    """`aiops report` over a run folder whose incidents.jsonl is the file: refused with one line,
+    and nothing written outside --out (nor --out itself)."""
+    import shutil
+
+    run = work / "run"
+    run.mkdir()
+    shutil.copy(path, run / "incidents.jsonl")
+    out = work / "a" / "b" / "report"
+    code, err = _cli(["report", str(run), "--out", str(out)])
+    escaped = [p for p in work.rglob("*.html") if out not in p.parents]
+    if escaped:
+        return "let-through", f"wrote {escaped[0]} outside --out"
+    return _one_line(code, err)
+
+
 def _names(path: Path, work: Path) -> Result:
     from tests.hostile_names import through_pages_and_chat
 
@@ -300,6 +363,8 @@ DOORS: dict[str, Callable[[Path, Path], Result]] = {
     "remote_write": _remote_write("token"),
     "remote_write_no_token": _remote_write("no-token"),
     "remote_write_raw": _remote_write("raw"),
+    "api_raw": _api_raw,
+    "report": _report,
 }
 
 
