@@ -74,6 +74,13 @@ MAX_PORT = 254
 # hosts one Slurm host list may name (`n[0-999999999]` names a billion): the largest clusters
 # have tens of thousands of nodes
 MAX_HOSTS = 100_000
+# hosts all the host lists of one scheduler document may name together (every job's, every
+# reservation's): the per-list bound alone lets 2,000 jobs of `n[00000-99999]` (263 KB) name 200
+# million. The largest cluster this budget is sized for is 1,000,000 GPUs at 8 a node, 125,000
+# nodes (ten times the 100,000 GPUs the project is measured at), and each node may appear in up to
+# 8 jobs at once (one a GPU, the densest real sharing): 1,000,000 names, about 70 MB of strings,
+# counted before any list is expanded
+MAX_HOSTS_PER_DOCUMENT = 1_000_000
 # GPU indices a node's GRES may name, as MAX_GPUS_PER_NODE
 MAX_GPU_INDEX = MAX_GPUS_PER_NODE - 1
 # a rack is at most 58U (OCP open rack), 48U or 52U commonly: a position is a slot number
@@ -155,6 +162,7 @@ __all__ = [
     "MAX_GPUS_PER_NODE",
     "MAX_GPU_INDEX",
     "MAX_HOSTS",
+    "MAX_HOSTS_PER_DOCUMENT",
     "MAX_INVENTORY_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_KUBERNETES_BYTES",

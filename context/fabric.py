@@ -36,6 +36,14 @@ _HCA = re.compile(
     re.IGNORECASE,
 )
 AGGREGATION_NODE = "Aggregation Node"  # SHARP's in-network reduction engines: CAs, not hosts
+# A SHARP aggregation node is a CA inside its switch, on the switch's last internal port (37 on
+# Switch-IB 2, 81 on Quantum, 65 as ibdiagnet prints Quantum-2): its node GUID is the switch's plus
+# 8 (b0cf0e0300e5b940 and ...948 in an ibdiagnet 2.10 file; 946dae0300630bf6 and ...bfe in an
+# `ibnetdiscover -p` of an HDR fabric) and it shares the switch's system image GUID. A node-name
+# map renames its description, never these: a CA cabled to a switch within this distance of its
+# GUID, or of one box with it, is the switch's, not a host's. A host's HCA has GUIDs of its own
+# vendor block, never a switch's.
+AGGREGATION_GUID_SPAN = 16
 # more than this share of HCAs on a leaf of their own rail, and a fabric is taken for rail-optimised
 # (NVIDIA's DGX SuperPOD reference architecture cables HCA i of every node to rail i's leaf)
 RAIL_OPTIMISED_SHARE = 0.5
@@ -66,6 +74,10 @@ COSTS: dict[str, tuple[str, str]] = {
         "one HCA's traffic leaves its rail through the spines: a rail-optimised all-reduce slows to it",
     ),
     "duplicate_guid": ("problem", "the subnet manager routes to one of the two devices only: the other is unreachable"),
+    "duplicate_port": (
+        "problem",
+        "a port cabled to two peers: one of the two cables is not where the records say, nor are paths through it",
+    ),
     "missing_hca": ("problem", "the host cannot take jobs that need all its HCAs (large jobs)"),
     "not_on_fabric": ("problem", "the host takes no fabric traffic"),
     "degraded_link": ("problem", "one link at a fraction of its bandwidth: collectives through it slow down"),
@@ -193,12 +205,26 @@ def _hca(node: FabricNode, names: dict[int, str], mapped: set[str]) -> Hca:
     return Hca(node.guid, None, None, refused=refused)
 
 
+def _inside_switches(fabric: Fabric, switches: dict[int, FabricNode]) -> set[int]:
+    """CAs that are part of the switch they are cabled to (SHARP aggregation nodes), by GUID."""
+    out = set()
+    for c in fabric.cables:
+        for (ca, _), (sw, _) in ((c.a, c.b), (c.b, c.a)):
+            node = fabric.nodes.get(ca)
+            if node is None or node.type != "ca" or sw not in switches:
+                continue
+            same_box = node.system != 0 and node.system == switches[sw].system
+            if same_box or abs(ca - sw) < AGGREGATION_GUID_SPAN:
+                out.add(ca)
+    return out
+
+
 def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology:
     names = names or {}
     out = FabricTopology()
     switches = {g: n for g, n in fabric.nodes.items() if n.type == "switch"}
     cas = {g: n for g, n in fabric.nodes.items() if n.type == "ca"}
-    aggregation = {g for g, n in cas.items() if AGGREGATION_NODE in n.description}
+    aggregation = {g for g, n in cas.items() if AGGREGATION_NODE in n.description} | _inside_switches(fabric, switches)
     mapped = set(names.values())
     hcas = {g: _hca(n, names, mapped) for g, n in cas.items() if g not in aggregation}
     neighbours: dict[int, list[tuple[int, Cable]]] = defaultdict(list)

@@ -2,6 +2,8 @@
 
 A host list is counted before it is expanded: `n[0-999999999]` names a billion hosts in 14
 characters, and is refused by its count (`context.bounds.MAX_HOSTS`) without building one of them.
+A reader of many lists (a Slurm body's jobs) charges each list's `count` to one budget for the
+whole document (`context.bounds.MAX_HOSTS_PER_DOCUMENT`) before expanding it.
 """
 
 from __future__ import annotations
@@ -17,18 +19,24 @@ _GROUP = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")
 def expand(hostlist: str, limit: int = MAX_HOSTS) -> list[str]:
     """Every host a Slurm host list names, in order; ValueError on a malformed one, or on one
     that names more than `limit` hosts (counted first, never built)."""
-    parts = _PART.findall(hostlist)
-    if ",".join(parts) != hostlist.strip():
-        raise ValueError(f"malformed host list {hostlist[:80]!r}")
-    total = sum(_count(part.strip()) for part in parts)
+    total = count(hostlist)
     if total > limit:
         raise ValueError(
             f"host list {hostlist[:80]!r} names {total:,} hosts, over the {limit:,} one list may name [bound hosts]"
         )
     out: list[str] = []
-    for part in parts:
+    for part in _PART.findall(hostlist):
         out += _expand_one(part.strip())
     return out
+
+
+def count(hostlist: str) -> int:
+    """How many hosts a host list names, by arithmetic (nothing built); ValueError on a malformed
+    one. What a caller spending a budget shared by several lists charges before `expand`."""
+    parts = _PART.findall(hostlist)
+    if ",".join(parts) != hostlist.strip():
+        raise ValueError(f"malformed host list {hostlist[:80]!r}")
+    return sum(_count(part.strip()) for part in parts)
 
 
 def _ranges(ranges: str, pattern: str) -> list[tuple[int, int, int]]:
@@ -72,4 +80,4 @@ def _expand_one(pattern: str) -> list[str]:
     return out
 
 
-__all__ = ["expand"]
+__all__ = ["count", "expand"]

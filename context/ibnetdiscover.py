@@ -12,9 +12,9 @@ GUIDs in parentheses without their leading zeros, unconnected ports absent, each
 from both of its ends. A line that is neither says so with its file and line number.
 
 Bounded (`context.bounds`): the file's size before it is read, the number of nodes, port numbers
-(8 bits in InfiniBand). A GUID described twice, or two nodes under one name, is no silent win for
-either: the first stands and the file's `notes` say what was left out (the fabric reports them as
-findings).
+(8 bits in InfiniBand). A GUID described twice (or, in `--ports`, named twice), two nodes under one
+name, or one port cabled to two peers is no silent win for either: the first stands and the file's
+`notes` say what was left out (the fabric reports them as findings).
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ class FabricNode:
     name: str  # the name the file refers to it by ("S-0008f10500200b50"), or its GUID
     description: str  # what the node calls itself: "o0001 HCA-1", "Voltaire 4036 # 4036-8C5C"
     ports: int = 0
+    # the system image GUID (`sysimgguid=`, topology format only; 0 unknown): one for every node
+    # of one box, so a SHARP aggregation node shares its switch's
+    system: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +112,20 @@ class Fabric:
 
 
 _NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]*)"\s*(?:#\s*"(.*?)"(?:\s+(.*))?)?\s*$')
-# [port][ext N]?(port guid | label)? "peer"[peer port][ext N]?(peer port guid | label)?  # comment ending
-# in the link: 4xQDR. `[ext N]` is `ibnetdiscover -g`'s external port (rdma-core
+# [port][ext N]?(label)?(port guid)? "peer"[peer port][ext N]?(label)?(peer port guid)?  # comment
+# ending in the link: 4xQDR. `[ext N]` is `ibnetdiscover -g`'s external port (rdma-core
 # infiniband-diags/ibnetdiscover.c, out_ext_port); a label `(1/1/1)` is ibdiagnet's Quantum-2 port
-# label, ASIC/Cage/Port with a fourth number for a split port (2 x 200G in one 400G port).
+# label, ASIC/Cage/Port with a fourth number for a split port (2 x 200G in one 400G port). ibdiagnet
+# (2.10) prints a CA's port with its label and its GUID, each in parentheses:
+# `[1](1)(b0cf0e0300e5b948) "S-b0cf0e0300e5b940"[65]` (a SHARP aggregation node, and hosts' HCAs).
 _PORT = re.compile(
-    r'^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9A-Za-z/]+)\))?\s*"([^"]*)"\[(\d+)\](?:\[ext \d+\])?'
-    r"(?:\s*\(([0-9A-Za-z/]+)\))?\s*(?:#\s*(.*))?$"
+    r'^\[(\d+)\](?:\[ext \d+\])?((?:\([0-9A-Za-z/]+\)){0,2})\s*"([^"]*)"\[(\d+)\](?:\[ext \d+\])?'
+    r"((?:\s*\([0-9A-Za-z/]+\)){0,2})\s*(?:#\s*(.*))?$"
 )
+_PARENS = re.compile(r"\(([^)]*)\)")
 _LABEL = re.compile(r"^\d{1,3}(?:/\d{1,3}){2,3}$")  # ASIC/Cage/Port[/Split]
+# the label before a GUID: a CA's is its port number ("1"), a switch's ASIC/Cage/Port[/Split]
+_ANY_LABEL = re.compile(r"^\d{1,3}(?:/\d{1,3}){0,3}$")
 _GUID_TEXT = re.compile(r"^[0-9a-fA-F]{1,16}$")
 _LINK = re.compile(r"(\d+x)\s*([A-Za-z0-9?]+)\s*$")
 _HEADER = re.compile(r"^(vendid|devid|sysimgguid|switchguid|caguid|rtguid)\s*=\s*(0x[0-9a-fA-F]+)")
@@ -228,12 +236,15 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
     peer_labels: dict[tuple[int, str, int], str] = {}  # a label printed for the far end of a line
     current: FabricNode | None = None
     header_guid: int | None = None
+    header_system = 0
     first_line: dict[int, int] = {}  # GUID -> the line that described it
     dropped = 0  # port lines of a node described twice, not taken
     for number, line in content:
         if m := _HEADER.match(line):
             if m.group(1) in ("switchguid", "caguid", "rtguid"):
                 header_guid = int(m.group(2), 16)
+            elif m.group(1) == "sysimgguid":
+                header_system = int(m.group(2), 16)
             current, dropped = None, 0
             continue
         if m := _NODE.match(line):
@@ -241,14 +252,14 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             guid = header_guid if header_guid is not None else _guid_of_name(name)
             if guid is None:
                 raise FabricFormatError(f"{path}:{number}: node {name!r} has no GUID (no {kind.lower()}guid= line)")
-            header_guid = None
+            header_guid, system, header_system = None, header_system, 0
             fabric.text[number] = line
             if guid in fabric.nodes:  # described twice: the first stands, this block is left out
                 fabric.notes.append(_twice(fabric, guid, first_line[guid], number, kind))
                 current, dropped = None, -1
                 continue
             _room(fabric, path, number)
-            current = FabricNode(guid, NODE_TYPES[kind], name, " ".join(description.split()), ports)
+            current = FabricNode(guid, NODE_TYPES[kind], name, " ".join(description.split()), ports, system)
             fabric.nodes[guid] = current
             fabric.blocks[guid] = (number, number)
             first_line[guid] = number
@@ -277,16 +288,11 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             link = _LINK.search(comment)
             port, peer, peer_port = _port(m.group(1), path, number), m.group(3), _port(m.group(4), path, number)
             for given, end in ((m.group(2), (current.guid, port)), (m.group(5), None)):
-                if given and _LABEL.match(given):
-                    if end is None:
-                        peer_labels[(number, peer, peer_port)] = given
-                    else:
-                        fabric.labels[end] = given
-                elif given and not _GUID_TEXT.match(given):
-                    raise FabricFormatError(
-                        f"{path}:{number}: ({given[:40]}) is neither a port GUID nor a port label "
-                        "(ASIC/Cage/Port[/Split])"
-                    )
+                label = _port_label(_PARENS.findall(given or ""), path, number)
+                if label and end is None:
+                    peer_labels[(number, peer, peer_port)] = label
+                elif label and end is not None:
+                    fabric.labels[end] = label
             fabric.text[number] = line
             fabric.blocks[current.guid] = (fabric.blocks[current.guid][0], number)
             pending.append((number, current.guid, port, peer, peer_port, comment))
@@ -305,8 +311,8 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
             # a node past the discovery's hop limit: known only by name
             _room(fabric, path, number)
             fabric.nodes[peer_guid] = FabricNode(peer_guid, "switch" if peer.startswith("S-") else "ca", peer, "")
-        if (label := peer_labels.get((number, peer, peer_port))) is not None:
-            fabric.labels.setdefault((peer_guid, peer_port), label)
+        if (far_label := peer_labels.get((number, peer, peer_port))) is not None:
+            fabric.labels.setdefault((peer_guid, peer_port), far_label)
         ends = frozenset({(guid, port), (peer_guid, peer_port)})
         if ends in seen:
             at[ends].append(number)
@@ -315,8 +321,67 @@ def _read_topology(path: Path, content: list[tuple[int, str]]) -> Fabric:
         at[ends] = [number]
         width, speed = links.get((guid, port)) or links.get((peer_guid, peer_port)) or ("", "")
         order.append((ends, Cable((guid, port), (peer_guid, peer_port), width, speed)))
-    fabric.cables = [Cable(c.a, c.b, c.width, c.speed, tuple(at[ends])) for ends, c in order]
+    fabric.cables = one_peer_per_port(fabric, [Cable(c.a, c.b, c.width, c.speed, tuple(at[ends])) for ends, c in order])
     return fabric
+
+
+def one_peer_per_port(fabric: Fabric, cables: list[Cable]) -> list[Cable]:
+    """The cables with each port on one only: a port is one connector and holds one cable, so a
+    second cable at a port already cabled to another peer (a miscabling recorded from its two
+    ends, or two captures concatenated) is left out with a `duplicate_port` note, the first
+    standing; the same cable seen again is no conflict. Every format's reader ends here."""
+    peer_of: dict[tuple[int, int], tuple[tuple[int, int], Cable]] = {}
+    kept: list[Cable] = []
+    for c in cables:
+        clash = next(
+            ((end, far) for end, far in ((c.a, c.b), (c.b, c.a)) if end in peer_of and peer_of[end][0] != far), None
+        )
+        if clash is None:
+            peer_of[c.a], peer_of[c.b] = (c.b, c), (c.a, c)
+            kept.append(c)
+            continue
+        (guid, port), again = clash
+        first_peer, first = peer_of[(guid, port)]
+        where = f"{fabric.source}:{c.lines[0]}" if c.lines else fabric.source
+        fabric.notes.append(
+            Note(
+                "duplicate_port",
+                f"0x{guid:016x}",
+                f"{where}: port {port} of {_called(fabric, guid)} is cabled to {_called(fabric, first_peer[0])} "
+                f"port {first_peer[1]} and again to {_called(fabric, again[0])} port {again[1]}; a port holds "
+                "one cable: the first stands, the second is left out",
+                "check the cabling at that port (and the far ends' records); or the file is two captures concatenated",
+                fabric.quote((*first.lines, *c.lines)),
+            )
+        )
+    return kept
+
+
+def _called(fabric: Fabric, guid: int) -> str:
+    node = fabric.nodes.get(guid)
+    named = f"{node.description or node.name}"[:80] if node is not None else ""
+    return f"{named!r} (0x{guid:016x})" if named else f"0x{guid:016x}"
+
+
+def _port_label(given: list[str], path: Path, number: int) -> str:
+    """The Quantum-2 label among a port's parentheses ("" when none): one is a label or a port
+    GUID, two are a label then the GUID (ibdiagnet's CA ports). A CA's label, its port number
+    again, tells nothing the port does not, and is not kept."""
+    if len(given) == 2:
+        label, guid = given
+        if not (_ANY_LABEL.match(label) and _GUID_TEXT.match(guid)):
+            raise FabricFormatError(
+                f"{path}:{number}: ({label[:40]})({guid[:40]}) is not a port label then a port GUID"
+            )
+        return label if _LABEL.match(label) else ""
+    for one in given:
+        if _LABEL.match(one):
+            return one
+        if not _GUID_TEXT.match(one):
+            raise FabricFormatError(
+                f"{path}:{number}: ({one[:40]}) is neither a port GUID nor a port label (ASIC/Cage/Port[/Split])"
+            )
+    return ""
 
 
 def _twice(fabric: Fabric, guid: int, first: int, again: int, kind: str) -> Note:
@@ -362,6 +427,22 @@ def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
             )
         elif not known.description:
             known.description = clean
+        elif clean and clean != known.description and guid not in said:
+            # one GUID under two names: two devices share it (a cloned GUID) or two captures were
+            # concatenated; the first name stands, as in the topology format
+            said.add(guid)
+            fabric.text[number] = line
+            fabric.notes.append(
+                Note(
+                    "duplicate_guid",
+                    f"0x{guid:016x}",
+                    f"{path}:{number}: {known.type} GUID 0x{guid:016x} is named {clean[:80]!r} here and "
+                    f"{known.description[:80]!r} on line {first_line[guid]}; the first name stands",
+                    "GUIDs are unique on a fabric: check for a cloned GUID (a replaced board flashed with the old "
+                    "one) or two captures concatenated",
+                    fabric.quote((first_line[guid], number)),
+                )
+            )
         return guid
 
     ports: dict[int, int] = {}
@@ -382,6 +463,7 @@ def _read_ports(path: Path, content: list[tuple[int, str]]) -> Fabric:
             fabric.text[number] = line
             fabric.cables.append(Cable((a, pa), (b, pb), m.group(5), m.group(6), (number,)))
             ports[a], ports[b] = max(ports.get(a, 0), pa), max(ports.get(b, 0), pb)
+    fabric.cables = one_peer_per_port(fabric, fabric.cables)
     for guid, n in fabric.nodes.items():  # ports seen per node (one pass: a fabric has 100,000s of cables)
         n.ports = ports.get(guid, 0)
     return fabric
@@ -431,6 +513,7 @@ __all__ = [
     "FabricNode",
     "NameMap",
     "Note",
+    "one_peer_per_port",
     "read",
     "read_node_name_map",
 ]

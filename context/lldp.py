@@ -11,7 +11,8 @@ leaves, as for InfiniBand (`context.fabric`).
 
 Bounded (`context.bounds`): files in a folder, each file's size, its JSON's depth (lldpd's own
 nests under ten; `_values` walks it recursively, so depth is checked before parsing). A host or
-switch name outside the id grammar (`vocab.ids`) is left out with a note the fabric reports.
+switch name outside the id grammar (`vocab.ids`) is left out with a note the fabric reports, and so
+is a second cable at a port already cabled to another peer (`duplicate_port`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from context.bounds import MAX_LLDP_FILE_BYTES, MAX_LLDP_FILES, BoundError, loads, read_bytes
-from context.ibnetdiscover import Cable, Fabric, FabricFormatError, FabricNode, Note
+from context.ibnetdiscover import Cable, Fabric, FabricFormatError, FabricNode, Note, one_peer_per_port
 from vocab.ids import entity_refusal, node_refusal, shown
 
 
@@ -154,6 +155,9 @@ def fabric_from_lldp(neighbours: list[Neighbour]) -> Fabric:
         if frozenset({near, far}) not in cabled:
             cabled.add(frozenset({near, far}))
             fabric.cables.append(Cable(near, far, "", ""))
+    # two hosts' interfaces on one switch port, or one interface seeing two switch ports (a hub or
+    # an unmanaged switch between): a duplicate_port note, the first file's cable standing
+    fabric.cables = one_peer_per_port(fabric, fabric.cables)
     return fabric
 
 

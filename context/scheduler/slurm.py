@@ -18,8 +18,8 @@ GPU indices come from `gres_detail`, one entry per allocated node in the job's n
 
 Every name is checked by the id grammar (`vocab.ids`: node names by `node_refusal`, job ids by
 `job_refusal`) and every count bounded (`context.bounds`: the body's size and JSON depth, hosts
-per host list, GPU indices per node) before anything is built; a refusal is a SlurmFormatError
-naming the JSON path (`jobs[3].nodes`) and the rule.
+per host list and all the host lists of one body together, GPU indices per node) before anything
+is built; a refusal is a SlurmFormatError naming the JSON path (`jobs[3].nodes`) and the rule.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from context.bounds import MAX_GPU_INDEX, MAX_HOSTS, MAX_SLURM_BYTES, BoundError
+from context.bounds import MAX_GPU_INDEX, MAX_HOSTS, MAX_HOSTS_PER_DOCUMENT, MAX_SLURM_BYTES, BoundError
 from context.bounds import loads as bounded_loads
+from context.hostlist import count as hosts_named
 from context.hostlist import expand
 from context.scheduler.snapshot import JobSeen, NodeSeen, ReservationSeen, Snapshot
 from vocab.ids import job_refusal, node_refusal, shown
@@ -192,33 +193,58 @@ def _index_list(text: str) -> list[int]:
     return out
 
 
-def _checked_nodes(names: list[str], what: str) -> list[str]:
+class _HostBudget:
+    """The node names one body may still name, shared by every host list in it: each list is
+    charged its count before it is expanded, so 2,000 jobs of `n[00000-99999]` (each within the
+    per-list bound) are refused at the eleventh, not after 200 million names."""
+
+    def __init__(self) -> None:
+        self.limit = MAX_HOSTS_PER_DOCUMENT  # read when the body is, so a test may set it smaller
+        self.spent = 0
+
+    def charge(self, n: int, what: str) -> None:
+        if self.spent + n > self.limit:
+            raise SlurmFormatError(
+                f"{what}: {n:,} more nodes would make {self.spent + n:,} in this body, over the {self.limit:,} "
+                "one body's host lists may name together (125,000 nodes of 8 GPUs, each in up to 8 jobs) "
+                "[bound hosts_per_document]"
+            )
+        self.spent += n
+
+
+def _checked_nodes(names: list[str], what: str, budget: _HostBudget | None) -> list[str]:
+    """Names by the grammar, charged to the body's budget (None: charged already, as counted)."""
     if len(names) > MAX_HOSTS:
         raise SlurmFormatError(f"{what}: {len(names):,} nodes, over {MAX_HOSTS:,} [bound hosts]")
+    if budget is not None:
+        budget.charge(len(names), what)
     for name in names:
         if (problem := node_refusal(name)) is not None:
             raise SlurmFormatError(f"{what}: node {shown(name)} refused: {problem}")
     return names
 
 
-def _hosts(text: object, what: str) -> list[str]:
-    """A host list (or a list of names) as node names, each by the grammar; counted before it
-    is expanded."""
+def _hosts(text: object, what: str, budget: _HostBudget) -> list[str]:
+    """A host list (or a list of names) as node names, each by the grammar; counted, and charged
+    to the body's budget, before it is expanded."""
     if not text:
         return []
     if isinstance(text, list):
         if len(text) > MAX_HOSTS:
             raise SlurmFormatError(f"{what}: {len(text):,} nodes, over {MAX_HOSTS:,} [bound hosts]")
-        return _checked_nodes([str(t) for t in text], what)
+        return _checked_nodes([str(t) for t in text], what, budget)
     try:
-        return _checked_nodes(expand(str(text)), what)
+        named = hosts_named(str(text))
+        if named <= MAX_HOSTS:  # over it, `expand` refuses it by the per-list bound, naming that
+            budget.charge(named, what)
+        return _checked_nodes(expand(str(text)), what, None)
     except ValueError as exc:
         if isinstance(exc, SlurmFormatError):
             raise
         raise SlurmFormatError(f"{what}: {exc}") from None
 
 
-def _allocated_nodes(job: Mapping[str, Any]) -> list[str]:
+def _allocated_nodes(job: Mapping[str, Any], budget: _HostBudget) -> list[str]:
     """The job's nodes in allocation order (the order of `gres_detail`)."""
     res = job.get("job_resources")
     if isinstance(res, dict):
@@ -227,18 +253,18 @@ def _allocated_nodes(job: Mapping[str, Any]) -> list[str]:
             allocation = nodes.get("allocation")
             if isinstance(allocation, list) and allocation:
                 named = [str(a["name"]) for a in allocation[: MAX_HOSTS + 1] if isinstance(a, dict) and "name" in a]
-                return _checked_nodes(named, "job_resources.nodes.allocation")
-            return _hosts(nodes.get("list"), "job_resources.nodes.list")
+                return _checked_nodes(named, "job_resources.nodes.allocation", budget)
+            return _hosts(nodes.get("list"), "job_resources.nodes.list", budget)
         allocated = res.get("allocated_nodes")
         if (
             isinstance(allocated, list)
             and allocated
             and all(isinstance(a, dict) and "nodename" in a for a in allocated)
         ):
-            return _checked_nodes([str(a["nodename"]) for a in allocated], "job_resources.allocated_nodes")
+            return _checked_nodes([str(a["nodename"]) for a in allocated], "job_resources.allocated_nodes", budget)
         if nodes:
-            return _hosts(nodes, "job_resources.nodes")
-    return _hosts(job.get("nodes"), "nodes")
+            return _hosts(nodes, "job_resources.nodes", budget)
+    return _hosts(job.get("nodes"), "nodes", budget)
 
 
 def _tres_gpus(tres: object) -> int | None:
@@ -256,7 +282,7 @@ def _tres_gpus(tres: object) -> int | None:
     return None
 
 
-def _job(job: Mapping[str, Any], now: float) -> JobSeen | None:
+def _job(job: Mapping[str, Any], now: float, budget: _HostBudget) -> JobSeen | None:
     """One controller (slurmctld) job as the scheduler holds it, or None for one that never ran."""
     job_id = _job_id(job)
     names = states(job.get("job_state"))
@@ -265,7 +291,7 @@ def _job(job: Mapping[str, Any], now: float) -> JobSeen | None:
     ended = next((ENDED[s] for s in names if s in ENDED), None)
     if start is None or not (running or ended) or start > now:
         return None  # pending, or a start still in the future (Slurm's expected start)
-    nodes = _allocated_nodes(job)
+    nodes = _allocated_nodes(job, budget)
     if not nodes:
         return None
     gpus_by_node, total = _gpus_by_node(job, nodes)
@@ -308,7 +334,7 @@ def _gpus_by_node(job: Mapping[str, Any], nodes: list[str]) -> tuple[dict[str, t
     return (None if count else holds_none), count
 
 
-def _db_job(job: Mapping[str, Any], now: float) -> JobSeen | None:
+def _db_job(job: Mapping[str, Any], now: float, budget: _HostBudget) -> JobSeen | None:
     """One accounting (slurmdbd, `sacct --json`) job: nodes and GPU counts, never indices."""
     state = job.get("state")
     names = states(state.get("current") if isinstance(state, dict) else state)
@@ -320,7 +346,7 @@ def _db_job(job: Mapping[str, Any], now: float) -> JobSeen | None:
         return None
     if job.get("nodes") in ("None assigned", ["None assigned"]):
         return None  # sacct's word for a job that never had nodes
-    nodes = _hosts(job.get("nodes"), "nodes")
+    nodes = _hosts(job.get("nodes"), "nodes", budget)
     if not nodes:
         return None
     tres = job.get("tres")
@@ -355,13 +381,13 @@ def _node(node: Mapping[str, Any]) -> NodeSeen:
     return NodeSeen(name, drained, down, str(node.get("reason") or ""), since)
 
 
-def _reservation(r: Mapping[str, Any]) -> ReservationSeen | None:
+def _reservation(r: Mapping[str, Any], budget: _HostBudget) -> ReservationSeen | None:
     name = r.get("name")
     start, end = epoch(r.get("start_time")), epoch(r.get("end_time"))
     if not isinstance(name, str) or start is None or end is None:
         return None
     flags = set(states(r.get("flags")))
-    nodes = _hosts(r.get("node_list"), "node_list")
+    nodes = _hosts(r.get("node_list"), "node_list", budget)
     return ReservationSeen(name, tuple(nodes), start, end, "MAINT" in flags or "MAINTENANCE" in flags)
 
 
@@ -374,6 +400,7 @@ def parse_slurm(doc: Mapping[str, Any], now: float) -> Snapshot:
     if problem is not None:
         raise SlurmFormatError(f"slurmrestd ({version}) answered with an error: {problem}")
     snap = Snapshot(now)
+    budget = _HostBudget()
     place = ""
     try:
         if "jobs" in doc:
@@ -381,7 +408,7 @@ def parse_slurm(doc: Mapping[str, Any], now: float) -> Snapshot:
             for i, raw in enumerate(_list(doc, "jobs")):
                 place = f"jobs[{i}]"
                 db = "state" in raw and "job_state" not in raw
-                job = _db_job(raw, now) if db else _job(raw, now)
+                job = _db_job(raw, now, budget) if db else _job(raw, now, budget)
                 if job is not None:
                     snap.jobs[job.job] = job
         if "nodes" in doc:
@@ -394,7 +421,7 @@ def parse_slurm(doc: Mapping[str, Any], now: float) -> Snapshot:
             snap.parts.add("reservations")
             for i, raw in enumerate(_list(doc, "reservations")):
                 place = f"reservations[{i}]"
-                resv = _reservation(raw)
+                resv = _reservation(raw, budget)
                 if resv is not None:
                     snap.reservations[resv.name] = resv
     except SlurmFormatError as exc:  # the JSON path of the object at fault, then its field's

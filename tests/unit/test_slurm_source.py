@@ -264,6 +264,11 @@ HOSTILE = Path(__file__).resolve().parents[2] / "tests" / "data" / "hostile" / "
         ("hostile-job-id.json", "jobs[0].job_id: '1; scancel -u root' refused", "[rule ids.job.charset]"),
         ("hostile-node-name.json", "nodes[1].name: node 'gpu002 gpu003' refused", "[rule ids.node.hostlist]"),
         ("deep-nesting.json", "deep-nesting.json: JSON nested 10,001 deep", "[bound json_depth]"),
+        (
+            "hostlists-2000-jobs.json",
+            "jobs[10].nodes: 100,000 more nodes would make 1,100,000 in this body",
+            "[bound hosts_per_document]",
+        ),
     ],
 )
 def test_hostile_slurm_bodies_are_refused_naming_the_place_and_the_rule(file: str, place: str, rule: str) -> None:
@@ -274,7 +279,7 @@ def test_hostile_slurm_bodies_are_refused_naming_the_place_and_the_rule(file: st
     assert place in str(caught.value) and rule in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("file", ["hostlist-billion.json", "gres-index-billion.json"])
+@pytest.mark.parametrize("file", ["hostlist-billion.json", "gres-index-billion.json", "hostlists-2000-jobs.json"])
 def test_slurm_import_of_a_billion_hosts_or_indices_is_one_line_within_2_gib(file: str, tmp_path: Path) -> None:
     import os
     import subprocess
@@ -306,3 +311,32 @@ def test_a_slurm_body_over_its_size_bound_is_refused_before_parsing(monkeypatch:
     monkeypatch.setattr(slurm, "MAX_SLURM_BYTES", 100)  # the bound's logic, at a size a test can write
     with pytest.raises(SlurmFormatError, match=r"the body is 200 bytes, over .* \[bound file_size\]"):
         loads(b" " * 200)
+
+
+def test_host_lists_share_one_budget_per_body_counted_before_expanding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 64 (5): each list within the per-list bound, 2,000 of them were 200 million names
+    (a MemoryError at 2 GB after 41 s). The budget is charged by count, before a list is built."""
+    from context import hostlist
+    from context.scheduler import slurm
+
+    built: list[str] = []
+
+    def expand(text: str, *rest: int) -> list[str]:
+        built.append(text)
+        return hostlist.expand(text, *rest)
+
+    monkeypatch.setattr(slurm, "expand", expand)
+    monkeypatch.setattr(slurm, "MAX_HOSTS_PER_DOCUMENT", 25)  # the budget's logic, at a size a test can write
+    job = {"job_state": "RUNNING", "start_time": 1700000000, "end_time": 1700086400}
+    jobs = [{**job, "job_id": i, "nodes": "n[01-10]"} for i in range(1, 4)]
+    resv = {"name": "maint", "start_time": 1700000000, "end_time": 1700086400, "node_list": "n[01-10]"}
+    meta = {"plugin": {"type": "openapi/v0.0.38"}}
+    with pytest.raises(SlurmFormatError, match=r"^jobs\[2\]\.nodes: 10 more nodes would make 30 .*over the 25"):
+        slurm.parse_slurm({"meta": meta, "jobs": jobs}, NOW)
+    assert len(built) == 2  # the third list was refused by its count, never built
+    with pytest.raises(SlurmFormatError, match=r"^reservations\[0\]\.node_list: .*\[bound hosts_per_document\]"):
+        slurm.parse_slurm({"meta": meta, "jobs": jobs[:2], "reservations": [resv]}, NOW)
+    # within the budget, every list is read; a new body starts a new budget
+    snap = slurm.parse_slurm({"meta": meta, "jobs": jobs[:2]}, NOW)
+    assert sum(len(j.nodes) for j in snap.jobs.values()) == 20
+    assert len(slurm.parse_slurm({"meta": meta, "jobs": jobs[:2]}, NOW).jobs) == 2

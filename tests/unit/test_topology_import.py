@@ -475,7 +475,10 @@ REAL_DUMPS = {
     # OSC's `-p` excerpt, trimmed by the exporter's authors to two leaves: ib-i4l1s01's uplinks
     # were cut with the rest of the fabric, and the excerpt says so truly
     "treydock_infiniband_exporter/ibnetdiscover/test.out": {"no_uplink": 1},
-    "treydock_infiniband_exporter/ibnetdiscover/test2.out": {},
+    # the exporter's hand-assembled `-p` lines: one SHARP aggregation node's port 1 on leaf
+    # ...bf6 port 81 (its own switch, GUID + 8) and again on spine ...ec1a port 81; a port holds
+    # one cable, and the excerpt says two (issue 64, finding 9)
+    "treydock_infiniband_exporter/ibnetdiscover/test2.out": {"duplicate_port": 1},
     "treydock_infiniband_exporter/ibnetdiscover/test3.out": {},
 }
 
@@ -554,3 +557,96 @@ def test_a_guid_described_twice_is_one_finding_ranked_among_the_problems(tmp_pat
     report = build(read(tmp_path / "twice.txt")).report()
     assert [(f["kind"], f["entity"]) for f in report["findings"]] == [("duplicate_guid", "0xa088c20300000020")]
     assert report["summary"]["problems"] == {"duplicate_guid": 1}
+
+
+# --- ibdiagnet 2.10 CA ports: label and GUID (issue 64, finding 8) ------------------------------
+
+IBDIAGNET = Path(__file__).resolve().parents[1] / "data" / "ibdiagnet" / "ibdiagnet2.ibnetdiscover"
+
+
+def test_ibdiagnet_ca_ports_with_a_label_and_a_guid_import_and_sharp_nodes_are_no_hosts() -> None:
+    """Before: the first CA record (`[1](1)(b0cf0e0300e5b948) "S-…"[65]`, a SHARP aggregation
+    node) was refused and the whole import failed."""
+    fabric = read(IBDIAGNET)
+    assert len(fabric.nodes) == 10 and len(fabric.cables) == 9  # 3 switches, 3 SHARP nodes, 4 HCAs
+    # a CA's label is its port number again: only the switches' ASIC/Cage/Port labels are kept
+    assert fabric.labels[(0xB0CF0E0300E5B940, 1)] == "1/1/1" and (0xA088C2030000A010, 1) not in fabric.labels
+    topology = build(fabric)
+    TopologyGraph(topology.nodes, topology.links)
+    counts = topology.report()["counts"]
+    assert counts["hosts"] == 2 and counts["hcas"] == 4 and counts["aggregation_nodes"] == 3
+    assert counts["rail_optimised"] and counts["rails"] == 2
+    hosts = {n["id"] for n in topology.nodes if n["kind"] == "node"}
+    assert hosts == {"gpu01", "gpu02"}
+    nics = {n["id"] for n in topology.nodes if n["kind"] == "nic"}
+    assert nics == {"gpu01-nic0", "gpu01-nic1", "gpu02-nic0", "gpu02-nic1"}
+    # the SHARP node a node-name map renamed ("leaf-02 sharp") is known by its GUID and its box:
+    # no host, no unnamed HCA, no finding; no SHARP GUID anywhere in the graph
+    assert topology.findings == []
+    shown = json.dumps(topology.nodes) + json.dumps(topology.links)
+    assert not re.search(r"b0cf0e0300e5[bcd]148", shown)
+    ports = {n["id"] for n in topology.nodes if n["kind"] == "port"}
+    assert {"leaf-02:1/1/1", "leaf-02:1/2/1", "leaf-02:1/17/1", "spine-01:1/1/1", "spine-01:1/2/1"} <= ports
+
+
+@pytest.mark.parametrize(
+    ("line", "label"),
+    [
+        ('[1](1)(b0cf0e0300e5b948) "S-b0cf0e0300e5b940"[65] # lid 25 lmc 0 "Quantum-2" lid 24 4xNDR', None),
+        ('[1](b0cf0e0300e5b948) "S-b0cf0e0300e5b940"[65] # lid 25 lmc 0 "Quantum-2" lid 24 4xNDR', None),
+        ('[1](1/2/1) "S-b0cf0e0300e5b940"[65] # lid 25 lmc 0 "Quantum-2" lid 24 4xNDR', "1/2/1"),
+        ('[1](1/2/1)(b0cf0e0300e5b948) "S-b0cf0e0300e5b940"[65] # "Quantum-2" lid 24 4xNDR', "1/2/1"),
+    ],
+)
+def test_a_ca_port_takes_a_label_a_guid_or_both(line: str, label: str | None, tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text(f'caguid=0xb0cf0e0300e5b948\nCa  1 "H-b0cf0e0300e5b948"  # "x"\n{line}\n')
+    fabric = read(tmp_path / "f.txt")
+    assert [(c.a, c.b) for c in fabric.cables] == [((0xB0CF0E0300E5B948, 1), (0xB0CF0E0300E5B940, 65))]
+    assert fabric.labels.get((0xB0CF0E0300E5B948, 1)) == label
+
+
+@pytest.mark.parametrize("given", ["(1)(zz)", "(1/2/3/4/5)(b0cf)", "(b0cf)(b0cf)", "(1)(2)(b0cf)"])
+def test_parentheses_that_are_not_a_label_then_a_guid_are_refused_with_the_line(given: str, tmp_path: Path) -> None:
+    ca = 'caguid=0x10\nCa  1 "H-0000000000000010"  # "x"\n'
+    (tmp_path / "f.txt").write_text(f'{ca}[1]{given} "S-0000000000000020"[1]\n')
+    with pytest.raises(FabricFormatError, match=r"f\.txt:3: "):
+        read(tmp_path / "f.txt")
+
+
+# --- duplicates in every format are findings (issue 64, finding 9) ------------------------------
+
+HOSTILE_FABRICS = Path(__file__).resolve().parents[1] / "data" / "hostile"
+
+
+@pytest.mark.parametrize(
+    ("file", "kind", "said"),
+    [
+        ("ibnetdiscover/ports-duplicate-switch-guid.txt", "duplicate_guid", ":5: switch GUID 0x0000000000001000 is"),
+        ("ibnetdiscover/ports-port-cabled-twice.txt", "duplicate_port", ":4: port 33 of 'leaf01'"),
+        ("ibnetdiscover/topology-port-cabled-twice.txt", "duplicate_port", ": port 33 of 'MF0;leaf01:MQM9700/U1'"),
+        ("lldp/port-cabled-twice.json", "duplicate_port", "lldp: port 1 of 'leaf01'"),
+    ],
+)
+def test_a_guid_under_another_name_or_a_port_cabled_twice_is_a_finding_in_every_format(
+    file: str, kind: str, said: str
+) -> None:
+    """Before: the one-line format let a known switch GUID through under another name, and every
+    format took a port cabled to two peers as two cables, with no finding."""
+    from context.lldp import fabric_from_lldp, read_neighbours
+
+    path = HOSTILE_FABRICS / file
+    fabric = fabric_from_lldp(read_neighbours(path)) if file.startswith("lldp/") else read(path)
+    topology = build(fabric)
+    (finding,) = [f for f in topology.findings if f.kind in ("duplicate_guid", "duplicate_port")]
+    assert finding.kind == kind and said in finding.message, finding.message
+    ports = [end for c in fabric.cables for end in (c.a, c.b)]
+    assert len(ports) == len(set(ports))  # the first cable stands, each port on one cable
+
+
+def test_the_same_cable_from_its_two_ends_is_no_duplicate(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text(
+        "SW 10 33 0x1000 4x NDR - SW 20 1 0x2000 ( 'leaf01' - 'spine01' )\n"
+        "SW 20 1 0x2000 4x NDR - SW 10 33 0x1000 ( ' spine01 ' - 'leaf01' )\n"
+    )
+    fabric = read(tmp_path / "f.txt")
+    assert len(fabric.cables) == 1 and fabric.notes == []
