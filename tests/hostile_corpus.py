@@ -319,8 +319,8 @@ def _api_raw(path: Path, work: Path) -> Result:
             except OSError:
                 pass
         if statuses[-1] != 200 or closed < len(held):
-            return "let-through", f"/healthz answered {statuses} with 256 held; {closed} of 256 closed"
-        return "refused", f"256 stalled heads: /healthz answered {statuses[-1]}, each closed by the server"
+            return "let-through", f"{path.name}: /healthz answered {statuses} with 256 held; {closed} of 256 closed"
+        return "refused", f"{path.name}: 256 stalled heads: /healthz answered {statuses[-1]}, each closed by the server"
     finally:
         for s in held:
             s.close()
@@ -339,8 +339,9 @@ def _report(path: Path, work: Path) -> Result:
     code, err = _cli(["report", str(run), "--out", str(out)])
     escaped = [p for p in work.rglob("*.html") if out not in p.parents]
     if escaped:
-        return "let-through", f"wrote {escaped[0]} outside --out"
-    return _one_line(code, err)
+        return "let-through", f"{path.name}: wrote {escaped[0]} outside --out"
+    outcome, message = _one_line(code, err)
+    return outcome, f"{path.name}: {message}"
 
 
 def _names(path: Path, work: Path) -> Result:
