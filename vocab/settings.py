@@ -6,7 +6,9 @@ AIOPS_INFLUX__URL=http://influxdb:8086. Printing settings masks every secret.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -161,3 +163,65 @@ class Settings(BaseSettings):
 
 def load_settings(**overrides: object) -> Settings:
     return Settings(**overrides)  # type: ignore[arg-type]
+
+
+# AIOPS_* variables read outside Settings, by what reads them: not settings, but not typos either.
+OTHER_VARIABLES = {
+    "AIOPS_STATE_KEY": "the checkpoints' signing key (aiops/daemon_state.py)",
+    "AIOPS_REMOTE_WRITE_TOKEN": "the remote-write door's token (aiops ingest --remote-write)",
+    "AIOPS_CACHE": "the model and demo cache (aiops/default_model.py)",
+    "AIOPS_RECORDING": "the GPU recording the generator follows (telemetry_gen/recording.py)",
+    # Telegraf's configuration on a GPU host (config/telegraf/): its Kafka login
+    "AIOPS_KAFKA_USER": "Telegraf's Kafka login on a GPU host",
+    "AIOPS_KAFKA_PASSWORD": "Telegraf's Kafka password on a GPU host",
+}
+# scripts/services, scripts/test and scripts/container read these (versions, ports, places)
+_SCRIPT_PREFIXES = (
+    "AIOPS_SLURM",
+    "AIOPS_KAFKA_VERSION",
+    "AIOPS_KAFKA_PORT",
+    "AIOPS_KAFKA_SSL_PORT",
+    "AIOPS_KAFKA_SASL_PORT",
+    "AIOPS_KAFKA_CONTROLLER_PORT",
+    "AIOPS_INFLUX_VERSION",
+    "AIOPS_INFLUX_FALLBACK_VERSION",
+    "AIOPS_INFLUX_PORT",
+    "AIOPS_TELEGRAF_VERSION",
+    "AIOPS_ALERTMANAGER_VERSION",
+    "AIOPS_LOG4J_VERSION",
+    "AIOPS_SLF4J_VERSION",
+    "AIOPS_SERVICES_TIMEOUT",
+    "AIOPS_DEBIAN_MIRROR",
+    "AIOPS_STORAGE_DRIVER",
+    "AIOPS_IMAGE",
+    "AIOPS_STATE",
+    "AIOPS_VENV",
+    "AIOPS_TEST_LANES",
+)
+
+
+def setting_variables(model: type[BaseModel] = Settings, prefix: str = "AIOPS_") -> set[str]:
+    """Every variable Settings reads: AIOPS_<FIELD>, and AIOPS_<GROUP>__<FIELD> down each group."""
+    names = set()
+    for name, info in model.model_fields.items():
+        variable = f"{prefix}{name.upper()}"
+        names.add(variable)
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            names |= setting_variables(kind, f"{variable}__")
+    return names
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The AIOPS_* variables in `environ` that nothing reads, each with the nearest known name (a
+    misspelt AIOPS_KAFKA_BOOTSTRAP, one underscore, is silently no setting at all to pydantic)."""
+    known = setting_variables() | set(OTHER_VARIABLES)
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("AIOPS_") or name in known:
+            continue
+        if name.startswith(_SCRIPT_PREFIXES):
+            continue
+        nearest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        out.append((name, nearest[0] if nearest else None))
+    return out

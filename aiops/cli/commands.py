@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -896,6 +897,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # expected with megabyte batches and says nothing the operator can act on.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     handler: Handler = args.handler
+    from vocab.settings import unknown_variables
+
+    for name, nearest in unknown_variables(os.environ):  # a misspelt setting is no setting at all
+        hint = f" (did you mean {nearest}?)" if nearest else ""
+        logging.getLogger("aiops.settings").warning(
+            "%s is set but is no aiops setting: ignored%s; see docs/operating.md", name, hint
+        )
     from aiops.cli.checks import ArgumentError, check
 
     try:  # before the command imports its stage: a bad argument is refused in well under a second
