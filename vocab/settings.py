@@ -154,8 +154,12 @@ class Settings(BaseSettings):
     # How often (wall seconds) the root-cause daemon checkpoints; also on SIGTERM. A crash replays
     # at most this much from Kafka, and publishes nothing twice (outputs since are read back).
     checkpoint_every_s: float = Field(default=30.0, gt=0)
-    # Receivers and routes for chat notifications (notify/config.py); none: nothing is sent.
+    # Receivers and routes for chat notifications (notify/config.py); none: nothing is sent, and a
+    # daemon says so at start.
     notify_config: Path | None = None
+    # Where people reach the incident pages (a reverse proxy in front of the API): the link in
+    # every message, unless the notify config names its own public_url.
+    public_url: str | None = None
     # what the service may do about incidents (act/policy.py; config/actions.yml): dry run unless
     # the file says otherwise; none: no acting at all
     actions_config: Path | None = None

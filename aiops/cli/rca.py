@@ -87,6 +87,17 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
 
     path = args.notify_config or configured.notify_config
     if not path:
+        if args.kafka:  # a daemon that tells no one says so once at start, not never
+            log.warning("no notify config (AIOPS_NOTIFY_CONFIG or --notify-config): no message will be sent")
+        return None
+    if not args.notify_config and not Path(path).exists():
+        # the compose files point at /etc/aiops/notify.yml by default: a site that has not made
+        # one yet runs, and is told, rather than restarting in a loop
+        log.warning(
+            "no notify config at %s (AIOPS_NOTIFY_CONFIG): no message will be sent; "
+            "copy config/notify.example.yml to config/notify.yml",
+            path,
+        )
         return None
     try:
         config = load(Path(path))
@@ -95,6 +106,15 @@ def _notifier(args: argparse.Namespace, configured: Any) -> Any:
     problems = receiver_url_problems(config)  # AIOPS_NOTIFY_CONFIG is not seen by the early checks
     if problems:
         raise CliError(f"{path}: " + "; ".join(problems))
+    if config.public_url is None and configured.public_url:  # one place for it: AIOPS_PUBLIC_URL
+        config = config.model_copy(update={"public_url": configured.public_url})
+    receivers = ", ".join(f"{r.name} ({r.kind})" for r in config.receivers)
+    link = (
+        f"incident links to {config.public_url}"
+        if config.public_url
+        else ("no incident links (set AIOPS_PUBLIC_URL or public_url)")
+    )
+    print(f"aiops: notify: {len(config.receivers)} receivers from {path}: {receivers}; {link}", file=sys.stderr)
     if args.kafka:
         state = Path(args.state_dir) if args.state_dir else configured.state_dir
         outbox = state / f"notify-{args.group or configured.kafka.run_group}.sqlite"
