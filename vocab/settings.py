@@ -148,6 +148,11 @@ class Settings(BaseSettings):
     def _no_empty_token(cls, v: object) -> object:
         return None if v == "" else v  # compose passes an unset ${AIOPS_API_TOKEN:-} as ""
 
+    @field_validator("public_url", mode="before")
+    @classmethod
+    def _no_empty_url(cls, v: object) -> object:
+        return None if v == "" else v  # ${AIOPS_PUBLIC_URL:-} unset is ""
+
     # Where the daemons keep their checkpoints (state with the offsets it belongs to), one file per
     # consumer group. In docker-compose a named volume; it must be writable by the daemon only.
     state_dir: Path = Field(default_factory=_default_state_dir)

@@ -62,6 +62,15 @@ def test_the_image_runs_aiops_as_its_own_user(image: None) -> None:
     assert src_exists == "False"
 
 
+def test_the_state_volumes_mount_path_is_the_service_users_in_the_image(image: None) -> None:
+    """A new named volume takes the ownership of its mount path in the image; a path the image
+    lacks makes it root's, and the daemons (uid 10001) died at their first checkpoint with a
+    PermissionError (issue 65). Failed before the fix: the path did not exist."""
+    done = _in_image(["sh", "-c", "id -u; stat -c '%u %a' /var/lib/aiops-state; touch /var/lib/aiops-state/probe"])
+    uid, owner_mode = done.stdout.splitlines()[:2]
+    assert owner_mode == f"{uid} 700"
+
+
 def _consume(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000)
     records = [json.loads(m.value) for m in consumer]
