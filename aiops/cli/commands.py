@@ -902,7 +902,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, nearest in unknown_variables(os.environ):  # a misspelt setting is no setting at all
         hint = f" (did you mean {nearest}?)" if nearest else ""
         logging.getLogger("aiops.settings").warning(
-            "%s is set but is no aiops setting: ignored%s; see docs/operating.md", name, hint
+            "%s is set but is no aiops setting: ignored%s; settings: docs/configuration.md", name, hint
         )
     from aiops.cli.checks import ArgumentError, check
 
