@@ -159,7 +159,10 @@ class IncidentEngine:
         if self.stats.outside_topology in (1, 10, 100, 1000) or self.stats.outside_topology % 10000 == 0:
             log.warning(
                 "%d anomalies or predictions about entities outside the topology (latest %.80r): "
-                "counted, never an incident; is the topology file current?",
+                "counted, never an incident; is the topology file current? If these ids name pods, "
+                "not hosts (an older gpu-operator's dcgm-exporter sets Hostname to its own pod's "
+                "name), give each series its node: Prometheus relabels __meta_kubernetes_pod_node_name "
+                'to the `node` label (docs/collectors.md, "A Hostname that names a pod")',
                 self.stats.outside_topology,
                 entity,
             )

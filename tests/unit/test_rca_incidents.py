@@ -4,6 +4,7 @@ resolution, maintenance silences, warnings that escalate, blast radius and the r
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -501,3 +502,14 @@ def test_an_entity_the_topology_does_not_know_is_counted_never_an_incident(engin
     assert engine.process(T + TICK, [], [prediction]) == []
     assert engine.stats.outside_topology == 2
     assert all(i.root.entity != stranger for i in engine.open.values())
+
+
+def test_ids_outside_the_topology_are_said_with_what_to_do_about_pod_names(
+    engine: IncidentEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older gpu-operator's dcgm-exporter sets Hostname to its pod's name: every GPU is outside
+    the topology, and one WARNING line was all a site saw (issue 65). It now says what to do."""
+    with caplog.at_level(logging.WARNING, logger="rca.incidents"):
+        engine.process(T, [xid(T, gpu="nvidia-dcgm-exporter-7xk2p-gpu3")])
+    (line,) = [r.getMessage() for r in caplog.records if "outside the topology" in r.getMessage()]
+    assert "nvidia-dcgm-exporter-7xk2p-gpu3" in line and "__meta_kubernetes_pod_node_name" in line
