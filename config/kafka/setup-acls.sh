@@ -21,6 +21,8 @@
 #                         events (group aiops-rca), describes telemetry, writes incidents, notices,
 #                         dead letters
 #   User:aiops-scheduler  aiops scheduler follow: writes the scheduler's events
+#   User:aiops-remote-write  aiops ingest --remote-write (Prometheus's door): writes telemetry and
+#                         dead letters, nothing else: reads nothing, no group
 #   User:ANONYMOUS        the HOST listener (plaintext, published on the head node's loopback
 #                         only): the aiops.* topics and aiops-* groups, for tools run on the head node
 # Every daemon may also create the topics it writes or reads (the daemons make missing topics
@@ -31,7 +33,8 @@
 #   KAFKA_CA                 the CA that signed the broker's certificate (PEM)
 #   KAFKA_ADMIN_PASSWORD     User:admin's password (PLAIN, in the broker's JAAS settings)
 #   KAFKA_GPU_HOST_PASSWORD, KAFKA_INGEST_PASSWORD, KAFKA_RUN_PASSWORD, KAFKA_DETECT_PASSWORD,
-#   KAFKA_RCA_PASSWORD, KAFKA_SCHEDULER_PASSWORD    the SCRAM-SHA-512 logins (letters and digits)
+#   KAFKA_RCA_PASSWORD, KAFKA_SCHEDULER_PASSWORD, KAFKA_REMOTE_WRITE_PASSWORD
+#                            the SCRAM-SHA-512 logins (letters and digits)
 #   AIOPS_KAFKA__*_TOPIC, AIOPS_KAFKA__*_GROUP      topic and group names (vocab/settings.py defaults)
 #   KAFKA_RCA_GROUP          the group of aiops run --from-detection (default aiops-rca)
 #   KAFKA_HOST_LISTENER_ACLS=false                  no ACLs for User:ANONYMOUS (the HOST listener)
@@ -128,6 +131,7 @@ bg login aiops-run "${KAFKA_RUN_PASSWORD:-}"
 bg login aiops-detect "${KAFKA_DETECT_PASSWORD:-}"
 bg login aiops-rca "${KAFKA_RCA_PASSWORD:-}"
 bg login aiops-scheduler "${KAFKA_SCHEDULER_PASSWORD:-}"
+bg login aiops-remote-write "${KAFKA_REMOTE_WRITE_PASSWORD:-}"
 
 # the GPU hosts: the telemetry topic, written, and nothing else
 bg allow User:gpu-host Write,Describe --topic "$TELEMETRY"
@@ -158,6 +162,11 @@ bg allow User:aiops-rca Write,Describe,Create "${rca_writes[@]}"
 bg allow User:aiops-rca Read,Describe --group "$RCA_GROUP"
 
 bg allow User:aiops-scheduler Write,Describe,Create --topic "$EVENTS"
+
+# the Prometheus door: what it publishes (ingest/remote_write_service.py run_remote_write makes both
+# topics when missing); no Read, no group
+mapfile -t remote_write_writes < <(topics "$TELEMETRY" "$DEADLETTER")
+bg allow User:aiops-remote-write Write,Describe,Create "${remote_write_writes[@]}"
 
 if [ "${KAFKA_HOST_LISTENER_ACLS:-true}" != false ]; then
   bg allow User:ANONYMOUS Read,Write,Describe,Create --resource-pattern-type prefixed --topic aiops.

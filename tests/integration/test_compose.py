@@ -446,11 +446,13 @@ def test_dockerfile_builds_the_project_daemon(compose: dict[str, Any]) -> None:
 
 def test_every_service_of_our_image_runs_a_command_the_cli_accepts(compose: dict[str, Any]) -> None:
     ours = {name: s for name, s in compose["services"].items() if str(s.get("image", "")).startswith("aiops-gpu")}
-    assert {"aiops", "aiops-run"} <= set(ours)
+    assert {"aiops", "aiops-run", "aiops-detect", "aiops-rca", "aiops-scheduler", "aiops-remote-write"} <= set(ours)
     for name, service in ours.items():
         command = service["command"]
         assert command[0] == "aiops", name
         build_parser().parse_args(command[1:])  # argparse exits on anything it does not accept
+    door = build_parser().parse_args(ours["aiops-remote-write"]["command"][1:])
+    assert door.handler is cmd_ingest and door.remote_write, "the Prometheus door is ingest's --remote-write"
 
 
 def test_every_published_port_is_on_loopback_and_grafana_needs_a_password(compose: dict[str, Any]) -> None:

@@ -4,17 +4,23 @@ for, and the files the daemons are given exist."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import yaml
+from pydantic import SecretStr
 
-from aiops.cli.commands import build_parser
+from aiops.cli.checks import listen_address
+from aiops.cli.commands import build_parser, cmd_ingest
 from aiops.cli.rca import wait_for_file
+from ingest.remote_write_service import Credentials, start_refusal
+from vocab.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,3 +149,77 @@ def test_the_acls_are_set_before_any_daemon_starts(compose: dict[str, Any]) -> N
     # every password compose hands out is one kafka-setup sets
     passwords = set(re.findall(r"\$\{(KAFKA_\w+_PASSWORD)", str(daemons)))
     assert passwords <= set(setup["environment"]), passwords - set(setup["environment"])
+
+
+def test_the_prometheus_door_is_a_service_behind_a_token_and_tls_with_its_own_login(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 65, item 5: `aiops ingest --remote-write` as a compose service in the profile
+    "prometheus", on every address of its container only with its token and TLS, published on the
+    management network by the site's file where the shipped Prometheus snippet sends, logged in to
+    Kafka as a principal of its own that may write telemetry and dead letters and nothing else."""
+    services = compose["services"]
+    door = services["aiops-remote-write"]
+    assert door["profiles"] == ["prometheus"]  # a site without Prometheus does not run it
+    assert door["image"] == services["aiops-run"]["image"] == "aiops-gpu:latest"
+    assert door["restart"] == "unless-stopped"
+    assert door["depends_on"]["kafka-setup"]["condition"] == "service_completed_successfully"
+    args = build_parser().parse_args(door["command"][1:])
+    assert args.handler is cmd_ingest
+    host, port = listen_address(args.remote_write)
+    assert (host, port) == ("0.0.0.0", 9201)
+    assert args.remote_write_token_file and args.remote_write_tls_cert and args.remote_write_tls_key
+    assert not args.remote_write_open
+    # what the door checks at start: there it starts with a token and TLS, and without either refuses
+    token = Credentials(SecretStr("a-token"))
+    assert start_refusal(host, token, True, False) is None
+    assert start_refusal(host, Credentials(), True, False)
+    assert start_refusal(host, token, False, False)
+    # its files come read-only from the folder git ignores (keys and the token are never committed)
+    mounts = {}
+    for volume in door["volumes"]:
+        source, target, *mode = str(volume).split(":")
+        assert mode == ["ro"], volume
+        mounts[target] = source
+    for given in (args.remote_write_token_file, args.remote_write_tls_cert, args.remote_write_tls_key):
+        source = mounts[str(PurePosixPath(given).parent)]
+        assert source.startswith("./config/kafka/tls/"), given
+    assert "tls/" in (ROOT / "config" / "kafka" / ".gitignore").read_text().split()
+    # loopback here; the management network's address with the site's file, under the same guard
+    # as Kafka's node-agent listener
+    assert door["ports"] == [f"127.0.0.1:{port}:{port}"]
+    site: dict[str, Any] = yaml.safe_load((ROOT / "compose.site.yml").read_text())
+    assert site["services"]["aiops-remote-write"]["ports"] == [
+        f"${{KAFKA_EXTERNAL_BIND:?{_bind_message()}}}:{port}:{port}"
+    ]
+    assert f"('127.0.0.1', {port})" in door["healthcheck"]["test"][-1]
+    # its own login, whose password compose requires and kafka-setup sets
+    env = door["environment"]
+    assert env["AIOPS_KAFKA__SASL_USERNAME"] == "aiops-remote-write"
+    required = "${KAFKA_REMOTE_WRITE_PASSWORD:?"
+    assert env["AIOPS_KAFKA__SASL_PASSWORD"].startswith(required)
+    assert services["kafka-setup"]["environment"]["KAFKA_REMOTE_WRITE_PASSWORD"].startswith(required)
+    assert "KAFKA_REMOTE_WRITE_PASSWORD" in _example()
+    for name in [n for n in os.environ if n.startswith("AIOPS_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    kafka = Settings().kafka
+    assert (kafka.bootstrap, kafka.security_protocol) == ("kafka:9092", "SASL_SSL")
+    assert mounts[str(kafka.ssl_cafile)] == "./config/kafka/tls/ca.pem"  # the broker's CA
+    # its ACLs: Write, Describe, Create on the telemetry and dead-letter topics; no other line, no group
+    script = (ROOT / "config" / "kafka" / "setup-acls.sh").read_text()
+    assert 'bg login aiops-remote-write "${KAFKA_REMOTE_WRITE_PASSWORD:-}"' in script
+    granted = re.findall(r"^\s*(?:bg )?allow User:aiops-remote-write (.*)$", script, flags=re.M)
+    assert granted == ['Write,Describe,Create "${remote_write_writes[@]}"'], granted
+    topics = re.findall(r"^mapfile -t remote_write_writes < <\(topics (.*)\)$", script, flags=re.M)
+    assert topics == ['"$TELEMETRY" "$DEADLETTER"'], topics
+    # Prometheus sends to the address the site's file publishes: the head node's name on the
+    # management network (KAFKA_EXTERNAL_HOST), not a name of the compose network
+    shipped = (ROOT / "config" / "prometheus" / "remote-write.yml").read_text()
+    [target] = yaml.safe_load(shipped)["remote_write"]
+    url = urlparse(target["url"])
+    assert (url.scheme, url.port, url.path) == ("https", port, "/api/v1/write")
+    assert url.hostname not in services and url.hostname != "aiops-ingest"
+    assert "KAFKA_EXTERNAL_HOST" in shipped and f"in place of {url.hostname}" in shipped
+    assert target["authorization"]["credentials_file"] and target["tls_config"]["ca_file"]

@@ -10,7 +10,10 @@ kafka-setup service runs it), and it is waited for with config/kafka/healthcheck
   topic, and ingest's (User:aiops-ingest, on INTERNAL) reads the record back in its group;
 - its writes to the events, anomalies, predictions, progress and cohorts topics are refused
   (TopicAuthorizationFailed), and so is committing an offset for a consumer group;
-- without a login, or with a wrong password, EXTERNAL takes nothing.
+- without a login, or with a wrong password, EXTERNAL takes nothing;
+- the Prometheus door's login (User:aiops-remote-write, as the aiops-remote-write service logs in)
+  makes its topics and writes telemetry and dead letters with the door's own producer; its writes
+  to the events and anomalies topics and its offset commits are refused.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ PASSWORDS = {
     "KAFKA_DETECT_PASSWORD": "detect-test-password",
     "KAFKA_RCA_PASSWORD": "rca-test-password",
     "KAFKA_SCHEDULER_PASSWORD": "scheduler-test-password",
+    "KAFKA_REMOTE_WRITE_PASSWORD": "remote-write-test-password",
 }
 TELEMETRY = "aiops.telemetry"
+DEADLETTER = "aiops.deadletter"
 # what a GPU host must not write (vocab/settings.py's defaults, which the compose daemons use)
 NOT_THE_GPU_HOSTS = ["aiops.events", "aiops.anomalies", "aiops.predictions", "aiops.progress", "aiops.cohorts"]
 
@@ -338,3 +343,63 @@ else:
     assert _client(compose_broker, "gpu-host", "not-the-password", EXTERNAL, program).startswith("refused")
     # the broker's own PLAIN login is not offered on EXTERNAL: SCRAM-SHA-512 only
     assert compose_broker.env["KAFKA_LISTENER_NAME_EXTERNAL_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512"
+
+
+def test_the_prometheus_door_writes_telemetry_and_dead_letters_and_nothing_else(compose_broker: Broker) -> None:
+    """Issue 65, item 5: User:aiops-remote-write, the aiops-remote-write service's login."""
+    door = "aiops-remote-write"
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["services"][door]["environment"]["AIOPS_KAFKA__SASL_USERNAME"] == door
+    line = f"gpu,gpu=n00002-gpu0,node=n00002 DCGM_FI_DEV_GPU_TEMP=42 {time.time_ns()}\n".encode()
+    # what the door does at start and for a request (ingest/remote_write_service.py run_remote_write):
+    # its two topics made where missing, then its lines and a dead letter through its producer
+    published = _as(
+        compose_broker,
+        door,
+        f"""
+from ingest.kafka import TelemetryProducer, ensure_topics
+ensure_topics(BOOTSTRAP, [{TELEMETRY!r}, {DEADLETTER!r}])
+producer = TelemetryProducer(BOOTSTRAP, client_id="aiops-remote-write")
+producer.send_raw({TELEMETRY!r}, {line!r}, key=b"n00002")
+producer.send_raw({DEADLETTER!r}, b'{{"reason": "acl test"}}', key=b"remote_write")
+producer.flush(timeout_s=30)
+producer.close()
+print("published")
+""",
+    )
+    assert published == "published"
+    # the topics it must not write exist (made by the principals that own them): a refusal is the ACLs'
+    _make_topics(compose_broker, "aiops-scheduler", ["aiops.events"])
+    _make_topics(compose_broker, "aiops-detect", ["aiops.anomalies"])
+    topics = [TELEMETRY, DEADLETTER, "aiops.events", "aiops.anomalies"]
+    assert _produce(compose_broker, topics, line, user=door, bootstrap=INTERNAL) == {
+        TELEMETRY: "written",
+        DEADLETTER: "written",
+        "aiops.events": "TopicAuthorizationFailedError",
+        "aiops.anomalies": "TopicAuthorizationFailedError",
+    }
+    # no group: it reads nothing, so it commits no offsets, its own name's group or ingest's
+    answers = _as(
+        compose_broker,
+        door,
+        f"""
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+answers = {{}}
+for group in ("aiops-ingest", "aiops-remote-write"):
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, enable_auto_commit=False,
+        request_timeout_ms=15000, **security())
+    part = TopicPartition({TELEMETRY!r}, 0)
+    consumer.assign([part])
+    try:
+        consumer.commit({{part: OffsetAndMetadata(0, "", -1)}})
+    except KafkaError as refused:
+        answers[group] = type(refused).__name__
+    else:
+        answers[group] = "committed"
+    consumer.close(autocommit=False)
+print(repr(answers))
+""",
+    )
+    assert eval(answers) == dict.fromkeys(("aiops-ingest", "aiops-remote-write"), "GroupAuthorizationFailedError")

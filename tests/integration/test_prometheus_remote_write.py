@@ -69,7 +69,7 @@ def prometheus_config(exporter_url: str, door: str, token_file: Path, ca_file: P
     target = exporter_url.split("//", 1)[1].split("/", 1)[0]
     shipped = (
         REMOTE_WRITE_CONF.read_text()
-        .replace("https://aiops-ingest:9201/", f"https://{door}/")
+        .replace("https://head01.mgmt:9201/", f"https://{door}/")
         .replace("/etc/prometheus/aiops-remote-write.token", str(token_file))
         .replace("/etc/prometheus/aiops-ca.pem", str(ca_file))
     )
