@@ -178,3 +178,14 @@ def test_receiver_bounds_the_body_and_checks_the_encoding() -> None:
         assert decode_request(body).counts["lines"] == 1
     finally:
         receiver._httpd.server_close()
+
+
+def test_a_node_label_from_a_relabel_wins_over_a_pods_hostname() -> None:
+    """An older gpu-operator's dcgm-exporter says Hostname=<its pod's name>; the relabel that
+    docs/collectors.md gives (__meta_kubernetes_pod_node_name -> node) names the GPU's node."""
+    pod = "nvidia-dcgm-exporter-7xk2p"
+    mapped = map_series([_dcgm(3, "DCGM_FI_DEV_GPU_TEMP", 45.0, host=pod, node="gpu-node-017")])
+    assert list(mapped.lines) == ["gpu-node-017"]
+    assert mapped.lines["gpu-node-017"] == [
+        b"gpu,gpu=gpu-node-017-gpu3,node=gpu-node-017 DCGM_FI_DEV_GPU_TEMP=45 1790000000000000000"
+    ]
