@@ -1,9 +1,10 @@
 """Progress of long work on stderr, and a console for tables on stdout.
 
 On a terminal, a bar with the count, the rate and the time left; anywhere else (a log, CI, a
-pipe) nothing while it runs and one summary line at the end, so that a log holds one line per
-long step and stdout holds only the command's output. The loop pays a counter and a clock read
-per `advance`; rich hears of it at most ten times a second and redraws four times a second.
+pipe) a line every few seconds while it runs (`aiops gen: 120/480 ticks (25%), 39 ticks/s, 0:00:09
+left`: a long step that said nothing for minutes looked hung) and one summary line at the end;
+stdout holds only the command's output. The loop pays a counter and a clock read per `advance`;
+rich hears of it at most ten times a second and redraws four times a second.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from datetime import timedelta
 from types import TracebackType
 from typing import TextIO, TypeVar
@@ -25,6 +26,7 @@ T = TypeVar("T")
 
 PUSH_EVERY_S = 0.1  # how often the count is handed to rich (it redraws on its own clock)
 PIPED_WIDTH = 1000  # a pipe or a file has no width: wide enough that no table cell is cut
+PIPED_EVERY_S = 5.0  # not on a terminal: a progress line this often (a step shorter than this says one line)
 
 
 def is_live_terminal(stream: TextIO) -> bool:
@@ -94,19 +96,30 @@ class Progress:
     `total` may be None (unknown: no time left) or set later with `update(total=...)`. The summary
     line is printed on a normal exit only: after an error, the error is the line."""
 
-    def __init__(self, total: float | None, what: str, unit: str = "items", stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        total: float | None,
+        what: str,
+        unit: str = "items",
+        stream: TextIO | None = None,
+        every_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.total = total
         self.what = what
         self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
+        self.every_s = PIPED_EVERY_S if every_s is None else every_s  # read here: a test may set it
+        self.clock = clock
         self.done = 0.0
         self._started = 0.0
         self._pushed = 0.0
+        self._said = 0.0
         self._bar: RichProgress | None = None
         self._task: TaskID | None = None
 
     def __enter__(self) -> Progress:
-        self._started = time.perf_counter()
+        self._started = self._said = self.clock()
         if is_live_terminal(self.stream):
             self._bar = RichProgress(
                 TextColumn("{task.description}"),
@@ -126,7 +139,7 @@ class Progress:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        seconds = time.perf_counter() - self._started
+        seconds = self.clock() - self._started
         if self._bar is not None and self._task is not None:
             if exc_type is None:  # finished: the bar full, however the estimate of the total went
                 self._bar.update(self._task, completed=self.done, total=max(self.done, self.total or 0.0))
@@ -140,10 +153,22 @@ class Progress:
         rate = self.done / seconds if seconds > 0 else float("inf")
         return f"{self.what}: {_number(self.done)} {self.unit} in {seconds:.1f} s ({_number(rate)} {self.unit}/s)"
 
+    def line(self, seconds: float) -> str:
+        """`aiops gen: 120/480 ticks (25%), 39 ticks/s, 0:00:09 left`: where a step is, in a log."""
+        rate = self.done / seconds if seconds > 0 else 0.0
+        if self.total:
+            left = f", {_clock((self.total - self.done) / rate)} left" if rate > 0 and self.done < self.total else ""
+            count = f"{_number(self.done)}/{_number(self.total)} {self.unit} ({100 * self.done / self.total:.0f}%)"
+        else:
+            left, count = "", f"{_number(self.done)} {self.unit} so far"
+        return f"{self.what}: {count}, {_number(rate)} {self.unit}/s{left}"
+
     def advance(self, n: float = 1) -> None:
         self.done += n
         if self._bar is not None:
             self._push()
+        else:
+            self._say()
 
     def update(self, completed: float | None = None, total: float | None = None) -> None:
         """Set the count done so far, or the total once it is known."""
@@ -155,6 +180,8 @@ class Progress:
                 self._bar.update(self._task, total=total)
         if self._bar is not None:
             self._push()
+        else:
+            self._say()
 
     def track(self, items: Iterable[T]) -> Iterator[T]:
         """The items, one `advance` each."""
@@ -162,8 +189,16 @@ class Progress:
             yield item
             self.advance()
 
+    def _say(self) -> None:
+        """Not on a terminal: the line, when `every_s` has passed since the last (or the start)."""
+        now = self.clock()
+        if now - self._said >= self.every_s:
+            self._said = now
+            self.stream.write(self.line(now - self._started) + "\n")
+            self.stream.flush()
+
     def _push(self) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if now - self._pushed >= PUSH_EVERY_S and self._bar is not None and self._task is not None:
             self._pushed = now
             self._bar.update(self._task, completed=self.done)

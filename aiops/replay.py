@@ -50,7 +50,7 @@ def replay(
     try:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
     except ImportError as exc:  # an optional dependency (the `bench` extra)
-        raise RuntimeError("aiops replay needs confluent-kafka: pip install 'aiops[bench]'") from exc
+        raise RuntimeError("aiops replay needs confluent-kafka: pip install 'aiops-gpu[bench]'") from exc
 
     consumer = Consumer(
         {

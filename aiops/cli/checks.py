@@ -12,6 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 MAKE_FOLDER = "aiops gen --out DIR makes one: a generated cluster"
+NO_SOURCE = "give --input DIR --out DIR (offline) or --kafka HOST:PORT (a daemon)"
+GPUS_PER_NODE = 8  # the generator's nodes (telemetry_gen/topology.py; that module imports NumPy)
 
 # The URL schemes a receiver of each kind can be posted to: all of them are HTTP APIs
 # (notify/*.py); an Apprise URL names its service in its scheme (tgram://, mailto://, ...),
@@ -75,6 +77,34 @@ def _notify_config(value: str | None) -> None:
         raise ArgumentError(f"{value}: " + "; ".join(problems))
 
 
+def _actions(value: str | None) -> None:
+    """An action policy file that would stop the run after its stage is loaded: refused first.
+    act.policy needs only YAML and pydantic."""
+    if not value:
+        return
+    _file(value, "--actions", "action policies, YAML: see docs/acting.md")
+    from act.policy import PolicyError, load
+
+    try:
+        load(Path(value))
+    except PolicyError as exc:
+        raise ArgumentError(str(exc).splitlines()[0] if str(exc) else "--actions: not a policy file") from None
+
+
+def _http_url(value: str | None, option: str, example: str) -> None:
+    """A service's URL: http(s) with a host (`htp://x` was followed for ever, publishing nothing)."""
+    if value is None:
+        return
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in HTTP_SCHEMES or not parts.hostname:
+        raise ArgumentError(f"{option} {value}: give an http:// or https:// URL with a host, e.g. {example}")
+
+
+def _gpus(value: object) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and value % GPUS_PER_NODE:
+        raise ArgumentError(f"--gpus must be a positive multiple of {GPUS_PER_NODE}, got {value}")
+
+
 def _out_folder(value: str | None, force: bool) -> None:
     if not value:
         return
@@ -103,7 +133,12 @@ def check(args: argparse.Namespace) -> None:
         if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
             raise ArgumentError(f"--{name} takes a positive number, got {value:g}")
     if command in ("run", "detect") and not kafka:
+        if not getattr(args, "input", None) or not getattr(args, "out", None):
+            missing = " and ".join(o for o in ("--input", "--out") if not getattr(args, o[2:], None))
+            raise ArgumentError(f"{missing} missing: {NO_SOURCE}")
         _folder(getattr(args, "input", None), "--input")
+    if command == "run" and kafka and not args.topology:
+        raise ArgumentError("with --kafka, give --topology FILE (the cluster's topology.json)")
     if command == "run" and kafka and not args.wait_for_topology:
         _file(args.topology, "--topology", "the cluster's topology.json: aiops topology import makes one")
     if command in ("run", "detect") and kafka:
@@ -113,15 +148,25 @@ def check(args: argparse.Namespace) -> None:
     if command in ("run", "demo"):
         _notify_config(getattr(args, "notify_config", None))
     if command == "run":
-        _file(getattr(args, "actions", None), "--actions", "action policies, YAML: see docs/acting.md")
+        _actions(getattr(args, "actions", None))
     if command == "ingest" and getattr(args, "remote_write", None):
         listen_address(args.remote_write)
         if args.remote_write_max_bytes is not None and args.remote_write_max_bytes <= 0:
             raise ArgumentError(f"--remote-write-max-bytes takes a positive size, got {args.remote_write_max_bytes}")
     if command == "gen":
+        if bool(args.out) == bool(args.kafka):
+            raise ArgumentError("give exactly one of --out DIR (files) or --kafka HOST:PORT")
+        _gpus(args.gpus)
         _out_folder(args.out, args.force)
+    if command == "eval" and not (args.run_dirs or args.run):
+        raise ArgumentError("give the run to score: aiops eval RUN_DIR --truth FILE (the folder aiops run --out wrote)")
+    if command == "scheduler" and getattr(args, "scheduler_command", None) == "follow":
+        _http_url(args.slurm, "--slurm", "http://slurm-head:6820")
+        _http_url(args.kubernetes, "--kubernetes", "https://10.0.0.1:6443")
     if command == "produce":
         _file(args.file, "file", "line protocol: aiops gen --out DIR writes DIR/telemetry.lp")
+    if command == "demo" and not (args.sample or args.input):
+        _gpus(args.gpus)
     if command == "demo":
         _file(getattr(args, "input", None), "--input", "line protocol: aiops gen --out DIR writes DIR/telemetry.lp")
         report = getattr(args, "report", None)

@@ -86,6 +86,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("confluent_kafka") is None:  # an optional dependency: the bench extra
+        raise CliError("aiops replay needs confluent-kafka: pip install 'aiops-gpu[bench]'")
     from aiops.replay import replay
 
     settings = settings_from(args)
@@ -108,6 +112,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
     except RuntimeError as exc:
         raise CliError(str(exc)) from exc
+    except Exception as exc:  # confluent-kafka's KafkaException: a topic not there, a broker gone
+        if type(exc).__name__ != "KafkaException":
+            raise
+        raise CliError(f"replay {args.source} at {settings.kafka.bootstrap}: {exc}") from None
     print(
         f"replayed {stats.records:,} records ({stats.bytes / 1e6:,.0f} MB) from {args.source} to "
         f"{settings.kafka.telemetry_topic}; at most {stats.behind_max_s:.2f} s behind their time"
@@ -526,9 +534,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """A bench that cannot run (no service where it was pointed, a stage that failed in a child
+    process) says so in one line, exit 1, with the child's own last word when it left a log."""
     from benchmarks.run import run_bench
 
-    return run_bench(args)
+    try:
+        return run_bench(args)
+    except OSError as exc:  # requests' ConnectionError is one: nothing listens at the URL
+        where = getattr(args, "influx", None)
+        refused = isinstance(exc, ConnectionError) or type(exc).__name__ == "ConnectionError"
+        if refused and where:
+            said = f"no InfluxDB answers at {where} (--influx); scripts/services up starts one"
+        else:
+            said = (str(exc).splitlines() or [type(exc).__name__])[0]
+        print(f"aiops bench {args.bench}: {said}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        print(f"aiops bench {args.bench}: {exc}{_last_word(str(exc))}", file=sys.stderr)
+        return 1
+
+
+def _last_word(message: str) -> str:
+    """`: <the last line of the log>` when `message` says `see FILE.log` and that line is aiops's
+    own one-line refusal (`aiops: ...`); else nothing."""
+    import re
+
+    found = re.search(r"see (\S+\.log)\b", message)
+    if found is None:
+        return ""
+    try:
+        lines = [line for line in Path(found.group(1)).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return f": {lines[-1].removeprefix('aiops: ')}" if lines and lines[-1].startswith("aiops: ") else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -740,6 +778,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notify-config", metavar="FILE", help="also send the incidents to chat (see aiops run)")
     p.add_argument(
         "--report",
+        "--out",
+        dest="report",
         metavar="DIR",
         help="where the run and its report pages go (default: demo-report in the cache, ~/.cache/aiops)",
     )

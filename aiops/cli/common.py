@@ -37,7 +37,7 @@ def stop_on_signals() -> Callable[[], bool]:
 
 
 def load_predictor(args: argparse.Namespace) -> OnlinePredictor | None:
-    """The failure predictor `--model` names, or the default one (trained on first use), or
+    """The failure predictor `--model` names, or the default one (the package's copy), or
     none with `--no-predict`; a model file that cannot be used is a one-line error."""
     from aiops.default_model import load_or_train_default
     from detectors.predict.model import ModelError, load

@@ -30,7 +30,11 @@ def add_daemon_options(p: Any, reads: str) -> None:
         metavar="SECONDS",
         help="with --kafka: how long a tick waits for late samples (default AIOPS_TICK_LATENESS_S, 60)",
     )
-    p.add_argument("--model", metavar="MODEL", help="failure predictor (default: trained on first use, cached)")
+    p.add_argument(
+        "--model",
+        metavar="MODEL",
+        help="failure predictor (default: the one the package ships, aiops/models/default-predictor.skops)",
+    )
     p.add_argument("--no-predict", action="store_true", help="no failure prediction")
 
 

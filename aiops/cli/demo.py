@@ -6,7 +6,11 @@ accelerated time, with a live view, then what it found against the generator's t
 from __future__ import annotations
 
 import json
+import os
 import queue
+import shlex
+import shutil
+import sys
 import threading
 import time
 from contextlib import nullcontext
@@ -166,34 +170,68 @@ def _pages(
         + "\n"
     )
     incidents = len(latest_states(states))
-    said = [time.perf_counter()]
-
-    def pages_done(n: int) -> None:
-        bar.update(completed=n)
-        # piped, the bar is one line at the end: a line every few seconds says it is running
-        if not console.is_interactive and time.perf_counter() - said[0] >= 3.0:
-            console.print(f"  {n} of {incidents} incident pages", highlight=False)
-            said[0] = time.perf_counter()
-
+    # on a terminal a bar; piped, a line every few seconds says it is running (aiops/progress_bar.py)
     with Progress(incidents, "the report pages", "incident pages") as bar:
-        done = write_report(run, out, cluster / "truth.jsonl", cluster, progress=pages_done)
+        done = write_report(run, out, cluster / "truth.jsonl", cluster, progress=lambda n: bar.update(completed=n))
     console.print(f"report: {out / 'index.html'} ({done['pages']} incident pages, {len(done['pngs'])} pictures)")
+
+
+def _shown(path: Path) -> str:
+    """A path as a shell takes it from here: relative when it is below the working folder."""
+    try:
+        relative = path.absolute().relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(path.absolute()))
+    shown = str(relative)
+    return shlex.quote(shown if "/" in shown else f"./{shown}")
+
+
+def aiops_command() -> str:
+    """`aiops` as this shell can run it: `aiops` when that is on PATH and is this installation's,
+    else the console script beside the running interpreter (a virtual environment not activated:
+    .venv/bin/aiops), else `python -m aiops.cli` with this interpreter."""
+    beside = Path(sys.executable).parent / "aiops"
+    on_path = shutil.which("aiops")
+    if on_path is not None and (not beside.is_file() or Path(on_path).resolve() == beside.resolve()):
+        return "aiops"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return _shown(beside)
+    return f"{shlex.quote(sys.executable)} -m aiops.cli"
+
+
+def _opener() -> str | None:
+    """The command that opens a file in the desktop's browser, where there is one."""
+    if sys.platform == "darwin":
+        return "open"
+    return "xdg-open" if shutil.which("xdg-open") else None
 
 
 def next_steps(report: Path | None) -> Text:
     """What to run after the demo: the same pipeline on a cluster of one's own size, from files,
-    then as the daemons a site runs."""
-    steps = []
+    then as the daemons a site runs. Each line runs as printed from where the demo ran (a line
+    that is only a comment, `# ...`, names what has no command here)."""
+    aiops = aiops_command()
+    steps: list[tuple[str, str]] = []
     if report is not None:
-        steps.append((f"open {report / 'index.html'}", "the report: a page per incident"))
+        page = report / "index.html"
+        opener = _opener()
+        if opener is not None:
+            steps.append((f"{opener} {shlex.quote(str(page))}", "the report: a page per incident"))
+        else:
+            steps.append(("", f"open {page} in a browser: the report, a page per incident"))
     steps += [
-        ("aiops gen --out cluster --gpus 1024 --hours 6", "a generated cluster, as files"),
-        ("aiops run --input cluster --out run", "the whole pipeline over it"),
-        ("aiops report run --truth cluster/truth.jsonl --out pages", "its report pages"),
-        ("scripts/services up", "Kafka and InfluxDB for the daemons: docs/operating.md"),
+        (f"{aiops} gen --out cluster --gpus 1024 --hours 6", "a generated cluster, as files"),
+        (f"{aiops} run --input cluster --out run", "the whole pipeline over it"),
+        (f"{aiops} report run --truth cluster/truth.jsonl --out pages", "its report pages"),
     ]
+    services = Path(__file__).resolve().parents[2] / "scripts" / "services"
+    if services.is_file():  # a checkout; an installed package has no scripts/
+        steps.append((f"{_shown(services)} up", "Kafka and InfluxDB for the daemons: docs/operating.md"))
+    else:
+        steps.append(("", "Kafka and InfluxDB for the daemons: docs/operating.md"))
     width = max(len(command) for command, _ in steps)
-    lines = ["", "Next:", *(f"  {command:<{width}}  # {why}" for command, why in steps)]
+    lines = ["", "Next:"]
+    lines += [f"  {command:<{width}}  # {why}" if command else f"  # {why}" for command, why in steps]
     return Text("\n".join(lines))
 
 

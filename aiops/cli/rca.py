@@ -60,8 +60,11 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("eval", help="score a run's incidents and predictions against the truth (docs/accuracy.md)")
+    p.add_argument(
+        "run_dirs", metavar="RUN_DIR", nargs="*", help="the output folder of aiops run (as aiops report takes it)"
+    )
     p.add_argument("--truth", metavar="FILE", required=True, nargs="+", help="truth.jsonl of the generated cluster")
-    p.add_argument("--run", metavar="DIR", required=True, nargs="+", help="the output folder of aiops run")
+    p.add_argument("--run", metavar="DIR", nargs="+", help="the output folder of aiops run (or RUN_DIR, first)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument(
         "--min-lead-min",
@@ -310,6 +313,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from aiops.cli.common import CliError
     from rca.evaluate import EvaluationError, evaluate_many, evaluate_paths
 
+    args.run = [*(getattr(args, "run_dirs", None) or []), *(args.run or [])]  # RUN_DIR or --run DIR: both
+    if not args.run:
+        raise CliError("give the run to score: aiops eval RUN_DIR --truth FILE (the folder aiops run --out wrote)")
     if len(args.truth) != len(args.run):
         raise CliError("give one --run DIR per --truth FILE (in the same order) to score several runs together")
     from show.report import TruthMismatchError, check_truth, load

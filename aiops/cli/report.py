@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,20 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from aiops.cli.common import CliError
+    from aiops.progress_bar import Progress
     from rca.graph import GraphError
     from show.report import write_report
 
     truth = Path(args.truth) if args.truth else None
-    try:
-        done = write_report(Path(args.run), Path(args.out), truth, Path(args.input) if args.input else None)
+    try:  # on a terminal a bar; piped, a line every few seconds (a report of a long run takes a minute)
+        with Progress(_incident_count(Path(args.run)), "aiops report", "incident pages") as bar:
+            done = write_report(
+                Path(args.run),
+                Path(args.out),
+                truth,
+                Path(args.input) if args.input else None,
+                progress=lambda n: bar.update(completed=n),
+            )
     except (OSError, GraphError, ValueError) as exc:
         raise CliError(str(exc)) from None
     for note in done["notes"]:
@@ -36,3 +45,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"{done['pages']} incident pages, {len(done['pngs'])} pictures"
     )
     return 0
+
+
+def _incident_count(run: Path) -> int | None:
+    """How many incidents (pages) the run holds: the distinct ids of its incidents.jsonl; None
+    when it cannot be read (the report says why)."""
+    try:
+        with (run / "incidents.jsonl").open() as f:
+            return len({json.loads(line).get("incident_id") for line in f if line.strip()})
+    except (OSError, ValueError, AttributeError):
+        return None

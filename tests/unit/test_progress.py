@@ -1,4 +1,5 @@
-"""Long commands show progress on a terminal and one line anywhere else; piped tables stay whole."""
+"""Long commands show progress on a terminal, and anywhere else a line every few seconds then one
+summary line; piped tables stay whole."""
 
 from __future__ import annotations
 
@@ -91,23 +92,30 @@ def test_gen_on_a_terminal_draws_a_bar_with_count_rate_and_time_left(tmp_path: P
     assert out.startswith("generated 64 GPUs") and "aiops gen:" not in out  # stdout: the command's output only
 
 
-def test_gen_piped_prints_one_summary_line_on_stderr(
+def test_gen_piped_prints_its_progress_then_one_summary_line_on_stderr(
     generated: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
     _, result = generated
     assert result.returncode == 0, result.stderr
-    assert re.fullmatch(rf"aiops gen: {TICKS} ticks in [\d.]+ s \([\d.,]+ ticks/s\)\n", result.stderr), result.stderr
+    # a busy host may take more than PIPED_EVERY_S: then a progress line or more before the summary
+    assert re.fullmatch(
+        rf"(aiops gen: \d+/{TICKS} ticks \(\d+%\), .*\n)*aiops gen: {TICKS} ticks in [\d.]+ s \([\d.,]+ ticks/s\)\n",
+        result.stderr,
+    ), result.stderr
     assert re.fullmatch(r"generated 64 GPUs \(fat-tree\), 60 ticks, .*\n", result.stdout), result.stdout
 
 
-def test_offline_run_piped_prints_one_summary_line_in_ticks(
+def test_offline_run_piped_prints_its_progress_then_one_summary_line_in_ticks(
     generated: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
     folder, _ = generated
     result = aiops("run", "--input", str(folder), "--out", str(tmp_path / "run"), "--no-predict")
     assert result.returncode == 0, result.stderr
     # meta.json says 60 ticks: counted in ticks, not in MB
-    assert re.fullmatch(rf"aiops run: {TICKS} ticks in [\d.]+ s \([\d.,]+ ticks/s\)\n", result.stderr), result.stderr
+    assert re.fullmatch(
+        rf"(aiops run: \d+/{TICKS} ticks \(\d+%\), .*\n)*aiops run: {TICKS} ticks in [\d.]+ s \([\d.,]+ ticks/s\)\n",
+        result.stderr,
+    ), result.stderr
     assert result.stdout.startswith(f"{TICKS} ticks, ") and (tmp_path / "run" / "incidents.jsonl").is_file()
 
 
