@@ -324,7 +324,9 @@ class _Parser:
         while True:
             more = self.following(self.lines)
             if more is None:
-                self.i = len(self.s)
+                # never closed: the record is its first line alone, and the lines taken in to look
+                # for the quote are read on their own (as the batch decoder reads them)
+                self.i, self.lines = len(self.s), 1
                 raise LineError(
                     f"unterminated string in field {key!r} at column {start}:"
                     " no closing quote before the end of its message"

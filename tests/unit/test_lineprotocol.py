@@ -6,7 +6,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ingest.frames import Column, Frame, frame_differences
@@ -333,6 +333,9 @@ def _line_after(lines: list[bytes], i: int, k: int) -> bytes | None:
         st.one_of(st.lists(_GARBAGE_PIECES, max_size=30).map(b"".join), frames().map(lambda f: encode([f]))), max_size=8
     )
 )
+# found by this test in a CI run: the scalar parser counted the line it had read to look for a quote
+# as part of the unterminated record, where the batch decoder reads it on its own
+@example([b'= "="', b","])
 def test_batch_decoder_agrees_with_the_scalar_parser_record_by_record(chunks: list[bytes]) -> None:
     """The vectorised path may only ever decide a record is simple; results must match the
     reference parser's, including which records are rejected (type conflicts aside)."""
