@@ -18,6 +18,7 @@ kafka-setup service runs it), and it is waited for with config/kafka/healthcheck
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import socket
@@ -220,6 +221,37 @@ def _as(broker: Broker, user: str, program: str, bootstrap: str = INTERNAL) -> s
     return _client(broker, user, password, bootstrap, program)
 
 
+def _commit(broker: Broker, user: str, groups: tuple[str, ...], bootstrap: str = INTERNAL) -> dict[str, str]:
+    """What committing an offset of the telemetry topic in each of `groups` answers `user`:
+    "committed" or the error's name."""
+    answers = _as(
+        broker,
+        user,
+        f"""
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+answers = {{}}
+for group in {groups!r}:
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, enable_auto_commit=False,
+        request_timeout_ms=15000, **security())
+    part = TopicPartition({TELEMETRY!r}, 0)
+    consumer.assign([part])
+    try:
+        consumer.commit({{part: OffsetAndMetadata(0, "", -1)}})
+    except KafkaError as refused:
+        answers[group] = type(refused).__name__
+    else:
+        answers[group] = "committed"
+    consumer.close(autocommit=False)
+print(repr(answers))
+""",
+        bootstrap,
+    )
+    result: dict[str, str] = ast.literal_eval(answers)
+    return result
+
+
 def _make_topics(broker: Broker, user: str, topics: list[str]) -> None:
     made = _as(
         broker,
@@ -302,31 +334,8 @@ def test_a_gpu_host_may_write_no_other_topic(compose_broker: Broker) -> None:
 
 def test_a_gpu_host_may_not_commit_a_groups_offsets(compose_broker: Broker) -> None:
     _make_topics(compose_broker, "aiops-ingest", [TELEMETRY])
-    answers = _as(
-        compose_broker,
-        "gpu-host",
-        f"""
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata
-answers = {{}}
-for group in ("aiops-ingest", "aiops-run", "gpu-host"):
-    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, enable_auto_commit=False,
-        request_timeout_ms=15000, **security())
-    part = TopicPartition({TELEMETRY!r}, 0)
-    consumer.assign([part])
-    try:
-        consumer.commit({{part: OffsetAndMetadata(0, "", -1)}})
-    except KafkaError as refused:
-        answers[group] = type(refused).__name__
-    else:
-        answers[group] = "committed"
-    consumer.close(autocommit=False)
-print(repr(answers))
-""",
-        bootstrap=EXTERNAL,
-    )
-    assert eval(answers) == dict.fromkeys(("aiops-ingest", "aiops-run", "gpu-host"), "GroupAuthorizationFailedError")
+    answers = _commit(compose_broker, "gpu-host", ("aiops-ingest", "aiops-run", "gpu-host"), bootstrap=EXTERNAL)
+    assert answers == dict.fromkeys(("aiops-ingest", "aiops-run", "gpu-host"), "GroupAuthorizationFailedError")
 
 
 def test_the_gpu_hosts_listener_takes_no_one_without_the_login(compose_broker: Broker) -> None:
@@ -379,27 +388,5 @@ print("published")
         "aiops.anomalies": "TopicAuthorizationFailedError",
     }
     # no group: it reads nothing, so it commits no offsets, its own name's group or ingest's
-    answers = _as(
-        compose_broker,
-        door,
-        f"""
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata
-answers = {{}}
-for group in ("aiops-ingest", "aiops-remote-write"):
-    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, enable_auto_commit=False,
-        request_timeout_ms=15000, **security())
-    part = TopicPartition({TELEMETRY!r}, 0)
-    consumer.assign([part])
-    try:
-        consumer.commit({{part: OffsetAndMetadata(0, "", -1)}})
-    except KafkaError as refused:
-        answers[group] = type(refused).__name__
-    else:
-        answers[group] = "committed"
-    consumer.close(autocommit=False)
-print(repr(answers))
-""",
-    )
-    assert eval(answers) == dict.fromkeys(("aiops-ingest", "aiops-remote-write"), "GroupAuthorizationFailedError")
+    answers = _commit(compose_broker, door, ("aiops-ingest", "aiops-remote-write"))
+    assert answers == dict.fromkeys(("aiops-ingest", "aiops-remote-write"), "GroupAuthorizationFailedError")
