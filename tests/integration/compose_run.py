@@ -341,7 +341,8 @@ class ImageContainer(Container):
 
     def _entered(self, argv: list[str]) -> list[str]:
         root = shlex.quote(str(self.rootfs))
-        steps = [f"mount --rbind /dev {root}/dev", f"mount --rbind /proc {root}/proc"]
+        hostname = shlex.quote(self.definition.hostname)
+        steps = [f"hostname {hostname}", f"mount --rbind /dev {root}/dev", f"mount --rbind /proc {root}/proc"]
         for source, target, read_only in self.mounts:
             inside = shlex.quote(f"{self.rootfs}{target}")
             make = f"mkdir -p {inside}" if source.is_dir() else f"mkdir -p $(dirname {inside}) && touch {inside}"
@@ -358,6 +359,7 @@ class ImageContainer(Container):
             self.namespace,
             "unshare",
             "-m",
+            "-u",
             "--propagation",
             "private",
             "sh",
@@ -428,7 +430,9 @@ class HostContainer(Container):
             self.prepare(self)
 
     def _in_namespace(self, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace, "env", "-i", *(f"{k}={v}" for k, v in self.env().items()), *argv]
+        env = [f"{k}={v}" for k, v in self.env().items()]
+        named = ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"', self.definition.hostname]
+        return ["ip", "netns", "exec", self.namespace, *named, "env", "-i", *env, *argv]
 
     def launch(self) -> list[str]:
         return self._in_namespace(self.argv())
@@ -504,17 +508,20 @@ class Project:
             self.say(f"volume {path.name}: new, the image has no {target}: root-owned ({_owner_mode(path)})")
         return path
 
-    def hosts(self) -> str:
+    def hosts(self, definition: Definition) -> str:
+        """The container's /etc/hosts: every service and container name, and its own hostname (as
+        Docker writes it; Kafka resolves its own name at start)."""
         lines = ["127.0.0.1\tlocalhost"]
         for service, address in self.addresses.items():
             lines.append(f"{address}\t{service}")
+        lines.append(f"{self.addresses[definition.name]}\t{definition.hostname}")
         return "\n".join(lines) + "\n"
 
     def plan(self, services: Iterable[str]) -> None:
         """Every container of these services gets its address first (the names resolve in each)."""
         for service in services:
             for definition in self.definitions(service):
-                if definition.name not in self.addresses.values():
+                if definition.name not in self._namespaces:
                     namespace = f"{self.network.bridge}-{definition.name}"[:60]
                     address = self.network.attach(namespace)
                     self.addresses.setdefault(service, address)
@@ -535,10 +542,12 @@ class Project:
         namespace = self._namespaces[definition.name]
         log_path = self.logs / f"{definition.name}.log"
         if definition.spec.get("image") == OUR_IMAGE:
-            return ImageContainer(definition, address, namespace, log_path, self.image, self.volume, self.hosts())
+            return ImageContainer(
+                definition, address, namespace, log_path, self.image, self.volume, self.hosts(definition)
+            )
         program, extra_env, prepare = self.host_programs[definition.service]
         return HostContainer(
-            definition, address, namespace, log_path, self.hosts(), self.volume, program, extra_env, prepare
+            definition, address, namespace, log_path, self.hosts(definition), self.volume, program, extra_env, prepare
         )
 
     def _describe(self, container: Container) -> None:
