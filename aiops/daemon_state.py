@@ -35,6 +35,7 @@ starts from the committed offsets, as with any checkpoint it cannot use.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import importlib
@@ -256,6 +257,12 @@ class _StatePickler(pickle.Pickler):
     will build: state of a new class fails here, at the first checkpoint of a test."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, enum.Enum):
+            # by value, as CPython 3.11.7 writes a member: 3.11.2 (Debian bookworm's python3, the
+            # image's) writes getattr(class, name), which the loader may not build (issue 65's
+            # compose run: the daemon died at its first checkpoint). One form on every patch release
+            # also lets a checkpoint move between them. The class goes through this check too.
+            return type(obj), (obj.value,)
         if isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType):
             pair = (getattr(obj, "__module__", None) or "?", obj.__qualname__)
             if pair not in STATE_GLOBALS:

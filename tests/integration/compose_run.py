@@ -308,9 +308,9 @@ class ImageContainer(Container):
                 [str(CONTAINER_SCRIPT), "rootfs", definition.name], capture_output=True, text=True, check=True
             ).stdout.strip()
         )
-        user = str(definition.spec.get("user") or image.get("user") or "root")
+        user = str(definition.spec.get("user") or image.get("User") or "root")
         self.uid, self.gid, self.home = _image_user(self.rootfs, user)
-        self.workdir = str(definition.spec.get("working_dir") or image.get("working_dir") or "/")
+        self.workdir = str(definition.spec.get("working_dir") or image.get("WorkingDir") or "/")
         (self.rootfs / "etc" / "hosts").write_text(hosts)
         (self.rootfs / "etc" / "hostname").write_text(definition.hostname + "\n")
         self.mounts: list[tuple[Path, str, bool]] = []  # host path, target, read only
@@ -329,12 +329,12 @@ class ImageContainer(Container):
         entrypoint = self.definition.spec.get("entrypoint")
         command = self.definition.spec.get("command")
         if entrypoint is None:
-            entrypoint = self.image.get("entrypoint") or []
-            command = self.image.get("cmd") or [] if command is None else command
+            entrypoint = self.image.get("Entrypoint") or []
+            command = (self.image.get("Cmd") or []) if command is None else command
         return [*entrypoint, *(command or [])]
 
     def env(self) -> dict[str, str]:
-        env = dict(item.split("=", 1) for item in self.image.get("env") or [])
+        env = dict(item.split("=", 1) for item in self.image.get("Env") or [])
         env.update({"HOSTNAME": self.definition.hostname, "HOME": self.home})
         env.update(self.definition.environment)
         return env

@@ -12,6 +12,7 @@ import os
 import pickle
 import stat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -374,3 +375,22 @@ def test_a_checkpoint_written_before_the_modules_moved_still_restores_a_daemon(
     again = Pipeline(TopologyGraph.load(tmp_path / "topology.json"), 30.0, gen.events(),
                      findings=FindingsLoop(30.0, 4, "a", "p", "progress"))  # fmt: skip
     again.restore(engine.state)
+
+
+def test_an_enum_member_in_the_state_is_written_by_value_on_every_python_patch_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython 3.11.2 (Debian bookworm's, the image's Python) pickles an Enum member as
+    getattr(class, name); the loader may not build builtins.getattr, and the daemon in the image
+    died at its first checkpoint (issue 65's compose run). Failed before the fix with
+    CheckpointError: the state holds builtins.getattr."""
+    from vocab.catalog import MetricKind
+
+    def as_bookworm(self: MetricKind, proto: int) -> tuple[Any, tuple[Any, ...]]:
+        return getattr, (self.__class__, self._name_)
+
+    monkeypatch.setattr(MetricKind, "__reduce_ex__", as_bookworm)
+    store = CheckpointStore(tmp_path, "members")
+    store.save(Checkpoint({"kinds": [MetricKind.COUNTER, MetricKind.GAUGE]}, {"t": {0: 1}}))
+    loaded = store.load()
+    assert loaded is not None and loaded.state == {"kinds": [MetricKind.COUNTER, MetricKind.GAUGE]}
