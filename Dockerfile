@@ -32,6 +32,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # numba's compiled detectors (detectors/series.py) cache beside the sources by default, and
 # site-packages is not writable by the service user
 ENV NUMBA_CACHE_DIR=/var/lib/aiops/.cache/numba
+# buildah (1.28, Debian's) keys the cached layer of the RUN below without the wheels it mounts: a
+# rebuild after a change of the sources reused the old layer, with the old code in it.
+# scripts/container passes a digest of the sources here, so a change of them is a new layer.
+ARG AIOPS_SOURCE_DIGEST=
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels aiops-gpu \
  && useradd --system --uid 10001 --home-dir /var/lib/aiops --create-home aiops \
