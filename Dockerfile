@@ -19,6 +19,9 @@ ARG WHEELHOUSE=
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 WORKDIR /src
 COPY . .
+# the same digest as the runtime stage's (below): buildah cannot mount a stage it took whole from
+# its cache, so the two stages are rebuilt together or not at all
+ARG AIOPS_SOURCE_DIGEST=
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip wheel --constraint constraints.txt --wheel-dir /wheels \
       ${WHEELHOUSE:+--no-index --find-links "/src/$WHEELHOUSE"} --index-url "$PIP_INDEX_URL" .
