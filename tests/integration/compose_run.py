@@ -164,9 +164,10 @@ class Forwarder:
         with suppress(OSError):
             while data := source.recv(65536):
                 sink.sendall(data)
-        for s in (source, sink):
+        for s in (source, sink):  # the other direction's recv ends with an error: it is done too
             with suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+            s.close()
 
     def close(self) -> None:
         self.stopped.set()
