@@ -239,6 +239,17 @@ def test_service_healthy_dependencies_have_healthchecks(compose: dict[str, Any])
     assert "/ping" in influx_check
 
 
+def test_every_service_serving_the_http_api_has_a_healthcheck_on_it(compose: dict[str, Any]) -> None:
+    """aiops-rca serves the API as aiops-run does, and had no healthcheck (issue 65's compose run)."""
+    serving = [n for n, s in compose["services"].items() if "AIOPS_HTTP_PORT" in (s.get("environment") or {})]
+    assert {"aiops-run", "aiops-rca"} <= set(serving)
+    for name in serving:
+        service = compose["services"][name]
+        port = service["environment"]["AIOPS_HTTP_PORT"]
+        test = " ".join((service.get("healthcheck") or {}).get("test") or [])
+        assert f"127.0.0.1:{port}/healthz" in test, f"{name} serves the API on {port}; its healthcheck: {test!r}"
+
+
 # ---------------------------------------------------------------- agreement with vocab.settings
 
 
