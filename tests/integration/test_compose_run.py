@@ -376,6 +376,8 @@ def _influx_nodes(address: str) -> set[str]:
     return {value for s in series for _, value in s.get("values") or []}
 
 
+# about 6 minutes alone (the image built), 10 on a loaded machine; lanes side by side on 2 cores slow it more
+@pytest.mark.timeout(2400)
 def test_the_compose_services_run_as_shipped(
     image: None,  # noqa: F811
     compose_config: Path,  # noqa: F811
