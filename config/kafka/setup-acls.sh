@@ -26,7 +26,10 @@
 #   User:ANONYMOUS        the HOST listener (plaintext, published on the head node's loopback
 #                         only): the aiops.* topics and aiops-* groups, for tools run on the head node
 # Every daemon may also create the topics it writes or reads (the daemons make missing topics
-# themselves, ingest/kafka/admin.py ensure_topics); the GPU hosts may not.
+# themselves, ingest/kafka/admin.py ensure_topics); the GPU hosts may not. The daemons that
+# checkpoint (run, detect, rca) also read the topics they write: after a restart they read back
+# what was published since their checkpoint so as not to publish it twice (aiops/daemon.py);
+# without it a detect member retried that read forever and detected nothing (issue 65's compose run).
 #
 # Environment:
 #   KAFKA_BOOTSTRAP          the SASL_SSL listener to reach (default kafka:9092)
@@ -145,20 +148,20 @@ bg allow User:aiops-ingest Read,Describe --group "$INGEST_GROUP"
 mapfile -t run_reads < <(topics "$TELEMETRY" "$EVENTS")
 mapfile -t run_writes < <(topics "$ANOMALIES" "$PREDICTIONS" "$INCIDENTS" "$NOTICES" "$DEADLETTER")
 bg allow User:aiops-run Read,Describe,Create "${run_reads[@]}"
-bg allow User:aiops-run Write,Describe,Create "${run_writes[@]}"
+bg allow User:aiops-run Read,Write,Describe,Create "${run_writes[@]}"
 bg allow User:aiops-run Read,Describe --group "$RUN_GROUP"
 
 mapfile -t detect_reads < <(topics "$TELEMETRY" "$EVENTS" "$COHORTS")
 mapfile -t detect_writes < <(topics "$ANOMALIES" "$PREDICTIONS" "$COHORTS" "$PROGRESS" "$DEADLETTER")
 bg allow User:aiops-detect Read,Describe,Create "${detect_reads[@]}"
-bg allow User:aiops-detect Write,Describe,Create "${detect_writes[@]}"
+bg allow User:aiops-detect Read,Write,Describe,Create "${detect_writes[@]}"
 bg allow User:aiops-detect Read,Describe --group "$DETECT_GROUP"
 
 mapfile -t rca_reads < <(topics "$ANOMALIES" "$PREDICTIONS" "$PROGRESS" "$EVENTS")
 mapfile -t rca_writes < <(topics "$INCIDENTS" "$NOTICES" "$DEADLETTER")
 bg allow User:aiops-rca Describe,Create --topic "$TELEMETRY"
 bg allow User:aiops-rca Read,Describe,Create "${rca_reads[@]}"
-bg allow User:aiops-rca Write,Describe,Create "${rca_writes[@]}"
+bg allow User:aiops-rca Read,Write,Describe,Create "${rca_writes[@]}"
 bg allow User:aiops-rca Read,Describe --group "$RCA_GROUP"
 
 bg allow User:aiops-scheduler Write,Describe,Create --topic "$EVENTS"
