@@ -95,7 +95,10 @@ class Network:
             prefix = f"172.31.{third}"
             bridge = f"aiopsbr{third}"
             if f" {prefix}." not in used and not Path(f"/sys/class/net/{bridge}").exists():
-                _ip("link", "add", bridge, "type", "bridge")
+                try:
+                    _ip("link", "add", bridge, "type", "bridge")
+                except subprocess.CalledProcessError:  # another project took it meanwhile
+                    continue
                 _ip("addr", "add", f"{prefix}.1/24", "dev", bridge)
                 _ip("link", "set", bridge, "up")
                 return cls(prefix, bridge)
@@ -304,9 +307,10 @@ class ImageContainer(Container):
     ) -> None:
         super().__init__(definition, address, namespace, log_path)
         self.image = image
+        self.working_name = namespace  # the bridge's name first: two projects here never share one
         self.rootfs = Path(
             subprocess.run(
-                [str(CONTAINER_SCRIPT), "rootfs", definition.name], capture_output=True, text=True, check=True
+                [str(CONTAINER_SCRIPT), "rootfs", self.working_name], capture_output=True, text=True, check=True
             ).stdout.strip()
         )
         user = str(definition.spec.get("user") or image.get("User") or "root")
@@ -707,7 +711,7 @@ class Project:
             for container in containers:
                 if isinstance(container, ImageContainer):
                     subprocess.run(
-                        [str(CONTAINER_SCRIPT), "rm", container.definition.name], capture_output=True, check=False
+                        [str(CONTAINER_SCRIPT), "rm", container.working_name], capture_output=True, check=False
                     )
 
 
