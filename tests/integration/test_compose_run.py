@@ -589,6 +589,7 @@ def test_the_checklist_names_every_site_file_the_compose_files_mount() -> None:
     lines = "\n".join(checklist_lines())
     assert "make-tls.sh" in lines and "make-remote-write-tls.sh" in lines
     assert "config/notify.yml" in lines and "config/topology.json" in lines and ".env" in lines
-    mounted = set(re.findall(r"\./config/kafka/tls[^:]*", (ROOT / "docker-compose.yml").read_text()))
+    mounted = set(re.findall(r"^\s+- (\./config/kafka/tls[^:\s]*):", (ROOT / "docker-compose.yml").read_text(), re.M))
     assert mounted == {"./config/kafka/tls/ca.pem", "./config/kafka/tls/remote-write"}
-    shlex.split(lines.replace("#", "\\#"))  # the block is shell a person can paste
+    for line in checklist_lines():  # each command is shell a person can paste (comments aside)
+        assert shlex.split(_command(line)), line
