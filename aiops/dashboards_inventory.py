@@ -84,7 +84,9 @@ def reads(queries: Sequence[str]) -> str:
 def _defaults(board: dict[str, Any]) -> dict[str, str]:
     out = {}
     for v in board.get("templating", {}).get("list", []):
-        if v.get("type") == "query":
+        if v.get("type") == "query" and v.get("includeAll") and not v.get("allValue") and v.get("hide") == 2:
+            out[v["name"]] = "hidden: the k its query ranks"  # a top-k variable ("All" = every value found)
+        elif v.get("type") == "query":
             out[v["name"]] = "All" if v.get("includeAll") else "first value"
         else:
             current = (v.get("current") or {}).get("value") or v.get("query", "")

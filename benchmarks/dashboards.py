@@ -125,18 +125,19 @@ def macros_for(range_s: float, interval_s: float, now_ns: int) -> dict[str, str]
 
 
 def defaults(settings: InfluxSettings, board: dict[str, Any], macros: dict[str, str]) -> dict[str, list[str]]:
-    """Each variable's value on first load, as Grafana picks it."""
+    """Each variable's value on first load, as Grafana picks it: "All" at its allValue, or, with no
+    allValue (the hidden top-k variables), every value its query finds; without "All", the first."""
     chosen: dict[str, list[str]] = {}
     for v in board.get("templating", {}).get("list", []):
         if v.get("type") == "query":
-            if v.get("includeAll"):
-                chosen[v["name"]] = [str(v.get("allValue") or ".*")]
+            if v.get("includeAll") and v.get("allValue"):
+                chosen[v["name"]] = [str(v["allValue"])]
                 continue
             query = v["query"]["query"] if isinstance(v.get("query"), dict) else str(v.get("query"))
             found = sorted(
                 {str(r[-1]) for s in _series(_influxql(settings, render(query, chosen, macros))) for r in s["values"]}
             )
-            chosen[v["name"]] = found[:1] or [""]
+            chosen[v["name"]] = (found if v.get("includeAll") else found[:1]) or [""]
         else:
             current = (v.get("current") or {}).get("value") or v.get("query", "")
             chosen[v["name"]] = [str(current[0] if isinstance(current, list) else current)]
@@ -151,19 +152,21 @@ def time_queries(settings: InfluxSettings, interval_s: float, files: list[Path] 
         board = json.loads(path.read_text(encoding="utf-8"))
         board_range = _seconds(board.get("time", {}).get("from", "now-6h"))
         values = defaults(settings, board, macros_for(board_range, interval_s, now_ns))
+        # a panel's own min interval ("interval": "20s") is the floor Grafana derives its $__interval from
         asked = [
-            (str(p.get("title")), str(t.get("refId")), str(t.get("query")), p.get("timeFrom"))
+            (str(p.get("title")), str(t.get("refId")), str(t.get("query")), p.get("timeFrom"), p.get("interval"))
             for p in panels(board["panels"])
             for t in p.get("targets", [])
         ]
         asked += [
-            (f"annotation {a.get('name')}", "Anno", str(a["target"].get("query")), None)
+            (f"annotation {a.get('name')}", "Anno", str(a["target"].get("query")), None, None)
             for a in board.get("annotations", {}).get("list", [])
             if isinstance(a.get("target"), dict)
         ]
-        for title, ref, query, time_from in asked:
+        for title, ref, query, time_from, min_interval in asked:
             span = _seconds(time_from) if time_from else board_range
-            text = render(query, values, macros_for(span, interval_s, now_ns))
+            floor = max(interval_s, _seconds(min_interval)) if min_interval else interval_s
+            text = render(query, values, macros_for(span, floor, now_ns))
             started = time.perf_counter()
             try:
                 series = _series(_influxql(settings, text))

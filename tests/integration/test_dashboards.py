@@ -15,7 +15,8 @@ unknown measurement or field is no error in InfluxQL, only an empty answer.
 
 Each query runs three ways: every variable at its default ("All", or for a variable that picks
 nodes, GPUs, jobs, switches or racks of the telemetry the first value its query finds, as Grafana
-picks it: tests/unit/test_dashboards_variables.py), every variable at one value (a query must
+picks it: tests/unit/test_dashboards_variables.py; a hidden top-k variable holds every value its
+query ranks, ranked again when a variable it names is set), every variable at one value (a query must
 answer for each value tried, and with data for at least one of them: a value with no data, such
 as a node without ECC fields, is no fault of the query), and at several values (that one and
 another: the alternation must keep what the single value found).
@@ -68,6 +69,7 @@ STOCK_NODES = ("n00000", "n00001")
 NEVER_SENT = "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
 NODE_STATES = {"n00030": "drain", "n00031": "down"}  # said by the scheduler at the end of the history
 ALL = ".*"  # the dashboards' allValue
+HIDDEN = 2  # a variable's `hide`: not shown on the dashboard
 TRIES = 12  # single values tried per variable before a query is said to find nothing
 # ... or, for a query of one variable, up to this many: a panel whose data is on few entities (a
 # prediction on 3 of 32 nodes) shows it for those, which need not be the first twelve in the list
@@ -293,7 +295,11 @@ def resolve_variables(
             if not values:
                 failures.append(f"variable ${name}: {query}\n    returned no values")
                 continue
-            if variable.get("includeAll"):
+            if top_k(variable):
+                # a hidden top-k variable: its "All" is every value its query found (the k entities
+                # a panel draws), as Grafana expands an "All" that has no allValue
+                at_all[name] = values
+            elif variable.get("includeAll"):
                 assert variable.get("allValue") == ALL, f"${name}: no All of {ALL}"
                 at_all[name] = [ALL]
             else:  # Grafana's choice with no saved value: the first option, sorted as `sort` 1 sorts
@@ -306,6 +312,27 @@ def resolve_variables(
         else:
             failures.append(f"variable ${name}: type {kind!r} is not handled by this test")
     return at_all, found, failures
+
+
+def top_k(variable: dict[str, Any]) -> bool:
+    """A hidden variable whose "All" (no allValue) is every value its query ranks: the k entities a
+    panel draws."""
+    return bool(variable.get("includeAll")) and variable.get("hide") == HIDDEN and not variable.get("allValue")
+
+
+def ranked(
+    settings: InfluxSettings, dashboard: dict[str, Any], values: Values, macros: dict[str, str], changed: list[str]
+) -> Values:
+    """`values` with each top-k variable whose query names a `changed` one ranked again under them,
+    as Grafana refreshes a variable when one its query names changes (the busiest ports of the
+    switch picked, not of the first)."""
+    out, moved = dict(values), set(changed)
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") == "query" and top_k(variable) and moved & set(named(variable_query(variable))):
+            body = influxql(settings, render(variable_query(variable), out, macros), settings.database)
+            out[variable["name"]] = sorted({str(row[-1]) for s in series_of(body) for row in s.get("values", [])})
+            moved.add(variable["name"])
+    return out
 
 
 def answer(settings: InfluxSettings, query: str, values: Values, macros: dict[str, str]) -> bool:
@@ -408,7 +435,16 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
                     c
                     for c in candidates
                     if answer(
-                        settings, query, {**at_all, **dict(zip(chosen, ([x] for x in c), strict=True))}, panel_macros
+                        settings,
+                        query,
+                        ranked(
+                            settings,
+                            dashboard,
+                            {**at_all, **dict(zip(chosen, ([x] for x in c), strict=True))},
+                            panel_macros,
+                            chosen,
+                        ),
+                        panel_macros,
                     )
                 ),
                 None,
@@ -420,8 +456,9 @@ def test_every_query_returns_data(run_db: tuple[InfluxSettings, dict[str, str]],
                 several = {
                     v: [x, next((y for y in found[v] if y != x), x)] for v, x in zip(chosen, single, strict=True)
                 }
-                if not answer(settings, query, {**at_all, **several}, panel_macros):
-                    rendered = render(query, {**at_all, **several}, panel_macros)
+                several_ranked = ranked(settings, dashboard, {**at_all, **several}, panel_macros, chosen)
+                if not answer(settings, query, several_ranked, panel_macros):
+                    rendered = render(query, several_ranked, panel_macros)
                     failures.append(f"{title}: {rendered}\n    lost the data with several values")
         except AssertionError as error:
             failures.append(f"{title}: {query}\n    {error}")
