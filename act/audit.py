@@ -6,7 +6,11 @@ topic) finds the row that is there and does nothing twice.
 
 States: planned -> executing -> done | failed; or planned and held (dry_run, blocked, excluded,
 awaiting_approval). `executing` is committed before the executor runs: a SIGKILL between the two
-leaves a row the next start settles (act.executors.settle) instead of running it blind again."""
+leaves a row the next start settles (act.executors.settle) instead of running it blind again.
+
+The pages read it one way: `plans_by_incident` groups the rows by incident, for the daemon's pages
+(aiops/api.py, from the log the daemon writes) and the report's (show/report.py, from a recorded
+run's log, opened read-only by `read_plans`)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,53 @@ COLUMNS = (
     "plan_id, incident_id, policy, action, target, reason, decision, state, approved_by, detail, event_time, acted_at,"
     " node"
 )
+
+
+class AuditReadError(ValueError):
+    """An audit log that cannot be read; the message names the file and why."""
+
+
+def _select(columns: set[str], where: str = "") -> str:
+    """The rows, in the order planned; a log written before rows named their node reads NULL
+    for it (what opening it for writing would add, as AuditLog does)."""
+    named = COLUMNS if "node" in columns else COLUMNS.replace(" node", " NULL AS node")
+    return f"SELECT {named} FROM actions{where} ORDER BY planned_at, plan_id"
+
+
+def plans_by_incident(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """Each incident's plans, in the order planned (the latest last): what its page lists, and
+    the incident list's action and its state. The one reading of the log for the daemon's pages
+    (aiops/api.py, from the log it writes) and the report's (show/report.py, `read_plans`)."""
+    out: dict[str, list[Row]] = {}
+    for row in rows:
+        out.setdefault(row.incident_id, []).append(row)
+    return out
+
+
+def read_plans(path: Path) -> dict[str, list[Row]] | None:
+    """The plans of a recorded run's audit log (`aiops run --actions` writes `actions.sqlite`
+    beside its incidents), by incident; None when there is no log (the run did not act). Read
+    only: the log is the record of what was planned, and showing it changes nothing in it (no
+    table created, no journal mode set, as opening an AuditLog would)."""
+    if not path.is_file():
+        return None
+    # a log closed by its writer has no write-ahead file left: opened immutable, SQLite writes
+    # nothing beside it (a read-only open of a WAL database would create its -shm and -wal, and
+    # fail on a read-only copy of the run); one whose writer is running or was killed (or never
+    # closed it: `aiops run --actions` leaves its plans in the -wal) has one, which holds its
+    # latest plans: read through it (SQLite then uses the -shm index beside it, as any reader)
+    wal = path.with_name(path.name + "-wal")
+    mode = "mode=ro" if wal.is_file() and wal.stat().st_size else "mode=ro&immutable=1"
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True)
+        try:
+            columns = {c[1] for c in db.execute("PRAGMA table_info(actions)").fetchall()}
+            found = db.execute(_select(columns)).fetchall() if columns else []
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise AuditReadError(f"{path}: cannot read the audit log ({exc})") from None
+    return plans_by_incident(Row(*r) for r in found)
 
 
 def plan_id(incident_id: str, policy: str, action: str, target: str) -> str:
@@ -309,9 +360,7 @@ class AuditLog:
 
     def rows(self, state: str | None = None) -> list[Row]:
         where, args = (" WHERE state = ?", (state,)) if state is not None else ("", ())
-        return [
-            Row(*r) for r in self._query(f"SELECT {COLUMNS} FROM actions{where} ORDER BY planned_at, plan_id", args)
-        ]
+        return [Row(*r) for r in self._query(_select({"node"}, where), args)]  # the column is added at open
 
     def attempts(self, target: str, since: float) -> int:
         """Actions done (or under way) on `target` since event time `since`, putting it back in
@@ -356,4 +405,13 @@ class AuditLog:
         return (drained - resumed_after) | remediating
 
 
-__all__ = ["HELD", "AuditLog", "RemediationRecord", "Row", "plan_id"]
+__all__ = [
+    "HELD",
+    "AuditLog",
+    "AuditReadError",
+    "RemediationRecord",
+    "Row",
+    "plan_id",
+    "plans_by_incident",
+    "read_plans",
+]

@@ -66,7 +66,7 @@ from pydantic import (
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from act.audit import AuditLog, Row
+from act.audit import AuditLog, Row, plans_by_incident
 from act.loop import signed
 from aiops.api_connections import guarded_protocol
 from aiops.daemon_metrics import DaemonMetrics
@@ -625,9 +625,7 @@ def build_app(
         rows = index.find(IncidentQuery(status, severity, kind, entity, since, until, limit))
         given = {"status": status, "severity": severity, "kind": kind, "entity": entity}
         filters = ", ".join(f"{k} {v}" for k, v in given.items() if v)
-        html = render_list(
-            rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters, plans=_latest_plans(actions)
-        )
+        html = render_list(rows, lambda i: f"/incidents/{quote(i, safe='')}", filters=filters, plans=_plans(actions))
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse)
@@ -636,7 +634,7 @@ def build_app(
         found = index.get(_checked("incident", incident_id))
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
-        plans = [asdict(r) for r in actions.rows() if r.incident_id == incident_id] if actions is not None else []
+        plans = _plans(actions).get(incident_id, []) if actions is not None else None
         html = incident_html(found, index.history(incident_id), shown, plans)
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
@@ -668,17 +666,19 @@ def build_app(
     return app
 
 
-def _latest_plans(actions: ActionsApi | None) -> dict[str, dict[str, Any]]:
-    """Each incident's latest plan in the audit log (none when acting is off)."""
+def _plans(actions: ActionsApi | None) -> dict[str, list[dict[str, Any]]]:
+    """Each incident's plans in the audit log, in the order planned (none when acting is off):
+    act/audit.py `plans_by_incident`, as the report reads a run's log."""
     if actions is None:
         return {}
-    return {r.incident_id: asdict(r) for r in actions.rows()}  # oldest first: the latest stays
+    return {i: [asdict(r) for r in rows] for i, rows in plans_by_incident(actions.rows()).items()}
 
 
 def incident_html(
     record: dict[str, Any], history: list[dict[str, Any]], pages: PageContext, plans: list[dict[str, Any]] | None = None
 ) -> str:
-    """The page of one incident as the daemon knows it now."""
+    """The page of one incident as the daemon knows it now; `plans`: its rows in the audit log
+    (None: acting is off, there is no log)."""
     root = str(record["root_cause"]["entity"])
     g = pages.graph
     picture = (
@@ -713,6 +713,7 @@ def incident_html(
         job_gpus=record.get("job_gpus"),
         blast=blast_radius(record, g, pages.schedule) if g is not None and pages.schedule is not None else None,
         plans=plans or [],
+        audit="the daemon's audit log" if plans is not None else None,
         live=True,
         index_href="/incidents",
         grafana=grafana_links(pages.grafana_url, node, switch, rack),

@@ -99,6 +99,15 @@ def _read(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     return [json.loads(r.value) for r in whole_topic(bootstrap, topic)]
 
 
+def _anomalies(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """The anomalies on the topic, without the presence records split detection publishes beside
+    them (detectors/anomaly.py: who stopped or started reporting, for the engine; an offline run
+    writes none to anomalies.jsonl)."""
+    from detectors.anomaly import PRESENCE_BACK, PRESENCE_GONE
+
+    return [r for r in _read(bootstrap, topic) if r.get("detector") not in (PRESENCE_GONE, PRESENCE_BACK)]
+
+
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -204,7 +213,7 @@ def backlog(args: argparse.Namespace, console: Console) -> BacklogReport:
             phase.exit_codes.append(again.wait())
             phase.peak_rss_mb = max(phase.peak_rss_mb, again.peak_mb)
         phase.seconds = time.monotonic() - began
-        anomalies = _multiset(_read(bootstrap, env["AIOPS_KAFKA__ANOMALIES_TOPIC"]))
+        anomalies = _multiset(_anomalies(bootstrap, env["AIOPS_KAFKA__ANOMALIES_TOPIC"]))
         phase.anomalies = sum(anomalies.values())
         reference = expected_detected if name == "detect" else expected_anomalies
         missing, extra = reference - anomalies, anomalies - reference

@@ -50,7 +50,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.backlog import _jsonl, _multiset, _Process, _read
+from benchmarks.backlog import _anomalies, _jsonl, _multiset, _Process, _read
 from benchmarks.consume import ConsumeRow, bench_consume
 from benchmarks.soak import by_incident, cpu_seconds, incident_differences
 
@@ -212,7 +212,7 @@ def scale(args: argparse.Namespace, console: Console) -> list[ScaleRun]:
             idle = min((float(s["idle_wait_s"]) for s in stats if s["last_judged_at"]), default=0.0)
             run.seconds = max(lasts) - min(firsts) - idle if firsts and lasts else 0.0
             run.peak_rss_mb = [proc.peak_mb for proc in procs]
-            got_anomalies = _read(bootstrap, env["AIOPS_KAFKA__ANOMALIES_TOPIC"])
+            got_anomalies = _anomalies(bootstrap, env["AIOPS_KAFKA__ANOMALIES_TOPIC"])
             got_predictions = _read(bootstrap, env["AIOPS_KAFKA__PREDICTIONS_TOPIC"])
             run.anomalies, run.predictions = len(got_anomalies), len(got_predictions)
             got_incidents = by_incident(_read(bootstrap, env["AIOPS_KAFKA__INCIDENTS_TOPIC"]))

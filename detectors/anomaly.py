@@ -40,6 +40,19 @@ class Anomaly:
         return Anomaly(**body)
 
 
+# Who stopped or started reporting, on the anomalies' path but not anomalies (score 0, never a
+# symptom): detectors/stack/presence.py says each watched entity's silence and its return once each,
+# metric "reporting" 0 or 1; the incident engine keeps an incident whose entity is silent open.
+# They travel with the findings so that an engine fed from a topic (split detection) hears them too.
+REPORTING = "reporting"
+PRESENCE_GONE = "presence:gone"
+PRESENCE_BACK = "presence:back"
+
+
+def is_presence(a: Anomaly) -> bool:
+    return a.detector in (PRESENCE_GONE, PRESENCE_BACK)
+
+
 @dataclass(frozen=True, slots=True)
 class Prediction:
     entity: str

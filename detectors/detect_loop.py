@@ -450,6 +450,9 @@ class DetectLoop:
         """The rest of the tick, cohorts as the merged summary of every share shows them."""
         t, frames = work.t, work.frames
         found = self.stack.judge(t, work.views, cohorts)
+        # who stopped or started reporting: for the engine (an incident whose entity is silent
+        # stays open), not anomalies; a member of split detection publishes them with its findings
+        moves = self.stack.presence.take_moves()
         for gap in self.stack.presence.gaps:  # an exporter restarting: one notice, not N anomalies
             message = (
                 f"{gap.node}: all {gap.gpus} GPUs silent while the node's other telemetry arrives (GPU exporter gap)"
@@ -477,8 +480,8 @@ class DetectLoop:
             failing = {e for e, at in self._recent.items() if t - at < FAILING_FOR_S}
             self.predictions += self.predictor.update(t, frames, failing, cohorts)
         if self.tick_listener is not None:
-            self.tick_listener(t, found, self.predictions[predicted:])
-        return found
+            self.tick_listener(t, found + moves, self.predictions[predicted:])
+        return found + moves if self.split else found
 
 
 @dataclass(slots=True)

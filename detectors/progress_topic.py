@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from detectors.anomaly import Anomaly, Prediction
+from detectors.anomaly import Anomaly, Prediction, is_presence
 from detectors.coverage import CoverageWatch, Notice
 from detectors.detect_loop import DetectStats
 from detectors.ticks import HeldMessages
@@ -178,7 +178,7 @@ class FindingsLoop:
         for tick in sorted(t for t in self.ticks if t <= through):
             found = self.ticks.pop(tick)
             self.stats.ticks += 1
-            self.stats.anomalies += len(found.anomalies)
+            self.stats.anomalies += sum(not is_presence(a) for a in found.anomalies)  # presence: no anomaly
             if self.tick_listener is not None:
                 self.tick_listener(tick / 1000, found.anomalies, found.predictions)
         self.released_through = max(through, self.released_through or through)

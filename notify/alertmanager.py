@@ -80,6 +80,8 @@ def alert_of(note: IncidentNote, where: dict[str, str], cluster: str | None) -> 
     }
     if note.evidence:
         annotations["evidence"] = "\n".join(note.evidence)
+    if note.no_data_since is not None:  # still firing: silence is not health
+        annotations["no_data_since"] = _iso(note.no_data_since)
     alert: dict[str, Any] = {"labels": labels, "annotations": annotations, "startsAt": _iso(note.opened)}
     incident_link = next((url for label, url in note.links if label == "Incident"), None)
     if incident_link:

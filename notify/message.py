@@ -41,6 +41,10 @@ class IncidentNote:
     evidence: tuple[str, ...]
     action: str
     links: tuple[tuple[str, str], ...] = ()  # (label, url)
+    # open and silent: the root's last sample (rca/incidents.py: it stays open until it is back)
+    no_data_since: float | None = None
+    episode: int = 1  # the incident resolved and recurred (flap damping): this is its nth spell
+    episode_opened: float | None = None  # when this spell began, if not the first
 
     @classmethod
     def from_record(
@@ -58,7 +62,13 @@ class IncidentNote:
         if public_url:
             links.append(("Incident", f"{public_url.rstrip('/')}/incidents/{quoted}"))
         if grafana_url:
-            links.append(("Grafana", f"{grafana_url.rstrip('/')}/d/aiops-incidents?var-incident={quoted}"))
+            # the incidents dashboard narrowed to this incident (its $incident), from an hour before
+            # it opened: the dashboard's own six hours miss an incident whose message is read later
+            since_ms = int((float(record.get("opened") or time.time()) - 3600) * 1000)
+            board = f"{grafana_url.rstrip('/')}/d/aiops-incidents"
+            links.append(("Grafana", f"{board}?var-incident={quoted}&from={since_ms}&to=now"))
+        episodes = record.get("episodes") or []
+        silent = record.get("no_data_since")
         return cls(
             incident_id=str(record["incident_id"]),
             status=status,
@@ -74,6 +84,9 @@ class IncidentNote:
             evidence=tuple(_evidence_line(e) for e in (record.get("evidence") or [])[:MAX_EVIDENCE_LINES]),
             action=str(record.get("action") or ""),
             links=tuple(links),
+            no_data_since=float(silent) if silent is not None and status == "open" else None,
+            episode=max(1, len(episodes)),
+            episode_opened=float(episodes[-1]["opened"]) if len(episodes) > 1 else None,
         )
 
     @property
@@ -84,6 +97,10 @@ class IncidentNote:
     def headline_as(self, esc: Escape) -> str:
         """The headline with every data field written by `esc` (a chat format's escaper)."""
         state = {"open": "", "resolved": "RESOLVED ", "warning": "PREDICTED "}.get(self.status, "")
+        if self.status == "open" and self.episode > 1:
+            state += f"REOPENED (episode {self.episode}) "
+        if self.no_data_since is not None:  # not resolved: nothing heard from it
+            state += f"NO DATA since {_hhmm(self.no_data_since)} "
         return f"{state}[{esc(self.severity.upper())}] {esc(self.kind)} at {esc(self.root)}"
 
     def facts(self, esc: Escape = _same) -> list[tuple[str, str]]:
@@ -99,7 +116,12 @@ class IncidentNote:
             ("Incident", esc(self.incident_id)),
         ]
         if self.status == "resolved":
-            out.insert(4, ("Open for", f"{max(0.0, self.at - self.opened) / 60:.0f} min"))
+            began = self.opened if self.episode_opened is None else self.episode_opened
+            out.insert(4, ("Open for", f"{max(0.0, self.at - began) / 60:.0f} min"))
+        if self.no_data_since is not None:
+            out.insert(1, ("No data since", f"{_utc(self.no_data_since)}: open until it reports again, healthy"))
+        if self.episode > 1:
+            out.insert(-1, ("Episodes", f"{self.episode}: it resolved and came back; first opened {_utc(self.opened)}"))
         return out
 
 
@@ -159,3 +181,7 @@ def _evidence_line(e: dict[str, Any]) -> str:
 
 def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def _hhmm(t: float) -> str:
+    return time.strftime("%H:%M UTC", time.gmtime(t))

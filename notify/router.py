@@ -190,7 +190,10 @@ class Router:
             group.repeats += 1
         group.told.update(n.incident_id for n in audible if n.status != "resolved")
         group.told.difference_update(n.incident_id for n in audible if n.status == "resolved")
-        states = ",".join(sorted(f"{n.incident_id}:{n.status}" for n in audible))
+        # an episode after the first (the incident resolved and came back) is said again: its own key
+        states = ",".join(
+            sorted(f"{n.incident_id}:{n.status}" + (f":e{n.episode}" if n.episode > 1 else "") for n in audible)
+        )
         if len(audible) > 1:
             states = "group-" + hashlib.blake2b(states.encode(), digest_size=8).hexdigest()
         key = f"{group.receiver}:{states}" + (f":r{group.repeats}" if repeat else "")

@@ -4,6 +4,11 @@ overall and per fault kind.
 
 The engine's outputs are read as written (incidents.jsonl holds successive states; the last line
 of each incident wins). Nothing here reads telemetry, so a run can be rescored without replaying.
+
+An incident that resolved and reopened (flap damping, rca/incidents.py FLAP_WINDOW_S) is one
+incident: counted once for precision and false incidents, however many episodes it had. Each of
+its episodes' openings may detect a fault (within the detection window of the fault's onset), one
+fault per episode: the operator was told of each reopening.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+
+from vocab.thresholds import MIN_USEFUL_LEAD_S
 
 __all__ = [
     "DETECT_WINDOW_S",
@@ -34,7 +41,7 @@ __all__ = [
 ]
 
 DETECT_WINDOW_S = 600.0
-MIN_LEAD_S = 1800.0  # a warning is only useful if there is time to drain the node at a checkpoint
+MIN_LEAD_S = MIN_USEFUL_LEAD_S  # vocab/thresholds.py says why
 # the truth's severity (0 = barely visible .. 1), in bands for recall
 SEVERITY_BANDS = (("faint (<0.3)", 0.0, 0.3), ("moderate (0.3-0.7)", 0.3, 0.7), ("plain (>=0.7)", 0.7, 1.01))
 FALSE_POSITIVES_KEPT = 20
@@ -163,6 +170,7 @@ class _Incident:
     root_kind: str
     ranked: tuple[str, ...]  # candidate entities, best first
     entities: frozenset[str]  # root cause and affected
+    openings: tuple[float, ...] = ()  # each episode's opening, the first `opened` (the record's `episodes`)
 
 
 def _interval(f: _Fault, run_interval_s: float | None) -> float:
@@ -190,7 +198,9 @@ def _incident(d: Mapping[str, Any]) -> _Incident:
         root = str(rc["entity"])
         ranked = tuple(str(c["entity"]) for c in d.get("candidates") or ()) or (root,)
         entities = frozenset([root, *map(str, d.get("affected") or ())])
-        return _Incident(str(d["incident_id"]), float(d["opened"]), root, str(rc.get("kind", "")), ranked, entities)
+        opened = float(d["opened"])
+        openings = tuple(float(e["opened"]) for e in d.get("episodes") or ()) or (opened,)
+        return _Incident(str(d["incident_id"]), opened, root, str(rc.get("kind", "")), ranked, entities, openings)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EvaluationError(f"incident {d.get('incident_id', '?')}: {exc!r}") from None
 
@@ -240,25 +250,28 @@ class Detection:
 
 
 def _detect(faults: list[_Fault], incs: list[_Incident]) -> dict[str, Detection]:
-    """Each fault's owning incident. An incident is credited to one fault at most: two faults
-    that overlap need two incidents (faults taken in onset order; one that names its root as the
-    cause is preferred as owner)."""
+    """Each fault's owning incident. An incident's episode is credited to one fault at most: two
+    faults that overlap need two incidents (faults taken in onset order; one that names its root
+    as the cause is preferred as owner)."""
     naming = _index(incs, lambda i: i.entities)
     out: dict[str, Detection] = {}
-    owned: set[str] = set()
+    owned: set[tuple[str, float]] = set()  # (incident, episode opening)
     ordered = sorted(faults, key=lambda f: (f.onset, f.fault_id))
     # first the incidents that name a fault's root as their cause, then those that only show it
     for as_cause in (True, False):
         for f in ordered:
             if f.fault_id in out:
                 continue
-            found = [i for i in naming.get(f.root, ()) if f.onset <= i.opened <= f.onset + DETECT_WINDOW_S]
-            free = [i for i in found if i.incident_id not in owned and (i.root == f.root or not as_cause)]
+            window = (f.onset, f.onset + DETECT_WINDOW_S)
+            found = [(i, at) for i in naming.get(f.root, ()) for at in i.openings if window[0] <= at <= window[1]]
+            free = [
+                (i, at) for i, at in found if (i.incident_id, at) not in owned and (i.root == f.root or not as_cause)
+            ]
             if not free:
                 continue
-            best = min(free, key=lambda i: (i.opened, i.incident_id))
-            owned.add(best.incident_id)
-            first = min(i.opened for i in found if i.incident_id not in owned or i is best)
+            best, best_at = min(free, key=lambda p: (p[1], p[0].incident_id))
+            owned.add((best.incident_id, best_at))
+            first = min(at for i, at in found if (i.incident_id, at) not in owned or (i is best and at == best_at))
             out[f.fault_id] = Detection(best.incident_id, first - f.onset, best.ranked)
     return out
 
@@ -279,7 +292,7 @@ def _attribute(faults: list[_Fault], incs: list[_Incident]) -> tuple[dict[str, i
     for inc in incs:
         near = {f.fault_id: f for e in inc.entities for f in touching.get(e, ())}.values()
         # "same window" stretched over the whole fault: a fault still active is still being reported
-        matches = [f for f in near if f.onset <= inc.opened <= f.end + DETECT_WINDOW_S]
+        matches = [f for f in near if any(f.onset <= at <= f.end + DETECT_WINDOW_S for at in inc.openings)]
         if matches:
             owner = min(matches, key=lambda f: (f.root != inc.root, f.onset, f.fault_id))
             true_by_kind[owner.kind] += 1
@@ -562,6 +575,10 @@ def evaluate_many(
             for key in ("opened", "updated", "resolved", "warned"):
                 if j.get(key) is not None:
                     j[key] = float(j[key]) + shift
+            if j.get("episodes"):  # each episode's opening may detect a fault: moved with the run
+                j["episodes"] = [
+                    {k: None if v is None else float(v) + shift for k, v in e.items()} for e in j["episodes"]
+                ]
             incidents.append(j)
         predictions += [{**p, "at": float(p["at"]) + shift} for p in r.predictions]
         for parent, children in (r.contains or {}).items():

@@ -1,5 +1,5 @@
 """Incidents: one per root cause, opened on the first tick of evidence, updated while evidence
-arrives, resolved after a quiet period.
+arrives, resolved after a quiet period of the entity's own samples.
 
 Per tick: anomalies become symptoms; symptoms that an open incident already explains are
 attached to it (inhibited: no new incident for the 32 NICs of a leaf that is already down);
@@ -7,6 +7,16 @@ the rest are ranked and covered by new incidents, one per root (dedup by root en
 nodes under announced maintenance are silenced. A prediction opens a *warning* incident for its
 entity; if that entity then fails, the warning becomes the failure's incident (`warned` keeps
 when it was first seen coming).
+
+Silence is a state, not health: an incident whose entity stopped reporting (a GPU fallen off the
+bus sends no evidence at all) stays open as "no data since" and resolves only once the entity is
+back and has been quiet for QUIET_S, or by a person's word (`close`). The engine learns who
+reports from the findings, as an engine fed from a topic hears them too: the detectors' presence
+records (detectors/anomaly.py PRESENCE_GONE / PRESENCE_BACK: each watched entity's silence and
+its return, once each) and their `silent` anomaly.
+
+Flap damping: an incident that resolved on its own and recurs on the same root and kind within
+FLAP_WINDOW_S reopens (same id, one more entry in `episodes`) instead of paging as a new incident.
 """
 
 from __future__ import annotations
@@ -19,8 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.anomaly import Anomaly, Prediction, wire_number
-from rca.blast import AT_ONSET, STARTED_WHILE_OPEN, affected_gpus, jobs_hit, onset
+from detectors.anomaly import PRESENCE_GONE, Anomaly, Prediction, is_presence, wire_number
+from rca.blast import AT_ONSET, STARTED_WHILE_OPEN, onset, radius
 from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, gpu_kind, nic_kind, symptom_of
@@ -29,7 +39,18 @@ from vocab.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
-QUIET_S = 900.0  # no evidence for this long: resolved
+QUIET_S = 900.0  # no evidence for this long, the entity reporting: resolved
+# A recurrence this soon after an incident resolved on its own, on the same root and kind, reopens
+# it: the same page is not sent as a new incident. Four hours is Prometheus Alertmanager's default
+# repeat_interval ("how long to wait before sending a notification again if it has already been
+# sent successfully", https://prometheus.io/docs/alerting/latest/configuration/#route), i.e. how
+# long Alertmanager itself treats one alert as one conversation; VMware Smart Assurance keeps a
+# cleared notification for the same 4 h (InactiveAutoArchiveInterval, 14,400 s), a recurrence
+# within it reactivating the same notification, as ServiceNow's evt_mgmt.active_interval reopens
+# a closed alert. It covers the flaps of issue 66 (every 15-40 min for four hours) many times over;
+# a real fault on the same part and kind within it is one more episode of the incident (reopened
+# and notified as such; `aiops eval` credits an episode with the fault it opened for).
+FLAP_WINDOW_S = 4 * 3600.0
 # a NIC's link faults: which one is the NIC's evidence's call (its own, or its cable's far end)
 _NIC_LINK_KINDS = frozenset({"nic_link_flap", "ib_link_degraded", "ib_link_errors"})
 FAMILY_MEMORY_S = 600.0  # how long a symptom counts as "what the entity shows" for signatures
@@ -78,6 +99,22 @@ class Incident:
     last_evidence: float = 0.0
     action: str = ""
     merged_into: str | None = None  # folded into that incident (it turned out to be part of it)
+    # entities whose telemetry stopped -> event time of their last sample: open until they are back
+    no_data: dict[str, float] = field(default_factory=dict)
+    returned: float = 0.0  # when the last of them came back: the quiet period counts from then
+    reopened: float | None = None  # when this episode began, if not the first (flap damping)
+    past_episodes: list[tuple[float, float]] = field(default_factory=list)  # (opened, resolved)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """An incident checkpointed before issue 66 has no silence or episodes: none yet."""
+        state.setdefault("no_data", {})
+        state.setdefault("past_episodes", [])
+        self.__dict__.update(state)
+
+    @property
+    def episodes(self) -> list[tuple[float, float | None]]:
+        """Each spell of the incident, (opened, resolved), the current one last."""
+        return [*self.past_episodes, (self.opened if self.reopened is None else self.reopened, self.resolved)]
 
     def record(self) -> dict[str, Any]:
         confidence = self.probability if self.status == "warning" else _confidence(self.candidates)
@@ -100,6 +137,10 @@ class Incident:
             "action": self.action,
             "warned": self.warned,
             "merged_into": self.merged_into,
+            # open while it lasts: the entity stopped reporting then (its last sample)
+            "no_data_since": min(self.no_data.values()) if self.no_data else None,
+            "no_data_entities": sorted(self.no_data)[:MAX_AFFECTED],
+            "episodes": [{"opened": a, "resolved": b} for a, b in self.episodes],
         }
 
     def to_json(self) -> bytes:
@@ -119,6 +160,7 @@ class EngineStats:
     attached: int = 0
     silenced: int = 0
     opened: int = 0
+    reopened: int = 0  # a recurrence within FLAP_WINDOW_S: an episode of the incident, not a new one
     resolved: int = 0
     warnings: int = 0
     # anomalies and predictions about entities the topology does not know: stored upstream and
@@ -136,8 +178,10 @@ class IncidentEngine:
         self._families: dict[str, dict[str, float]] = {}  # entity -> family -> last seen
         self._talkers: dict[str, float] = {}  # NIC sending pauses -> last seen
         self._congested: dict[str, float] = {}  # spine waiting on its ports -> last seen
-        self._under: dict[str, frozenset[str]] = {}
         self._swept = -float("inf")
+        # root entity -> its incident that resolved on its own within FLAP_WINDOW_S (may reopen)
+        self._recent: dict[str, Incident] = {}
+        self._silent: dict[str, float] = {}  # entity that stopped reporting -> its last sample
 
     def __getstate__(self) -> dict[str, Any]:
         """A checkpoint keeps what the engine learned, not the topology (reloaded, `attach`)."""
@@ -146,6 +190,11 @@ class IncidentEngine:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_recent", {})  # a checkpoint from before issue 66
+        state.setdefault("_silent", {})
+        stats = state.get("stats")
+        if stats is not None and not hasattr(stats, "reopened"):
+            stats.reopened = 0
         self.__dict__.update(state)
 
     def attach(self, graph: TopologyGraph, schedule: Schedule) -> None:
@@ -178,9 +227,13 @@ class IncidentEngine:
             self._warn(p.entity, p.kind, p.at, p.horizon_s, p.probability, p.action, changed)
         fresh: dict[Symptom, Anomaly] = {}
         signs: dict[Symptom, Anomaly] = {}  # early signs: warnings, unless an incident explains them
+        back: set[str] = set()  # reporting again this tick
         # rows of a tick arrive in whatever order the partitions gave them: sort, so a stream and
         # a file give the same incidents
         for a in sorted(anomalies, key=lambda a: (a.entity, a.metric, a.detector)):
+            if is_presence(a):  # who stopped or started reporting: no anomaly, never a symptom
+                self._heard(a, back)
+                continue
             self.stats.anomalies += 1
             if a.entity not in self.graph:
                 self._outside(a.entity)
@@ -213,7 +266,7 @@ class IncidentEngine:
             if self._silenced(best.entity, t):
                 self.stats.silenced += len(best.explains)
                 continue
-            incident = self._absorbing(best, rivals, t, ctx, changed) or self._open(best, rivals, t)
+            incident = self._absorbing(best, rivals, t, ctx, changed) or self._open(best, rivals, t, changed)
             for s in sorted(best.explains):  # entity, family, hint: the same order in every process
                 self._attach(incident, s, pending[s], t, changed)
         for s, a in signs.items():
@@ -228,6 +281,8 @@ class IncidentEngine:
         for incident in list(changed.values()):
             if incident.status == "open":
                 self._refresh(incident, ctx, t, changed)
+        if self._silent or back:
+            self._reporting(t, back, changed)
         self._expire(t, changed)
         return sorted(changed.values(), key=lambda i: i.incident_id)
 
@@ -291,6 +346,7 @@ class IncidentEngine:
         for other in others:
             host.symptoms |= other.symptoms
             host.affected.update(other.affected)
+            host.no_data.update(other.no_data)
             host.evidence = (host.evidence + other.evidence)[:MAX_EVIDENCE]
             host.evidence_count += other.evidence_count
             other.status, other.resolved, other.updated, other.merged_into = "resolved", t, t, host.incident_id
@@ -302,7 +358,7 @@ class IncidentEngine:
         changed[host.incident_id] = host
         return host
 
-    def _open(self, best: Candidate, rivals: list[Candidate], t: float) -> Incident:
+    def _open(self, best: Candidate, rivals: list[Candidate], t: float, changed: dict[str, Incident]) -> Incident:
         warning = self.open.get(best.entity)
         if warning is not None and warning.status == "open":  # dedup: one incident per root
             warning.last_evidence = t
@@ -311,12 +367,41 @@ class IncidentEngine:
             incident = warning
             incident.status, incident.warned, incident.opened, incident.probability = "open", warning.opened, t, None
             incident.root, incident.candidates = best, rivals
+        elif (recent := self._recurring(best, t)) is not None:  # flapping: the same incident again
+            return self._reopen(recent, best, rivals, t, changed)
         else:
             incident = Incident(incident_id(best.entity, t), t, t, best, rivals)
             self.open[best.entity] = incident
         incident.affected.setdefault(best.entity, None)
         incident.last_evidence = t
         self.stats.opened += 1
+        return incident
+
+    def _recurring(self, best: Candidate, t: float) -> Incident | None:
+        """The incident of `best`'s root that resolved on its own within FLAP_WINDOW_S, if it was
+        of the kind `best` would be named (as `_refresh` names it)."""
+        recent = self._recent.get(best.entity)
+        if recent is None or recent.resolved is None or t - recent.resolved > FLAP_WINDOW_S:
+            return None
+        kind = self._named(best.entity, best.kind, best.explains)
+        return recent if recent.root.entity == best.entity and recent.root.kind == kind else None
+
+    def _reopen(
+        self, incident: Incident, best: Candidate, rivals: list[Candidate], t: float, changed: dict[str, Incident]
+    ) -> Incident:
+        """A new episode of a resolved incident: open again under its id, its opening kept."""
+        assert incident.resolved is not None
+        del self._recent[best.entity]
+        start = incident.opened if incident.reopened is None else incident.reopened
+        incident.past_episodes.append((start, incident.resolved))
+        incident.status, incident.resolved, incident.reopened, incident.updated = "open", None, t, t
+        incident.root, incident.candidates = best, rivals
+        incident.no_data.clear()
+        incident.affected.setdefault(best.entity, None)
+        incident.last_evidence = t
+        self.open[best.entity] = incident
+        self.stats.reopened += 1
+        changed[incident.incident_id] = incident
         return incident
 
     def _attach(self, incident: Incident, s: Symptom, a: Anomaly, t: float, changed: dict[str, Incident]) -> None:
@@ -336,9 +421,13 @@ class IncidentEngine:
                 }
             )
         incident.last_evidence = t
+        news = False
+        if s.family == "silent":  # gone: open until it is back, whatever the quiet period says
+            news = s.entity not in incident.no_data
+            incident.no_data.setdefault(s.entity, _last_sample(a))
         # a new entity is news; more of the same is reported now and then, so the last state
         # written stays close to the truth without a line per anomaly
-        if new_entity or incident.opened == t or t - incident.updated >= UPDATE_EVERY_S:
+        if news or new_entity or incident.opened == t or t - incident.updated >= UPDATE_EVERY_S:
             changed[incident.incident_id] = incident
 
     def _refresh(self, incident: Incident, ctx: Context, t: float, changed: dict[str, Incident]) -> None:
@@ -349,17 +438,22 @@ class IncidentEngine:
         if ranked and ranked[0].entity != incident.root.entity and ranked[0].score > incident.root.score:
             self._reroot(incident, ranked[0], t, changed)
         current = next((c for c in ranked if c.entity == incident.root.entity), incident.root)
-        kind = current.kind
-        if current.entity in self.graph and self.graph.kind(current.entity) == "gpu":
-            own = {s for s in incident.symptoms if s.entity == current.entity}
-            kind = gpu_kind({s.family for s in own}, {s.hint for s in own if s.hint})
-        elif current.entity in self.graph and self.graph.kind(current.entity) == "nic" and kind in _NIC_LINK_KINDS:
-            kind = nic_kind({s.hint for s in incident.symptoms if s.hint in _NIC_LINK_KINDS}) or kind
+        kind = self._named(current.entity, current.kind, incident.symptoms)
         incident.root = Candidate(current.entity, kind, current.score, current.explains)
         incident.candidates = [incident.root, *[c for c in ranked if c.entity != current.entity][:4]]
         self._blast(incident, t)
         incident.action = registry.action(kind)
         incident.updated = t
+
+    def _named(self, entity: str, kind: str, symptoms: Iterable[Symptom]) -> str:
+        """The kind an incident rooted at `entity` is named, from its evidence: a GPU's from all it
+        shows; a NIC's link fault from what its evidence names."""
+        if entity in self.graph and self.graph.kind(entity) == "gpu":
+            own = [s for s in symptoms if s.entity == entity]
+            return gpu_kind({s.family for s in own}, {s.hint for s in own if s.hint})
+        if entity in self.graph and self.graph.kind(entity) == "nic" and kind in _NIC_LINK_KINDS:
+            return nic_kind({s.hint for s in symptoms if s.hint in _NIC_LINK_KINDS}) or kind
+        return kind
 
     def _reroot(self, incident: Incident, root: Candidate, t: float, changed: dict[str, Incident]) -> None:
         """Later evidence names another root. If that root already has an incident of its own,
@@ -380,12 +474,13 @@ class IncidentEngine:
     def _blast(self, incident: Incident, t: float) -> None:
         g = self.graph
         # the jobs holding the affected GPUs at onset and those that started on them while the
-        # incident was open (rca/blast.py, as the incident page counts them, apart): a job put on
-        # a broken node is hit too (it hangs or fails there); a job that ended before the onset
-        # was not; a GPU names its own job, a node's other part every job on the node
+        # incident was open (rca/blast.py `radius`, as the incident page counts them, apart): a
+        # job put on a broken node is hit too (it hangs or fails there); a job that ended before
+        # the onset was not; a GPU names its own job, a node's other part every job on the node,
+        # a switch the jobs whose traffic crosses it (a leaf's hosts' jobs, a spine's that span
+        # pods): the severity below counts those
         start = onset(incident.opened, (float(e["at"]) for e in incident.evidence if "at" in e), incident.warned)
-        held = affected_gpus(g, incident.root.entity, incident.affected, self._nodes_under(incident.root.entity))
-        blast = jobs_hit(self.schedule, held, start, t)
+        blast = radius(g, self.schedule, incident.root.entity, incident.affected, start, t)
         hit = blast.counted(AT_ONSET) + blast.counted(STARTED_WHILE_OPEN)
         incident.job_gpus = {j.job: j.gpus_total for j in hit}
         incident.jobs = sorted(incident.job_gpus)
@@ -397,25 +492,6 @@ class IncidentEngine:
         elif incident.gpus_hit >= 64 and severity == "minor":
             severity = "major"
         incident.severity = severity
-
-    def _nodes_under(self, entity: str) -> frozenset[str]:
-        """The nodes whose work passes through `entity` (a leaf's, a spine's plane, a PSU's):
-        their jobs are hit even where no symptom shows yet."""
-        found = self._under.get(entity)
-        if found is None:
-            g = self.graph
-            if entity not in g:
-                found = frozenset()
-            elif g.kind(entity) in ("leaf", "spine"):  # through its cables (a spine's: to leaves)
-                ends = [far for _, far in g.cables(entity) if far is not None]
-                if not any(g.kind(e) == "nic" for e in ends):
-                    far_switches = {g.parent(e) for e in ends if g.kind(e) == "port"}
-                    ends += [f for s in far_switches if s is not None for _, f in g.cables(s) if f is not None]
-                found = frozenset(n for e in ends if g.kind(e) == "nic" and (n := g.node_of(e)) is not None)
-            else:
-                found = frozenset(n for d in g.dependents(entity) if (n := g.node_of(d)) is not None)
-            self._under[entity] = found
-        return found
 
     def _warn(
         self,
@@ -450,10 +526,44 @@ class IncidentEngine:
         self.stats.warnings += 1
         changed[incident.incident_id] = incident
 
+    def _heard(self, a: Anomaly, back: set[str]) -> None:
+        """A presence record: the entity stopped reporting (since its last sample), or is back."""
+        if a.entity not in self.graph:
+            return  # stored upstream; no incident of ours names it
+        if a.detector == PRESENCE_GONE:
+            self._silent[a.entity] = _last_sample(a)
+            back.discard(a.entity)
+        else:
+            self._silent.pop(a.entity, None)
+            back.add(a.entity)
+
+    def _reporting(self, t: float, back: set[str], changed: dict[str, Incident]) -> None:
+        """The open incidents as the presence records leave them: one whose root stopped reporting
+        is "no data since" its last sample (a GPU that fell off the bus while idle has no `silent`
+        anomaly: nothing expected it to report); once every silent entity of it is back, its
+        quiet period starts."""
+        for incident in self.open.values():
+            if incident.status != "open":
+                continue
+            before = bool(incident.no_data)
+            for entity in [e for e in incident.no_data if e in back]:
+                del incident.no_data[entity]
+            root = incident.root.entity
+            if root in self._silent and root not in incident.no_data:
+                incident.no_data[root] = self._silent[root]
+                incident.updated = t
+                changed[incident.incident_id] = incident
+            if before and not incident.no_data:
+                incident.returned, incident.updated = t, t
+                changed[incident.incident_id] = incident
+
     def _expire(self, t: float, changed: dict[str, Incident]) -> None:
         for entity, incident in list(self.open.items()):
-            if incident.status == "open" and t - incident.last_evidence >= QUIET_S:
+            if incident.status == "open" and incident.no_data:
+                continue  # silent: no evidence is no news of health
+            if incident.status == "open" and t - max(incident.last_evidence, incident.returned) >= QUIET_S:
                 incident.status, incident.resolved, incident.updated = "resolved", t, t
+                self._recent[entity] = incident
             elif incident.status == "warning" and t >= incident.last_evidence:
                 incident.resolved, incident.updated = t, t  # the horizon passed without a failure
             else:
@@ -464,6 +574,9 @@ class IncidentEngine:
         if t - self._swept < SWEEP_EVERY_S:
             return
         self._swept = t
+        for entity, incident in list(self._recent.items()):
+            if incident.resolved is None or t - incident.resolved > FLAP_WINDOW_S:
+                del self._recent[entity]
         for entity, families in list(self._families.items()):
             for family, last in list(families.items()):
                 if t - last > (SOFT_MEMORY_S if family in SOFT else FAMILY_MEMORY_S):
@@ -492,4 +605,13 @@ class IncidentEngine:
         return node is not None and self.schedule.in_maintenance(node, t)
 
 
-__all__ = ["QUIET_S", "EngineStats", "Incident", "IncidentEngine"]
+def _last_sample(a: Anomaly) -> float:
+    """When a `silent` anomaly's or a presence record's entity last reported (presence.py says it
+    in `last_seen`)."""
+    try:
+        return float(a.detail.get("last_seen", a.at))
+    except ValueError:
+        return a.at
+
+
+__all__ = ["FLAP_WINDOW_S", "QUIET_S", "EngineStats", "Incident", "IncidentEngine"]

@@ -31,7 +31,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from show.blast import Blast
-from show.series import SERIES_PER_INCIDENT
+from show.series import SERIES_PER_INCIDENT, WINDOW_S
 from show.spark import legend_of, metric_info, sparkline
 from show.topology_svg import Picture, hidden_text, to_svg
 from vocab.catalog import MetricKind
@@ -134,12 +134,17 @@ def render_incident(
     rates: frozenset[tuple[str, str]] = frozenset(),
     blast: Blast | None = None,
     plans: Sequence[Mapping[str, Any]] = (),
+    audit: str | None = None,
 ) -> str:
+    """The incident's page. `plans`: its rows in the audit log (act/audit.py `plans_by_incident`),
+    read from `audit` (where, in words; None: there is no log, acting is off)."""
     affected = set(record.get("affected", []))
     candidates = [{**c, "why": _why(c, record.get("evidence", []), affected)} for c in record.get("candidates", [])]
     onset = float(record["opened"])
     with_samples = [k for k, v in series.items() if v]
     drawn = (with_samples or list(series))[:SERIES_PER_INCIDENT]
+    silent = set(record.get("no_data_entities") or ()) if record.get("no_data_since") is not None else set()
+    last = float(record.get("resolved") or record.get("updated") or onset)  # the data runs at least to its last state
     sparks = []
     for entity, metric in drawn:
         points = series[(entity, metric)]
@@ -151,7 +156,19 @@ def render_incident(
             {
                 "entity": entity,
                 "metric": metric,
-                "svg": Markup(sparkline(points, onset, "", metric=metric, rate=rate)),
+                "svg": Markup(
+                    sparkline(
+                        points,
+                        onset,
+                        "",
+                        metric=metric,
+                        rate=rate,
+                        # still silent: the window drawn ends in "no data" from its last sample on
+                        no_data_since=record["no_data_since"] if entity in silent else None,
+                        until=onset + WINDOW_S if entity in silent else min(onset + WINDOW_S, last),
+                        samples=not series_source.startswith("evidence"),
+                    )
+                ),
                 "source": series_source,
                 "rate": rate,
                 "meaning": info.description if info is not None else "",
@@ -183,6 +200,7 @@ def render_incident(
         jobs=jobs,
         blast=blast,
         plans=list(plans),
+        audit=audit,
         history=shown_history,
         live=live,
         api_base=api_base,
@@ -214,11 +232,12 @@ def render_list(
     href: Any,
     title: str = "Incidents",
     filters: str = "",
-    plans: Mapping[str, Mapping[str, Any]] | None = None,
+    plans: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> str:
     """The incidents, open first (`list_order`), each with its kind, root, confidence, jobs hit
-    and the action with its state: the latest plan for it where acting is on (`plans`: incident
-    id -> audit row), else the engine's recommended action."""
+    and the action with its state: its latest plan and how many it has where acting is on
+    (`plans`: incident id -> its audit rows in the order planned, act/audit.py
+    `plans_by_incident`), else the engine's recommended action."""
     return _ENV.get_template("list.html").render(
         rows=list_order(rows),
         plans=plans or {},

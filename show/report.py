@@ -3,9 +3,10 @@ page (the timeline of faults, warnings and incidents; time to detect per kind; f
 by kind and cause; prediction lead times; detector coverage; throughput and tick time), PNGs of
 its plots, and a page per incident as the daemon serves it.
 
-Reads what `aiops run --out` writes (incidents.jsonl, predictions.jsonl, run.json), the input the
-run read (topology.json and telemetry.lp, for the pictures and the series), and, when given, the
-generator's truth.jsonl.
+Reads what `aiops run --out` writes (incidents.jsonl, predictions.jsonl, run.json, and with
+`--actions` the audit log actions.sqlite: each incident's plans, their decision, who approved
+them), the input the run read (topology.json and telemetry.lp, for the pictures and the series),
+and, when given, the generator's truth.jsonl.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from act.audit import Row, read_plans
 from context.watch import file_digest
 from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
 from rca.graph import TopologyGraph
@@ -30,8 +32,10 @@ from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series
 from show.topology_svg import Picture, neighbourhood
 from vocab.ids import record_id_refusal, shown
 from vocab.schedule import Schedule, event_problem
+from vocab.thresholds import MIN_USEFUL_LEAD_S
 
 TIMELINE_W, ROW = 1100, 18
+AUDIT_LOG = "actions.sqlite"  # aiops/pipeline.py `run_folder`: the plans of a run with --actions
 
 
 @dataclass
@@ -43,6 +47,8 @@ class RunFiles:
     predictions: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    # the audit log's plans by incident (act/audit.py `read_plans`); None: the run did not act
+    plans: dict[str, list[Row]] | None = None
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -63,6 +69,7 @@ def load(run: Path, truth: Path | None, input_dir: Path | None) -> RunFiles:
     stats_path = run / "run.json"
     files.stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
     files.faults = _jsonl(truth) if truth is not None else []
+    files.plans = read_plans(run / AUDIT_LOG)
     return files
 
 
@@ -259,11 +266,8 @@ def timeline_svg(
 # ------------------------------------------------------------------ the tables
 
 
-# A warning is a prediction only when there is time to act on it: draining a node waits for the
-# job's next checkpoint (an operational choice, from docs/actions.md's drain-at-checkpoint; a
-# checkpoint interval of tens of minutes is common for large training jobs), so a lead under ten
-# minutes is counted as not predicted, and shown as such.
-MIN_LEAD_S = 600.0
+# a warning counts when it leaves time to act: the one rule every view reads (vocab/thresholds.py)
+MIN_LEAD_S = MIN_USEFUL_LEAD_S
 
 
 def lead_times(files: RunFiles, min_lead_s: float = MIN_LEAD_S) -> list[dict[str, Any]]:
@@ -410,6 +414,8 @@ def _incident_pages(
             history.get(r["incident_id"], []),
             job_gpus=r.get("job_gpus"),
             blast=blast_radius(r, graph, schedule) if graph is not None and schedule is not None else None,
+            plans=[asdict(p) for p in (files.plans or {}).get(r["incident_id"], [])],
+            audit=f"the run's {AUDIT_LOG}" if files.plans is not None else None,
             index_href="../index.html",
             series_source="telemetry.lp" if series else "no telemetry at hand",
         )
@@ -446,7 +452,10 @@ def write_report(
     false_ids = {fp["incident_id"] for fp in evaluation.false_positives} if evaluation else set()
     pages = _incident_pages(out, files, latest, progress)
     pngs = write_pngs(out, files, latest, evaluation)
-    (out / "incidents.html").write_text(render_list(latest, lambda i: pages[i], title=f"Incidents of {run.name}"))
+    plans = {i: [asdict(p) for p in rows] for i, rows in (files.plans or {}).items()}
+    (out / "incidents.html").write_text(
+        render_list(latest, lambda i: pages[i], title=f"Incidents of {run.name}", plans=plans)
+    )
     kinds = []
     if evaluation is not None:
         for name, k in sorted(evaluation.kinds.items()):

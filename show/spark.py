@@ -9,6 +9,10 @@ incident's onset marked, a time axis below, drawn server-side.
   [clock_event_reasons];
 - an Xid: a mark where each Xid was reported, with the catalog's meaning (vocab/xid_catalog.tsv);
   a code is not a magnitude, so it is never drawn as a line.
+
+Where the entity sent nothing the picture says so: a line is not drawn across a gap in its samples
+(one longer than three of its usual steps), and the gap, like the time since an entity that is
+still silent last reported (the incident's `no_data_since`), is shaded "no data".
 """
 
 from __future__ import annotations
@@ -73,16 +77,37 @@ def _empty() -> str:
     )
 
 
+def _usual_step(pts: Sequence[tuple[float, float]]) -> float:
+    """The series' usual time between samples (the median); 0 when it has too few to say."""
+    steps = sorted(b[0] - a[0] for a, b in itertools.pairwise(pts))
+    return steps[len(steps) // 2] if len(steps) >= 2 else 0.0
+
+
+def _gaps(pts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Where a series has no samples: between two further apart than three of its usual steps."""
+    usual = _usual_step(pts)
+    if usual <= 0:
+        return []
+    return [(a[0], b[0]) for a, b in itertools.pairwise(pts) if b[0] - a[0] > 3 * usual]
+
+
 def sparkline(
     points: Sequence[tuple[float, float]],
     onset: float | None = None,
     label: str = "",
     metric: str | None = None,
     rate: bool = False,
+    no_data_since: float | None = None,
+    until: float | None = None,
+    samples: bool = True,
 ) -> str:
     """`points` (time s, value), in any order; non-finite values are gaps. `metric` names the
     catalog field, which chooses the drawing; `rate`: the points are a counter's per-second rate.
-    An empty series is said as such rather than drawn flat."""
+    `until`: the end of the window drawn (a series that stops short of it ends in a gap);
+    `no_data_since`: the entity has sent nothing since then (an open incident's), shaded up to
+    `until`; `samples`: the points are the entity's samples, so a gap
+    between them is a gap in its data (not so for points taken from an incident's evidence). An
+    empty series is said as such rather than drawn flat."""
     pts = sorted((t, v) for t, v in points if math.isfinite(v))
     if not pts:
         return _empty()
@@ -90,6 +115,15 @@ def sparkline(
     t0, t1 = pts[0][0], pts[-1][0]
     if onset is not None:
         t0, t1 = min(t0, onset), max(t1, onset)
+    gaps = _gaps(pts) if samples else []
+    # the window drawn runs to `until`: a series that stops short of it (its entity still silent,
+    # or quiet for longer than three of its usual steps before then) ends in a gap
+    if until is not None and samples:
+        tail = pts[-1][0] if no_data_since is None else max(no_data_since, pts[-1][0])
+        usual = _usual_step(pts)
+        if tail < until and (no_data_since is not None or (usual > 0 and until - tail > 3 * usual)):
+            gaps.append((tail, until))
+            t1 = max(t1, until)
     span_t = (t1 - t0) or 1.0
     bottom = HEIGHT - AXIS
 
@@ -97,6 +131,16 @@ def sparkline(
         return PAD + (t - t0) / span_t * (WIDTH - 2 * PAD)
 
     body: list[str] = []
+    for a, b in gaps:  # under the series: it is drawn over them
+        body.append(
+            f'<rect class="no-data" x="{x_of(a):.1f}" y="{PLOT_TOP}" width="{max(x_of(b) - x_of(a), 1.0):.1f}" '
+            f'height="{bottom - PLOT_TOP}" fill="#f1f3f4"><title>no data {_hhmm(a)}-{_hhmm(b)}</title></rect>'
+        )
+        if x_of(b) - x_of(a) > 40:
+            body.append(
+                f'<text class="no-data" x="{(x_of(a) + x_of(b)) / 2:.1f}" y="{(PLOT_TOP + bottom) / 2 + 3:.1f}" '
+                'font-size="9" fill="#5f6368" text-anchor="middle">no data</text>'
+            )
     legend: list[tuple[int, str]] = []
     drawn = "line"
     if info is not None and info.kind is MetricKind.STATE and info.unit == "xid":
@@ -147,8 +191,17 @@ def sparkline(
             legend = [(v, names.get(v, "not in the catalog")) for v in seen]
             text = " · ".join(f"{v} {names.get(v, '?')}" for v in seen)
         else:
-            line = " ".join(f"{x_of(t):.1f},{y_of(v):.1f}" for t, v in pts)
-            body.append(f'<polyline fill="none" stroke="#1a73e8" stroke-width="1.5" points="{line}"/>')
+            cuts = {a for a, _ in gaps}
+            piece: list[tuple[float, float]] = []
+            for n, (t, v) in enumerate(pts):  # one line per stretch of samples: none across a gap
+                piece.append((t, v))
+                if t in cuts or n == len(pts) - 1:
+                    line = " ".join(f"{x_of(pt):.1f},{y_of(pv):.1f}" for pt, pv in piece)
+                    if len(piece) > 1:
+                        body.append(f'<polyline fill="none" stroke="#1a73e8" stroke-width="1.5" points="{line}"/>')
+                    else:  # a lone sample between gaps: a dot
+                        body.append(f'<circle r="1.5" fill="#1a73e8" cx="{x_of(t):.1f}" cy="{y_of(v):.1f}"/>')
+                    piece = []
             unit = (info.unit if info is not None else "") + ("/s" if rate else "")
             text = f"{lo:.4g} … {hi:.4g} {unit}".rstrip()
     if label:
@@ -169,7 +222,7 @@ def sparkline(
     key = "".join(f'<desc class="legend" data-value="{v}">{escape(meaning)}</desc>' for v, meaning in legend)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="spark" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" data-points="{len(pts)}" data-drawn="{drawn}">'
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" data-points="{len(pts)}" data-drawn="{drawn}" data-gaps="{len(gaps)}">'
         f'<text x="{PAD}" y="10" font-size="10" fill="#5f6368">{escape(text)}</text>{key}{marker}'
         + "".join(body)
         + axis

@@ -436,15 +436,19 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
 
 def jobs_at(fault: Fault, t: Topology, w: Workload) -> list[str]:
     """Jobs running at onset that the fault hits: the job holding a failing GPU, every job on a
-    node whose shared parts (NIC, PSU, cooling, leaf) fail."""
+    node whose shared parts (NIC, PSU, cooling, leaf) fail, and for a congested spine the jobs
+    whose traffic crosses it, those on two of its rail's leaves (a job inside one pod never
+    reaches a spine: rca/blast.py `radius`)."""
     gpu_job = w.gpu_job(fault.onset)
+    if fault.kind == "spine_congestion":
+        on_rail = t.nic_rail == int(t.attrs[fault.root]["rail"])
+        leaf_of = dict(zip(t.nic_node[on_rail].tolist(), t.nic_switch[on_rail].tolist(), strict=True))
+        running = [w.jobs[j] for j in np.unique(gpu_job[gpu_job >= 0]).tolist()]
+        return sorted(job.id for job in running if len({leaf_of.get(n) for n in job.nodes.tolist()}) > 1)
     if registry.KINDS[fault.kind].root == "gpu":
         gpus = [t.ids["gpu"].index(fault.root)]
     else:
         node_index = {n: i for i, n in enumerate(t.ids["node"])}
         nodes = [node_index[e] for e in fault.affected if e in node_index]
-        if fault.kind == "spine_congestion":  # every job with a NIC on the spine's rail
-            rail = int(t.attrs[fault.root]["rail"])
-            nodes = np.unique(t.nic_node[t.nic_rail == rail]).tolist()
         gpus = np.flatnonzero(np.isin(t.gpu_node, nodes)).tolist()
     return sorted({w.jobs[j].id for j in gpu_job[gpus].tolist() if j >= 0})

@@ -46,11 +46,12 @@ from detectors.predict.model import (
 from detectors.stack.summary import CohortSummary
 from ingest.frames import Frame
 from vocab import registry
+from vocab.thresholds import MIN_USEFUL_LEAD_S
 
 log = logging.getLogger(__name__)
 
 RE_ARM_S = HOUR
-MIN_LEAD_S = 30 * 60.0  # what the evaluation counts (rca/evaluate.py): stricter than the 10 min below
+MIN_LEAD_S = MIN_USEFUL_LEAD_S  # what a view counts (vocab/thresholds.py): stricter than the 10 min below
 # a failure expected sooner than this is not announced: no time left to drain at a checkpoint
 # (a job checkpoints every 15-30 min and a checkpoint takes about a minute; operational choice)
 MIN_EMIT_LEAD_S = 10 * 60.0

@@ -3,7 +3,12 @@ silence; reporting again re-arms it.
 
 All of a node's GPUs going silent together while the node's other telemetry (its NICs, its BMC)
 still arrives is the GPU exporter restarting or stuck, not eight GPUs failing at once: that is one
-telemetry-gap notice, not eight hardware anomalies. A GPU that falls off the bus goes silent alone."""
+telemetry-gap notice, not eight hardware anomalies. A GPU that falls off the bus goes silent alone.
+
+Apart from the anomalies: every watched entity (expected to report or not, an exporter gap or
+not) that stops reporting is said once as `presence:gone`, and once as `presence:back` when its
+samples return (`moves`): not alarms, the facts an incident on it needs to stay open while there
+is no data and to resolve only once it is back (rca/incidents.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from detectors.anomaly import Anomaly
+from detectors.anomaly import PRESENCE_BACK, PRESENCE_GONE, REPORTING, Anomaly
 from detectors.base import State, grow
 from detectors.stack.view import MeasurementTick
 from vocab.entities import EntityIndex
@@ -27,6 +32,11 @@ class _Presence:
     expected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))  # should report
     silent_reported: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
     node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))  # GPUs: their node
+    gone: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))  # said presence:gone
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("gone", np.zeros(0, dtype=np.bool_))  # a checkpoint from before issue 66
+        self.__dict__.update(state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +56,16 @@ class Presence:
         self._tick: float | None = None
         self._nodes_reporting: set[str] = set()  # nodes with non-GPU telemetry in this tick
         self.gaps: list[TelemetryGap] = []
+        self.moves: list[Anomaly] = []  # presence:gone / presence:back of this tick (take_moves)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("moves", [])  # a checkpoint from before issue 66
+        self.__dict__.update(state)
+
+    def take_moves(self) -> list[Anomaly]:
+        """Who stopped or started reporting since the last call."""
+        moves, self.moves = self.moves, []
+        return moves
 
     def seen(self, m: MeasurementTick, entities: EntityIndex) -> None:
         """`entities`: the measurement's index, whose rows per-entity state follows."""
@@ -56,6 +76,16 @@ class Presence:
         st = self._state.setdefault(m.name, _Presence())
         st.entities = entities
         st.last_seen = grow(st.last_seen, m.n_entities, np.nan)
+        if m.name in WATCHED:
+            st.gone = grow(st.gone, m.n_entities, False)
+            back = m.series[st.gone[m.series]]
+            if len(back):
+                ids = entities.ids
+                self.moves += [
+                    Anomaly(m.t, str(ids[r]), REPORTING, PRESENCE_BACK, 0.0, 1.0, None, m.name, _since(st, r))
+                    for r in back.tolist()
+                ]
+                st.gone[back] = False
         st.last_seen[m.series] = m.t
         st.expected = grow(st.expected, m.n_entities, False)
         st.silent_reported = grow(st.silent_reported, m.n_entities, False)
@@ -75,6 +105,7 @@ class Presence:
             if st is None or not len(st.entities):
                 continue
             quiet = t - st.last_seen >= self.limits.silent_after_ticks * self.interval - 1e-6
+            self._gone(t, name, st, quiet)
             gone = st.expected & quiet & ~st.silent_reported
             if name == "gpu" and gone.any():
                 gone &= ~self._exporter_gaps(t, st, quiet)
@@ -97,6 +128,18 @@ class Presence:
             st.silent_reported[rows] = True
         return out
 
+    def _gone(self, t: float, name: str, st: _Presence, quiet: np.ndarray) -> None:
+        """Every watched entity newly quiet, said once: it stopped reporting (presence:gone)."""
+        st.gone = grow(st.gone, len(quiet), False)
+        n = len(st.entities)
+        rows = np.flatnonzero(quiet[:n] & ~st.gone[:n])
+        if not len(rows):
+            return
+        ids = st.entities.ids
+        for r in rows.tolist():
+            self.moves.append(Anomaly(t, str(ids[r]), REPORTING, PRESENCE_GONE, 0.0, 0.0, None, name, _since(st, r)))
+        st.gone[rows] = True
+
     def _exporter_gaps(self, t: float, st: _Presence, quiet: np.ndarray) -> np.ndarray:
         """GPU rows silent only because their node's exporter is: every GPU of the node quiet,
         the node's other telemetry arriving. Each such node is one TelemetryGap, said once."""
@@ -118,6 +161,7 @@ class Presence:
             "last_seen": st.last_seen.copy(),
             "expected": st.expected.copy(),
             "silent_reported": st.silent_reported.copy(),
+            "gone": st.gone.copy(),
         }
 
     def load_state(self, name: str, s: State, entities: EntityIndex) -> None:
@@ -126,4 +170,10 @@ class Presence:
             np.asarray(s["last_seen"], dtype=np.float64).copy(),
             np.asarray(s["expected"], dtype=np.bool_).copy(),
             np.asarray(s["silent_reported"], dtype=np.bool_).copy(),
+            gone=np.asarray(s.get("gone", np.zeros(0)), dtype=np.bool_).copy(),
         )
+
+
+def _since(st: _Presence, row: int) -> dict[str, str]:
+    """What a presence record says of when the entity last reported (before this tick)."""
+    return {"last_seen": f"{st.last_seen[row]:.0f}"}

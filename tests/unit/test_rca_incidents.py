@@ -11,7 +11,7 @@ import pytest
 
 from detectors.anomaly import Anomaly, Prediction
 from rca.graph import TopologyGraph
-from rca.incidents import QUIET_S, WARNING_S, Incident, IncidentEngine
+from rca.incidents import FLAP_WINDOW_S, QUIET_S, WARNING_S, Incident, IncidentEngine
 from rca.symptoms import Symptom
 from telemetry_gen.topology import build_fat_tree
 from tests.unit.rca_anomalies import anomaly, node
@@ -163,9 +163,11 @@ def test_quiet_incident_resolves_and_a_new_fault_is_a_new_incident(engine: Incid
     assert resolved is first
     assert (first.status, first.resolved, first.updated) == ("resolved", T + QUIET_S, T + QUIET_S)
     assert engine.open == {} and engine.stats.resolved == 1
-    again = only(engine.process(T + QUIET_S + 600, [xid(T + QUIET_S + 600)]))
+    # past the flap window (sooner, the same incident reopens: test_rca_silence_and_flaps.py)
+    later = T + QUIET_S + FLAP_WINDOW_S + 600
+    again = only(engine.process(later, [xid(later)]))
     assert again.incident_id != first.incident_id
-    assert (again.status, again.root.entity, again.opened) == ("open", GPU, T + QUIET_S + 600)
+    assert (again.status, again.root.entity, again.opened) == ("open", GPU, later)
     assert first.status == "resolved"  # the old one stays closed
 
 

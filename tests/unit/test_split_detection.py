@@ -12,7 +12,7 @@ import pytest
 from kafka.partitioner.default import murmur2
 
 from aiops.pipeline import Pipeline
-from detectors.anomaly import Anomaly
+from detectors.anomaly import Anomaly, is_presence
 from detectors.detect_loop import DetectLoop, apply_events
 from detectors.predict.features import FEATURES
 from detectors.predict.online import OnlinePredictor
@@ -110,11 +110,15 @@ def test_split_detection_finds_what_one_process_finds(
         return loop
 
     whole = make()
+    heard: list[Anomaly] = []  # who stopped or started reporting: to the engine, not in the anomalies
+    whole.tick_listener = lambda _, found, __: heard.extend(a for a in found if is_presence(a))
     alone = whole.feed(data)[0] + whole.finish()
     detectors = Counter(a.detector.split(":")[0] + ":" + a.metric for a in alone)
     assert detectors["peer:DCGM_FI_DEV_SM_CLOCK"] and detectors["rule:link_width"]  # exercised
     split, loops = run_split(by_partition(data, partitions), make, chunk=50)
-    assert _keyed(split) == _keyed(alone)
+    assert _keyed([a for a in split if not is_presence(a)]) == _keyed(alone)
+    # the members publish them with their findings (the engine reads them there): the same ones
+    assert heard and _keyed([a for a in split if is_presence(a)]) == _keyed(heard)
     for kind in FEATURES:
         ids, X = whole.predictor.features.matrix(kind)  # type: ignore[union-attr]
         parts = [loop.predictor.features.matrix(kind) for loop in loops]  # type: ignore[union-attr]
