@@ -13,6 +13,7 @@ import hashlib
 import json
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -63,19 +64,9 @@ def test_the_image_runs_aiops_as_its_own_user(image: None) -> None:
     assert src_exists == "False"
 
 
-PACKAGES = (
-    "vocab",
-    "aiops",
-    "benchmarks",
-    "ingest",
-    "context",
-    "detectors",
-    "rca",
-    "notify",
-    "show",
-    "act",
-    "telemetry_gen",
-)
+# what the wheel installs: pyproject.toml's packages, by their top-level names
+_SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+PACKAGES = tuple(name.rstrip("*") for name in _SETUPTOOLS["packages"]["find"]["include"])
 _DIGESTS = (
     "import hashlib, importlib, pathlib\n"
     "for name in {packages!r}:\n"
