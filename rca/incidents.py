@@ -418,6 +418,8 @@ class IncidentEngine:
                     "metric": a.metric,
                     "detector": a.detector,
                     "value": wire_number(a.value),
+                    # which measurement's field: a switch port's symbol_error is not a NIC port's
+                    **({"measurement": a.measurement} if a.measurement else {}),
                 }
             )
         incident.last_evidence = t

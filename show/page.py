@@ -146,9 +146,10 @@ def render_incident(
     silent = set(record.get("no_data_entities") or ()) if record.get("no_data_since") is not None else set()
     last = float(record.get("resolved") or record.get("updated") or onset)  # the data runs at least to its last state
     sparks = []
+    measurement_of = {(str(e["entity"]), str(e["metric"])): e.get("measurement") for e in record.get("evidence", [])}
     for entity, metric in drawn:
         points = series[(entity, metric)]
-        info = metric_info(metric)
+        info = metric_info(metric, measurement_of.get((entity, metric)))
         rate = (entity, metric) in rates or (
             info is not None and info.kind is MetricKind.COUNTER and not series_source.startswith("evidence")
         )

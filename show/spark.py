@@ -32,9 +32,14 @@ PLOT_TOP = 14  # below the label
 
 
 @cache
-def metric_info(name: str) -> Metric | None:
-    """The catalog's entry for a field name (the same name means the same thing in every
-    measurement that carries it: link_state of a NIC and of a switch port)."""
+def metric_info(name: str, measurement: str | None = None) -> Metric | None:
+    """The catalog's entry for a field name, the measurement's own where it is known (a switch
+    port's symbol_error is described as a switch port's, not as the NIC port's that the catalog
+    lists first: issue 66), else the first measurement that carries it."""
+    if measurement:
+        own = next((x for m in MEASUREMENTS if m.name == measurement for x in m.metrics if x.name == name), None)
+        if own is not None:
+            return own
     return next((x for m in MEASUREMENTS for x in m.metrics if x.name == name), None)
 
 

@@ -428,3 +428,23 @@ def test_every_view_counts_a_prediction_from_the_same_lead() -> None:
     from vocab.thresholds import MIN_USEFUL_LEAD_S
 
     assert report.MIN_LEAD_S == evaluate.MIN_LEAD_S == online.MIN_LEAD_S == MIN_USEFUL_LEAD_S
+
+
+def test_a_switch_ports_series_is_described_as_the_switch_ports() -> None:
+    """A spine congestion's or PFC storm's switch series were captioned "NIC port: ..." (the
+    catalog lists the NIC's symbol_error first; issue 66). Failed before the fix."""
+    port = "spine0-p3"
+    evidence = [
+        {"at": T0, "entity": port, "metric": "port_xmit_wait", "detector": "rule", "value": 9.0,
+         "measurement": "switch_port"},
+        {"at": T0, "entity": port, "metric": "symbol_error", "detector": "rule", "value": 3.0,
+         "measurement": "switch_port"},
+    ]  # fmt: skip
+    record = _record(port, "spine_congestion", [port], evidence=evidence, evidence_count=2)
+    series = {
+        (port, "port_xmit_wait"): [(T0, 1.0), (T0 + 60, 9.0)],
+        (port, "symbol_error"): [(T0, 0.0), (T0 + 60, 3.0)],
+    }
+    html = render_incident(record, Picture([("spine", [port])], root=port), series)
+    assert "NIC port" not in html
+    assert "switch port: symbol errors on the physical link" in html
