@@ -215,7 +215,7 @@ def timeline_svg(
         return left + (min(max(t, lo), hi) - lo) / (hi - lo) * width
 
     marks: list[str] = []
-    rows = {"faults": files.faults, "warnings": [i for i in latest if i["status"] == "warning"]}
+    rows = {"faults": files.faults, "warnings": warnings_shown(latest, hi)}
     rows["incidents"] = [i for i in latest if i["status"] != "warning"]
     y = 24
     bands = []
@@ -228,13 +228,12 @@ def timeline_svg(
                 cls, label = "fault", f"{item['kind']} at {item['root']}"
                 ident = str(item.get("fault_id", ""))
             else:
-                start = float(item["opened"])
-                end = float(item.get("resolved") or (hi if item["status"] != "resolved" else item["updated"]))
-                cls = (
-                    "warning"
-                    if band == "warnings"
-                    else ("incident false" if item["incident_id"] in false_ids else "incident")
-                )
+                if band == "warnings":
+                    start, end, cls = item["warned_from"], item["warned_until"], "warning"
+                else:
+                    start = float(item["opened"])
+                    end = float(item.get("resolved") or (hi if item["status"] != "resolved" else item["updated"]))
+                    cls = "incident false" if item["incident_id"] in false_ids else "incident"
                 label = f"{item['root_cause']['kind']} at {item['root_cause']['entity']}"
                 ident = str(item["incident_id"])
             w = max(x(end) - x(start), 3.0)
@@ -292,6 +291,21 @@ def lead_times(files: RunFiles, min_lead_s: float = MIN_LEAD_S) -> list[dict[str
     return out
 
 
+def warnings_shown(latest: list[dict[str, Any]], hi: float) -> list[dict[str, Any]]:
+    """Every warning the run raised, as the timeline draws it: a warning still standing (opened to
+    its end, or the run's), and a warning that became the failure's incident (`warned` to the
+    incident's opening). The band counted only the first, and said "warnings (0)" above a lead
+    table of 3 (issue 66)."""
+    out = []
+    for i in latest:
+        if i["status"] == "warning":
+            end = float(i.get("resolved") or hi)
+            out.append({**i, "warned_from": float(i["opened"]), "warned_until": end})
+        elif i.get("warned") is not None:
+            out.append({**i, "warned_from": float(i["warned"]), "warned_until": float(i["opened"])})
+    return out
+
+
 def false_causes(files: RunFiles, evaluation: RunEvaluation) -> list[dict[str, Any]]:
     """Each false incident with what was going on: beside an injected fault (its symptoms named
     another root), or nothing injected at the time."""
@@ -322,11 +336,7 @@ def write_pngs(out: Path, files: RunFiles, latest: list[dict[str, Any]], evaluat
     fig, ax = plt.subplots(figsize=(11, 3.2), dpi=110)
     groups: list[tuple[str, list[tuple[float, float]], str]] = [
         ("faults", [(float(f["onset"]), float(f.get("end") or f["onset"])) for f in files.faults], "#9334e6"),
-        (
-            "warnings",
-            [(float(i["opened"]), float(i.get("resolved") or hi)) for i in latest if i["status"] == "warning"],
-            "#f9ab00",
-        ),
+        ("warnings", [(w["warned_from"], w["warned_until"]) for w in warnings_shown(latest, hi)], "#f9ab00"),
         (
             "incidents",
             [(float(i["opened"]), float(i.get("resolved") or hi)) for i in latest if i["status"] != "warning"],

@@ -448,3 +448,21 @@ def test_a_switch_ports_series_is_described_as_the_switch_ports() -> None:
     html = render_incident(record, Picture([("spine", [port])], root=port), series)
     assert "NIC port" not in html
     assert "switch port: symbol errors on the physical link" in html
+
+
+def test_a_warning_that_became_its_incident_is_on_the_timeline(tmp_path: Path) -> None:
+    """The band counted only warnings still standing: "warnings (0)" above a lead table of 3
+    (issue 66). Failed before the fix."""
+    stats = {"first_tick": T0, "last_tick": T0 + 4 * 3600}
+    fault = {"fault_id": "f1", "kind": "gpu_thermal", "root": "n1-gpu0", "onset": T0 + 3 * 3600}
+    became = {
+        **_record("n1-gpu0", "gpu_thermal", [], opened=T0 + 3 * 3600, warned=T0 + 3600),
+        "incident_id": "inc-warned",
+    }
+    standing = {**_record("n2-gpu0", "gpu_thermal", [], opened=T0 + 2 * 3600), "incident_id": "w", "status": "warning"}
+    svg = timeline_svg(_files(tmp_path, [fault], stats), [became, standing], set(), {})
+    assert ">warnings (2)</text>" in svg and ">incidents (1)</text>" in svg
+    drawn = re.findall(r'<rect class="warning" data-id="([^"]+)"[^>]*x="([\d.]+)"[^>]*width="([\d.]+)"', svg)
+    assert {ident for ident, _, _ in drawn} == {"inc-warned", "w"}
+    w = next(float(width) for ident, _, width in drawn if ident == "inc-warned")
+    assert w > 100  # two hours of warning before it opened, not a sliver
