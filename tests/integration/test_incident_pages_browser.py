@@ -175,6 +175,41 @@ return {root: root && root.dataset.entity, boxes: svg.querySelectorAll('g.entity
 """
 
 
+BROKEN_WORDS = """
+const broken = [];
+for (const cell of document.querySelectorAll('td, th')) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.textContent.matchAll(/\\S+/g)) {
+      // a number, or a word of letters that fits a phone's column: never broken across lines
+      if (!/^[0-9.,%]+$/.test(m[0]) && !/^[A-Za-z]{1,16}$/.test(m[0])) continue;
+      const r = document.createRange();
+      r.setStart(node, m.index);
+      r.setEnd(node, m.index + m[0].length);
+      if (new Set([...r.getClientRects()].map(x => Math.round(x.top))).size > 1) broken.push(m[0]);
+    }
+  }
+}
+return broken.slice(0, 10);
+"""
+
+
+@pytest.mark.parametrize(("width", "height", "mobile"), WIDTHS)
+def test_the_incident_list_breaks_no_word_and_no_number(
+    wide_again: Browser, served_report: str, width: int, height: int, mobile: bool
+) -> None:
+    """The list broke words at 1400 px and stood "256" as three lines at 414 px: every cell could
+    break anywhere (issue 66). Failed before the fix."""
+    b = wide_again
+    b.resize(width, height, mobile=mobile)
+    b.open(f"{served_report}/incidents.html")
+    assert b.console_errors() == []
+    rows = b.execute("return document.querySelectorAll('tbody tr, table tr').length")
+    assert rows > 1
+    assert b.execute(BROKEN_WORDS) == [], width
+    b.screenshot(artifacts_dir() / f"incident-list-{width}.png")
+
+
 class _CspHandler(SimpleHTTPRequestHandler):
     """The report's files, each with the policy the daemon sends with its pages."""
 
