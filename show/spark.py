@@ -173,6 +173,15 @@ def sparkline(
                         f'<rect class="band" data-reason="{escape(name)}" x="{x_of(ta):.1f}" y="{y:.1f}" '
                         f'width="{w:.1f}" height="{max(lane - 1, 1):.1f}" fill="#f9ab00"/>'
                     )
+        # each lane named at its left, over its bands (issue 66: bands without row labels); a
+        # lane too thin for a readable line keeps its name in the legend and the title only
+        for n, (name, _bit) in enumerate(reasons):
+            if lane >= 8:
+                body.append(
+                    f'<text class="band-label" data-reason="{escape(name)}" x="{PAD + 2}" '
+                    f'y="{PLOT_TOP + n * lane + min(lane, 10) - 2:.1f}" font-size="{min(lane - 1, 9):.0f}" '
+                    f'fill="#3c4043" stroke="#fff" stroke-width="2" paint-order="stroke">{escape(name)}</text>'
+                )
         legend = [(bit, name) for name, bit in reasons]
         text = "clock event reasons set" if reasons else "no clock event reason set"
     else:

@@ -227,6 +227,9 @@ def test_clock_event_reasons_are_bands_per_reason() -> None:
     svg = sparkline(_series([0, 0x20, 0x20 | 0x40, 0]), T0, metric="DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
     assert 'data-drawn="bands"' in svg
     assert set(re.findall(r'data-reason="([^"]+)"', svg)) == {"sw_thermal_slowdown", "hw_thermal_slowdown"}
+    # each lane says which reason it is (issue 66: the bands had no row labels; failed before)
+    labels = re.findall(r'<text class="band-label" data-reason="([^"]+)"[^>]*>([^<]+)</text>', svg)
+    assert labels == [("sw_thermal_slowdown", "sw_thermal_slowdown"), ("hw_thermal_slowdown", "hw_thermal_slowdown")]
 
 
 # ------------------------------------------------------------------ the list, the history
