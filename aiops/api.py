@@ -78,7 +78,7 @@ from notify.silences import SilenceStore
 from rca.graph import TopologyGraph
 from show.blast import blast_radius
 from show.page import PAGE_CSP, grafana_links, render_incident, render_list
-from show.series import SERIES_ASKED, WINDOW_S, InfluxSeries, from_evidence, key_series
+from show.series import SERIES_ASKED, InfluxSeries, from_evidence, key_series, window_of
 from show.topology_svg import Picture, neighbourhood
 from vocab.ids import MAX_ID_LENGTH, Refusal, entity_refusal, record_id_refusal, shown
 from vocab.schedule import Schedule
@@ -691,12 +691,11 @@ def incident_html(
         if g is not None
         else key_series(record)
     )
-    opened = float(record["opened"])
     series = {}
     source = "evidence (no InfluxDB configured)"
     if pages.series is not None and g is not None:
         kinds = {e: g.kind(e) for e, _ in keys if e in g}
-        series = pages.series.get(kinds, keys, opened - WINDOW_S, opened + WINDOW_S)
+        series = pages.series.get(kinds, keys, *window_of(record))
         source = "InfluxDB"
     if not any(series.values()):
         series, source = {k: v for k, v in from_evidence(record).items() if k in keys}, "evidence"

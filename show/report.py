@@ -28,7 +28,7 @@ from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
 from rca.graph import TopologyGraph
 from show.blast import blast_radius
 from show.page import STYLE, _when, render_incident, render_list
-from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series
+from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series, window_of
 from show.topology_svg import Picture, neighbourhood
 from vocab.ids import record_id_refusal, shown
 from vocab.schedule import Schedule, event_problem
@@ -398,7 +398,7 @@ def _incident_pages(
     for r in latest:
         keys_of[r["incident_id"]] = key_series(r, SERIES_ASKED, kind_of, parent_of)
         for key in keys_of[r["incident_id"]]:
-            a, b = float(r["opened"]) - WINDOW_S, float(r["opened"]) + WINDOW_S
+            a, b = window_of(r)
             old = wanted.get(key)
             wanted[key] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
     telemetry = files.input / "telemetry.lp" if files.input is not None else None
@@ -412,11 +412,8 @@ def _incident_pages(
             if graph is not None
             else Picture([("root", [root])], root=root)
         )
-        opened = float(r["opened"])
-        mine = {
-            k: [(t, v) for t, v in series.get(k, []) if opened - WINDOW_S <= t <= opened + WINDOW_S]
-            for k in keys_of[r["incident_id"]]
-        }
+        start, end = window_of(r)
+        mine = {k: [(t, v) for t, v in series.get(k, []) if start <= t <= end] for k in keys_of[r["incident_id"]]}
         html = render_incident(
             r,
             picture,

@@ -40,6 +40,19 @@ MEASUREMENT_OF_KIND = {
 }
 _BY_NAME = {m.name: m for m in MEASUREMENTS}
 Key = tuple[str, str]  # (entity, metric)
+
+
+def window_of(record: Mapping[str, Any]) -> tuple[float, float]:
+    """The span an incident's series are read and drawn over: half an hour either side of its
+    opening, and from half an hour before its warning when it was warned of (an optic's sag that
+    raised a warning 4.4 hours before the failure was left off its page: issue 66). One rule for
+    the report and the daemon's pages."""
+    opened = float(record["opened"])
+    warned = record.get("warned")
+    start = min(opened, float(warned)) if isinstance(warned, int | float) else opened
+    return start - WINDOW_S, opened + WINDOW_S
+
+
 Points = list[tuple[float, float]]
 
 
@@ -225,4 +238,5 @@ __all__ = [
     "from_evidence",
     "from_telemetry",
     "key_series",
+    "window_of",
 ]

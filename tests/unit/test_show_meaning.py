@@ -469,3 +469,16 @@ def test_a_warning_that_became_its_incident_is_on_the_timeline(tmp_path: Path) -
     assert {ident for ident, _, _ in drawn} == {"inc-warned", "w"}
     w = next(float(width) for ident, _, width in drawn if ident == "inc-warned")
     assert w > 100  # two hours of warning before it opened, not a sliver
+
+
+def test_a_warned_incidents_series_run_from_before_its_warning() -> None:
+    """An optic's page left off the 4.4-hour sag that raised its warning: the series were read from
+    half an hour before the opening only (issue 66). The report and the daemon read this window."""
+    from show.series import WINDOW_S, window_of
+
+    warned = T0 - 4.4 * 3600
+    assert window_of(_record("n1-nic0-optic", "optic_degradation", [], warned=warned)) == (
+        warned - WINDOW_S,
+        T0 + WINDOW_S,
+    )
+    assert window_of(_record("n1-gpu0", "gpu_thermal", [])) == (T0 - WINDOW_S, T0 + WINDOW_S)
