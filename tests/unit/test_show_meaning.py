@@ -159,6 +159,13 @@ def test_blast_radius_counts_the_jobs_on_the_affected_gpus_at_onset(graph: Topol
         record, neighbourhood(graph, record["root_cause"]["entity"], record["affected"]), {}, blast=blast
     )
     assert 'data-gpus-hit="24"' in html and "not counted" in html
+    # the page leads with the count the list and chat give (issue 66: the list and chat said 352
+    # GPUs hit where the page said 136 at onset and 216 later, without the total)
+    counted = {**record, "gpus_hit": 32, "jobs": ["half-a", "whole", "later"]}
+    html = render_incident(
+        counted, neighbourhood(graph, record["root_cause"]["entity"], record["affected"]), {}, blast=blast
+    )
+    assert 'data-gpus-hit-total="32">32</b> GPUs hit in <b>3</b> jobs' in html
 
 
 def test_blast_radius_of_a_leaf_counts_its_hosts_jobs(graph: TopologyGraph) -> None:
