@@ -1,4 +1,6 @@
-"""`aiops`: one command line for every stage (aiops/cli/commands.py); the subcommands' modules beside it."""
+"""`aiops`: one command line for every stage. commands.py builds the parser from one module per
+group of subcommands beside it (each with its `add_parsers` and handlers) and from plugins (the
+benches' `aiops bench`, by entry point); common.py is what they share."""
 
 from __future__ import annotations
 

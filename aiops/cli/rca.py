@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any
 from aiops.cli.daemon import add_daemon_options
 
 if TYPE_CHECKING:
+    from act.policy import ActConfig
     from aiops.daemon_metrics import DaemonMetrics
     from aiops.pipeline import HealthSink
+    from detectors.predict.online import OnlinePredictor
+    from notify.service import Notifier
     from rca.influx import IncidentWriter
+    from vocab.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +207,9 @@ def wait_for_file(path: Path, what: str, poll_s: float = TOPOLOGY_POLL_S) -> Non
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from aiops.cli.common import CliError, folder_progress, load_predictor, settings_from, stop_on_signals
+    from aiops.cli.common import CliError, folder_progress, load_predictor, settings_from
     from aiops.pipeline import run_folder
-    from aiops.run_daemon import RunOptions, RunSinks, run_kafka
-    from detectors.detect_loop import IntervalUnknownError, load_events, scrape_interval
+    from detectors.detect_loop import IntervalUnknownError, scrape_interval
     from rca.graph import GraphError
 
     if args.kafka and args.topology and args.wait_for_topology:
@@ -234,46 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     actions = _actions(args, configured)
     try:
         if args.kafka:
-            if not args.topology:
-                raise CliError("with --kafka, give --topology FILE (the cluster's topology.json)")
-            if args.from_detection and actions is not None:
-                raise CliError(
-                    "--actions needs the telemetry (a drain waits for the job's checkpoint in it): "
-                    "run it without --from-detection"
-                )
-            settings = settings_from(args)
-            kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
-            events = load_events(Path(args.events)) if args.events else []
-            options = RunOptions(
-                interval,
-                Path(args.topology),
-                events,
-                idle_stop_s=args.stop_when_idle,
-                lateness_s=args.lateness if args.lateness is not None else configured.tick_lateness_s,
-                predictor=predictor,
-                detector_settings=thresholds,
-                state_dir=Path(args.state_dir) if args.state_dir else configured.state_dir,
-                checkpoint_every_s=configured.checkpoint_every_s,
-                notifier=notifier,
-                api=_api(args, configured),
-                actions=actions,
-                from_detection=args.from_detection,
-            )
-            sinks = RunSinks(
-                incidents=sink,
-                notices=notice_sink,
-                findings=finding_sink,
-                health=_health_sink(writer, kafka.run_group) if writer is not None else None,
-                schedule=writer.add_schedule if writer is not None else None,
-                actions=_lines_to(writer),
-            )
-            stats = run_kafka(kafka, options, stop_on_signals(), sinks)
-            print(
-                f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
-                f"{stats.predictions} predictions, {stats.incidents} incident updates -> {kafka.incidents_topic}"
-                + (f" ({stats.late_rows} findings late for their tick, not analysed)" if args.from_detection else "")
-            )
-            return 0
+            return _run_kafka(args, configured, interval, predictor, notifier, actions, writer)
         if not args.input or not args.out:
             raise CliError("give --input DIR and --out DIR, or --kafka HOST:PORT --topology FILE")
         with folder_progress(Path(args.input), "aiops run") as step:
@@ -305,6 +269,62 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{stats.ticks} ticks, {stats.values:,} values in {stats.seconds:.1f}s "
         f"({stats.values / max(stats.seconds, 1e-9):,.0f} values/s): {stats.anomalies} anomalies, "
         f"{stats.predictions} predictions, {stats.incidents} incident updates -> {args.out}"
+    )
+    return 0
+
+
+def _run_kafka(
+    args: argparse.Namespace,
+    configured: Settings,
+    interval: float,
+    predictor: OnlinePredictor | None,
+    notifier: Notifier | None,
+    actions: ActConfig | None,
+    writer: IncidentWriter | None,
+) -> int:
+    """`aiops run --kafka`: the daemon between the topics, until it is stopped."""
+    from aiops.cli.common import CliError, settings_from, stop_on_signals
+    from aiops.run_daemon import RunOptions, RunSinks, run_kafka
+    from detectors.detect_loop import load_events
+
+    if not args.topology:
+        raise CliError("with --kafka, give --topology FILE (the cluster's topology.json)")
+    if args.from_detection and actions is not None:
+        raise CliError(
+            "--actions needs the telemetry (a drain waits for the job's checkpoint in it): "
+            "run it without --from-detection"
+        )
+    settings = settings_from(args)
+    kafka = settings.kafka.model_copy(update={"run_group": args.group}) if args.group else settings.kafka
+    events = load_events(Path(args.events)) if args.events else []
+    options = RunOptions(
+        interval,
+        Path(args.topology),
+        events,
+        idle_stop_s=args.stop_when_idle,
+        lateness_s=args.lateness if args.lateness is not None else configured.tick_lateness_s,
+        predictor=predictor,
+        detector_settings=configured.detectors,
+        state_dir=Path(args.state_dir) if args.state_dir else configured.state_dir,
+        checkpoint_every_s=configured.checkpoint_every_s,
+        notifier=notifier,
+        api=_api(args, configured),
+        actions=actions,
+        from_detection=args.from_detection,
+    )
+    sinks = RunSinks(
+        incidents=writer.add if writer is not None else None,
+        notices=writer.add_notices if writer is not None else None,
+        findings=writer.add_findings if writer is not None else None,
+        health=_health_sink(writer, kafka.run_group) if writer is not None else None,
+        schedule=writer.add_schedule if writer is not None else None,
+        actions=_lines_to(writer),
+    )
+    stats = run_kafka(kafka, options, stop_on_signals(), sinks)
+    print(
+        f"{stats.ticks} ticks, {stats.values:,} values: {stats.anomalies} anomalies, "
+        f"{stats.predictions} predictions, {stats.incidents} incident updates -> {kafka.incidents_topic}"
+        + (f" ({stats.late_rows} findings late for their tick, not analysed)" if args.from_detection else "")
     )
     return 0
 

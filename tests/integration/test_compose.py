@@ -26,7 +26,8 @@ import yaml
 from jsonschema import Draft7Validator
 from packaging.specifiers import SpecifierSet
 
-from aiops.cli.commands import build_parser, cmd_ingest
+from aiops.cli.commands import build_parser
+from aiops.cli.telemetry import cmd_ingest
 from vocab.catalog import MEASUREMENTS
 from vocab.settings import InfluxSettings, KafkaSettings, Settings
 

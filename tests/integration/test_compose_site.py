@@ -17,8 +17,9 @@ import yaml
 from pydantic import SecretStr
 
 from aiops.cli.checks import listen_address
-from aiops.cli.commands import build_parser, cmd_ingest
+from aiops.cli.commands import build_parser
 from aiops.cli.rca import wait_for_file
+from aiops.cli.telemetry import cmd_ingest
 from ingest.remote_write_service import Credentials, start_refusal
 from vocab.settings import Settings
 
