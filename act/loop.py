@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from act.executors import Actor, Executor
 from act.planner import AFTER_CHECKPOINT, AFTER_JOBS_END, WHY, Planner
 from act.policy import ActConfig, Policy
 from act.remediation import RemediationMachine
+from vocab.incident_record import IncidentRecord
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,16 @@ class ActLoop:
         for row in self.audit.rows("waiting"):
             self.waiting[row.plan_id] = Waiting(row, self._jobs_of(row), t, t + self._max_wait(row, t))
 
-    def offer(self, states: list[bytes] | list[dict[str, Any]], t: float) -> None:
+    def offer(self, states: Sequence[IncidentRecord | bytes | dict[str, Any]], t: float) -> None:
         for raw in states:
-            state = json.loads(raw) if isinstance(raw, bytes | str) else raw
+            # the policies match on the record's wire form (act/policy.py: its fields by name)
+            state = (
+                raw.to_dict()
+                if isinstance(raw, IncidentRecord)
+                else json.loads(raw)
+                if isinstance(raw, bytes | str)
+                else raw
+            )
             if state.get("status") == "resolved":
                 self._cancel_waiting(str(state.get("incident_id")))
             elif state.get("status") == "open":

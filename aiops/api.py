@@ -38,7 +38,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from html import escape
 from pathlib import Path
@@ -76,15 +76,18 @@ from notify.config import Match
 from notify.service import Notifier
 from notify.silences import SilenceStore
 from rca.graph import TopologyGraph
-from show.blast import blast_radius
-from show.page import PAGE_CSP, grafana_links, render_incident, render_list
-from show.series import SERIES_ASKED, InfluxSeries, from_evidence, key_series, window_of
-from show.topology_svg import Picture, neighbourhood
+from show.incident_page import PageSources, incident_page
+from show.page import PAGE_CSP, PageFacts, PageLook, render_list
+from show.series import InfluxSeries
 from vocab.ids import MAX_ID_LENGTH, Refusal, entity_refusal, record_id_refusal, shown
 from vocab.schedule import Schedule
 from vocab.settings import InfluxSettings
 
 log = logging.getLogger(__name__)
+
+# incidents read for a page's "what changed" (the latest states before it opened): the page lists
+# ten near its root (show/oncall.py MAX_EARLIER); a thousand is the index's own page bound
+MAX_EARLIER_READ = 1000
 
 # module level: FastAPI resolves the (string) annotations of dependencies in this module's globals
 _bearer = HTTPBearer(auto_error=False)
@@ -199,6 +202,8 @@ class PageContext:
     grafana_url: str | None = None
     # what the scheduler said (the engine's schedule, shared): the blast radius at onset
     schedule: Schedule | None = None
+    # the scheduler's latest events as the daemon heard them (the pipeline's, shared): "what changed"
+    events: Sequence[Mapping[str, Any]] | None = None
 
 
 class _Collector(Collector):
@@ -629,13 +634,16 @@ def build_app(
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse)
-    def incident_page(incident_id: str) -> HTMLResponse:
+    def incident_page_html(incident_id: str) -> HTMLResponse:
         """What a notification links to: the incident page (show/page.py)."""
         found = index.get(_checked("incident", incident_id))
         if found is None:
             raise HTTPException(404, f"no incident {incident_id}")
         plans = _plans(actions).get(incident_id, []) if actions is not None else None
-        html = incident_html(found, index.history(incident_id), shown, plans)
+        # the incidents before it, for "what changed" (the index's latest states; bounded)
+        opened = float(found["opened"])
+        earlier = [r for r in index.find(IncidentQuery(limit=MAX_EARLIER_READ)) if float(r["opened"]) < opened]
+        html = incident_html(found, index.history(incident_id), shown, plans, earlier)
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/api/silences")
@@ -675,49 +683,30 @@ def _plans(actions: ActionsApi | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def incident_html(
-    record: dict[str, Any], history: list[dict[str, Any]], pages: PageContext, plans: list[dict[str, Any]] | None = None
+    record: dict[str, Any],
+    history: list[dict[str, Any]],
+    pages: PageContext,
+    plans: list[dict[str, Any]] | None = None,
+    earlier: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The page of one incident as the daemon knows it now; `plans`: its rows in the audit log
-    (None: acting is off, there is no log)."""
-    root = str(record["root_cause"]["entity"])
-    g = pages.graph
-    picture = (
-        neighbourhood(g, root, record.get("affected", [])) if g is not None else Picture([("root", [root])], root=root)
+    """The page of one incident as the daemon knows it now (show/incident_page.py, the builder
+    the run report uses too); `plans`: its rows in the audit log (None: acting is off)."""
+    sources = PageSources(
+        graph=pages.graph,
+        schedule=pages.schedule,
+        series=pages.series if pages.graph is not None else None,
+        series_name="InfluxDB",
+        grafana_url=pages.grafana_url,
+        look=PageLook(live=True, index_href="/incidents", incident_href=lambda i: f"/incidents/{quote(i, safe='')}"),
     )
-    keys = (
-        key_series(
-            record, SERIES_ASKED, lambda e: g.kind(e) if e in g else None, lambda e: g.parent(e) if e in g else None
-        )
-        if g is not None
-        else key_series(record)
+    facts = PageFacts(
+        history=history,
+        plans=plans,
+        audit="the daemon's audit log",
+        earlier=earlier,
+        events=list(pages.events) if pages.events is not None else None,
     )
-    series = {}
-    source = "evidence (no InfluxDB configured)"
-    if pages.series is not None and g is not None:
-        kinds = {e: g.kind(e) for e, _ in keys if e in g}
-        series = pages.series.get(kinds, keys, *window_of(record))
-        source = "InfluxDB"
-    if not any(series.values()):
-        series, source = {k: v for k, v in from_evidence(record).items() if k in keys}, "evidence"
-    node = g.node_of(root) if g is not None and root in g else None
-    switch = (
-        g.switch_of(root) if g is not None and root in g and g.kind(root) in ("leaf", "spine", "port", "nic") else None
-    )
-    rack = g.ancestor(root, "rack") if g is not None and root in g and g.kind(root) != "rack" else None
-    return render_incident(
-        record,
-        picture,
-        series,
-        history,
-        job_gpus=record.get("job_gpus"),
-        blast=blast_radius(record, g, pages.schedule) if g is not None and pages.schedule is not None else None,
-        plans=plans or [],
-        audit="the daemon's audit log" if plans is not None else None,
-        live=True,
-        index_href="/incidents",
-        grafana=grafana_links(pages.grafana_url, node, switch, rack),
-        series_source=source,
-    )
+    return incident_page(record, sources, facts)
 
 
 class ApiServer:

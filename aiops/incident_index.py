@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vocab.incident_record import IncidentRecord, as_records
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
     id TEXT PRIMARY KEY,
@@ -69,30 +71,29 @@ class IncidentIndex:
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 
-    def add(self, states: Iterable[bytes]) -> None:
-        """Incident states as published on aiops.incidents."""
+    def add(self, states: Iterable[IncidentRecord | bytes]) -> None:
+        """Incident states: the records themselves in one process, or as published on
+        aiops.incidents. The list's columns and the history are the record's own fields (its
+        `state`, its `gpus_hit`), as the page and chat show them."""
         rows = []
-        for raw in states:
-            r = json.loads(raw)
-            root = r.get("root_cause") or {}
+        kept: list[tuple[Any, ...]] = []
+        for r in as_records(list(states)):
             rows.append(
                 (
-                    r["incident_id"],
-                    r["status"],
-                    r.get("severity", ""),
-                    root.get("kind", ""),
-                    root.get("entity", ""),
-                    r["opened"],
-                    r["updated"],
-                    r.get("resolved"),
-                    raw.decode(),
+                    r.incident_id,
+                    r.status,
+                    r.severity,
+                    r.kind,
+                    r.entity,
+                    r.opened,
+                    r.updated,
+                    r.resolved,
+                    r.to_json().decode(),
                 )
             )
+            kept.append((r.incident_id, r.updated, r.status, r.severity, r.entity, r.gpus_hit))
         if not rows:
             return
-        kept: list[tuple[Any, ...]] = [
-            (r[0], r[6], r[1], r[2], r[4], int(json.loads(str(r[8])).get("gpus_hit") or 0)) for r in rows
-        ]
         with self._lock:
             # a restarted daemon publishes some states again: the same state is kept once
             self._db.executemany("INSERT OR IGNORE INTO history VALUES (?, ?, ?, ?, ?, ?)", kept)

@@ -32,6 +32,7 @@ from ingest.deadletter import DeadLetter, Source
 from notify.service import Notifier, topology_locate
 from rca.graph import TopologyGraph
 from rca.incidents import EngineStats, IncidentEngine
+from vocab.incident_record import IncidentRecord
 from vocab.schedule import Schedule
 from vocab.thresholds import DetectorSettings
 
@@ -51,7 +52,7 @@ class TickOutputs:
     notices: list[Notice]
     anomalies: list[Anomaly]
     predictions: list[Prediction]
-    incidents: list[tuple[str, bytes]]  # (incident id, its state as JSON)
+    incidents: list[IncidentRecord]  # each change of state, as every view reads it
 
 
 @dataclass(slots=True)
@@ -99,11 +100,15 @@ class Pipeline:
         self.engine = IncidentEngine(graph, self.schedule)
         self._events = events or []
         self.detect.add_events(self._events)
+        # the scheduler's latest events as heard (the file's, then the topic's since this start):
+        # what an incident page's "what changed" lists (show/oncall.py); bounded, it is a view
+        self.recent_events: deque[dict[str, Any]] = deque(self._events[-RECENT_EVENTS:], maxlen=RECENT_EVENTS)
         # where the live scheduler events topic has been read to: partition -> next offset
         self.events_offsets: dict[int, int] = {}
-        # (incident id, its state as JSON) per change since the caller last took them: taken as
-        # they happen, since the incident itself moves on in later ticks of the same batch
-        self.incidents: list[tuple[str, bytes]] = []
+        # each change of state since the caller last took them, as the one record every view reads
+        # (vocab/incident_record.py): taken as they happen, since the incident itself moves on in
+        # later ticks of the same batch; serialised once, where it leaves the process
+        self.incidents: list[IncidentRecord] = []
         self.detect.tick_listener = self._on_tick
         self.first_tick: float | None = None
         self.last_tick: float | None = None
@@ -138,6 +143,7 @@ class Pipeline:
         reads and the detectors' cohorts and silences, each at its own event time."""
         for e in events:
             self.schedule.add(e)
+        self.recent_events.extend(events)
         self.detect.add_events(events)
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -220,14 +226,14 @@ class Pipeline:
             self.engine_errors += 1
             log.exception("incident engine failed on tick %s (%d anomalies); continuing", t, len(anomalies))
             changed = closed  # what operators closed is closed all the same
-        states = [(i.incident_id, i.to_json()) for i in changed]
-        self.incidents += states
-        if self.notifier is not None:  # in event time, tick by tick: group waits and repeats are exact
-            self.notifier.offer([s for _, s in states], t)
+        records = [i.record() for i in changed]
+        self.incidents += records
         if self.index is not None:
-            self.index.add([s for _, s in states])
-        if self.acting:
-            self._act(t, [s for _, s in states])
+            self.index.add(records)
+        if self.acting:  # before notifying: the message says what was planned, as the page does
+            self._act(t, records)
+        if self.notifier is not None:  # in event time, tick by tick: group waits and repeats are exact
+            self.notifier.offer(records, t, self._plans_of(records) if self.acting else None)
         if self.metrics is not None:
             self.metrics.ticks += 1
             self.metrics.last_tick = t
@@ -239,13 +245,26 @@ class Pipeline:
         self.detect.track_jobs = True
         acting.restore(t if t is not None else (self.last_tick or 0.0))
 
-    def _act(self, t: float, states: list[bytes]) -> None:
+    def _act(self, t: float, states: list[IncidentRecord]) -> None:
         for acting in self.acting:
             try:  # in event time: a drain waits for the checkpoint the telemetry shows
                 acting.tick(t, self.detect.job_utilisation)
                 acting.offer(states, t)
             except Exception:  # acting must never stop the analysis; what it did is in the audit log
                 log.exception("acting failed on tick %s; the analysis goes on", t)
+
+    def _plans_of(self, records: list[IncidentRecord]) -> dict[str, list[dict[str, Any]]]:
+        """These incidents' rows in the audit logs, in the order planned (act/audit.py): what the
+        chat message lists, as the page and the list read them."""
+        from act.audit import plans_by_incident  # acting is optional: imported only when it is on
+
+        wanted = {r.incident_id for r in records}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for acting in self.acting:
+            for incident, rows in plans_by_incident(acting.audit.rows()).items():
+                if incident in wanted:
+                    out.setdefault(incident, []).extend(asdict(row) for row in rows)
+        return out
 
     def jobs_on(self, node: str, t: float) -> dict[str, int]:
         """The jobs running on `node` at t, as the scheduler said, and the GPUs each holds in all."""
@@ -304,7 +323,7 @@ class Pipeline:
         predictions, incidents = self.take()
         return TickOutputs(notices, anomalies, predictions, incidents)
 
-    def take(self) -> tuple[list[Prediction], list[tuple[str, bytes]]]:
+    def take(self) -> tuple[list[Prediction], list[IncidentRecord]]:
         """Predictions and incident changes since the last call (incidents as of now)."""
         predictions, incidents = self.detect.predictions, self.incidents
         self.detect.predictions, self.incidents = [], []
@@ -338,7 +357,12 @@ def _findings(graph: TopologyGraph) -> list[tuple[str, str, str, str, dict[str, 
     ]
 
 
-IncidentSink = Callable[[list[bytes]], None]  # incident states as they change (e.g. to InfluxDB)
+# scheduler events kept for the pages' "what changed": a day of a 10,000-GPU cluster's job starts,
+# ends and node states (about 1,000 jobs a day each starting and ending, drains and maintenance)
+# many times over
+RECENT_EVENTS = 20_000
+
+IncidentSink = Callable[[list[IncidentRecord]], None]  # incident states as they change (e.g. to InfluxDB)
 # a tick's anomalies and predictions, with where each entity sits (e.g. to InfluxDB)
 FindingSink = Callable[[list[Anomaly], list[Prediction], Callable[[str], dict[str, str]]], None]
 ScheduleSink = Callable[[list[dict[str, Any]]], None]  # scheduler events as they are taken (e.g. to InfluxDB)
@@ -451,7 +475,7 @@ def run_folder(
                 notice_sink(notices)
             predictions, incidents = pipeline.take()
             predictions_out.writelines(p.to_json() + b"\n" for p in predictions)
-            incidents_out.writelines(state + b"\n" for _, state in incidents)
+            incidents_out.writelines(r.to_json() + b"\n" for r in incidents)
             _to_sinks(stats, anomalies, predictions, incidents, incident_sink, finding_sink, where)
 
         dead_out.writelines(d.to_json() + b"\n" for d in bad_events)
@@ -483,14 +507,14 @@ def _to_sinks(
     stats: RunStats,
     anomalies: list[Anomaly],
     predictions: list[Prediction],
-    incidents: list[tuple[str, bytes]],
+    incidents: list[IncidentRecord],
     incident_sink: IncidentSink | None,
     finding_sink: FindingSink | None,
     where: Callable[[str], dict[str, str]],
 ) -> None:
     """What a batch published, to the sinks that were given (InfluxDB), and counted."""
     if incident_sink is not None:
-        incident_sink([state for _, state in incidents])
+        incident_sink(incidents)
     if finding_sink is not None:
         finding_sink(anomalies, predictions, where)
     stats.anomalies += len(anomalies)

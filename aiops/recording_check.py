@@ -24,7 +24,6 @@ runs it; tests/unit/test_recording_check.py keeps it in the suite.
 from __future__ import annotations
 
 import csv
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,10 +265,9 @@ def replay(
     def take(anomalies: list[Anomaly]) -> None:
         for a in anomalies:
             result.anomalies[(a.detector, a.metric)] += 1
-        for incident_id, state in pipeline.take()[1]:
-            record = json.loads(state)
-            book = warned if record["status"] == "warning" else opened
-            book.setdefault(incident_id, record["root_cause"]["kind"])
+        for record in pipeline.take()[1]:
+            book = warned if record.status == "warning" else opened
+            book.setdefault(record.incident_id, record.kind)
 
     for data in job_ticks(trace, list(jobs), gpus_per_node, interval_s, ticks, start, rng, desync, slow):
         take(pipeline.feed(data)[0])

@@ -234,6 +234,7 @@ class RunDaemon(CheckpointedDaemon):
         self.pipeline = pipeline  # before acting restores: what it settles may page
         if self.pages is not None:  # the pages' blast radius: the jobs the engine's schedule says
             self.pages.schedule = pipeline.schedule
+            self.pages.events = pipeline.recent_events
         pipeline.early_pages = self.early_pages  # pages said before a tick outlive a pipeline replaced
         if self.acting is not None:
             pipeline.act_on(self.acting)
@@ -281,6 +282,7 @@ class RunDaemon(CheckpointedDaemon):
             return {}
         if self.pages is not None:  # the restored schedule replaced the fresh one
             self.pages.schedule = self.pipeline.schedule
+            self.pages.events = self.pipeline.recent_events
         self.once.replaying_from(checkpoint.outputs)
         if self.index is not None:  # the restored engine may hold incidents an operator resolved since
             self.to_close.extend(self.index.operator_resolved())
@@ -342,8 +344,8 @@ class RunDaemon(CheckpointedDaemon):
             producer.send_raw(settings.anomalies_topic, a.to_json(), key=a.entity.encode())
         for p in out.predictions:
             producer.send_raw(settings.predictions_topic, p.to_json(), key=p.entity.encode())
-        for incident_id, state in out.incidents:  # keyed by incident: its history stays in order
-            producer.send_raw(settings.incidents_topic, state, key=incident_id.encode())
+        for record in out.incidents:  # keyed by incident: its history stays in order
+            producer.send_raw(settings.incidents_topic, record.to_json(), key=record.incident_id.encode())
         producer.flush(should_stop=self.stopping)
         self._to_sinks(out)
 
@@ -351,7 +353,7 @@ class RunDaemon(CheckpointedDaemon):
         """What a batch published, to the sinks that were given (InfluxDB), and counted."""
         sinks, stats = self.sinks, self.stats
         if sinks.incidents is not None:
-            sinks.incidents([state for _, state in out.incidents])
+            sinks.incidents(out.incidents)
         if sinks.findings is not None:
             sinks.findings(out.anomalies, out.predictions, self.where)
         stats.anomalies += len(out.anomalies)

@@ -149,6 +149,11 @@ def webhook_body(note: Notification) -> dict[str, Any]:
             {
                 "incident_id": u(n.incident_id),
                 "status": u(n.status),
+                # the record's own state, as the page, the list and the API say it ("no data":
+                # open, its entity silent since no_data_since)
+                "state": u(n.state),
+                "no_data_since": n.no_data_since,
+                "episode": n.episode,
                 "severity": u(n.severity),
                 "kind": u(n.kind),
                 "root": u(n.root),
@@ -159,6 +164,7 @@ def webhook_body(note: Notification) -> dict[str, Any]:
                 "affected_count": n.affected_count,
                 "evidence": [u(e) for e in n.evidence],
                 "action": u(n.action),
+                "plans": [u(p) for p in n.plans],  # its plans in the audit log, as the page lists them
                 "links": dict(n.links),
             }
             for n in note.incidents

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from notify.safe_text import markdown_text
+from vocab.incident_record import NO_DATA, RESOLVED, IncidentRecord, as_record, plan_line
 
 Escape = Callable[[str], str]  # how a format writes a data field as text (notify.safe_text)
 
@@ -45,48 +46,55 @@ class IncidentNote:
     no_data_since: float | None = None
     episode: int = 1  # the incident resolved and recurred (flap damping): this is its nth spell
     episode_opened: float | None = None  # when this spell began, if not the first
+    state: str = ""  # the record's state (vocab/incident_record.py: open, no data, warning, resolved)
+    state_words: str = ""  # the record's state as the page and the list say it
+    plans: tuple[str, ...] = ()  # its plans in the audit log (vocab/incident_record.py plan_line)
 
     @classmethod
     def from_record(
-        cls, record: dict[str, Any], public_url: str | None = None, grafana_url: str | None = None
+        cls,
+        value: IncidentRecord | dict[str, Any] | bytes,
+        public_url: str | None = None,
+        grafana_url: str | None = None,
+        plans: Sequence[Mapping[str, Any]] = (),
     ) -> IncidentNote:
-        root = record.get("root_cause") or {}
-        status = str(record.get("status", "open"))
-        if record.get("resolved") is not None:  # a warning whose horizon passed (or dismissed) is over too
-            status = "resolved"
-        at = record.get("resolved") if status == "resolved" and record.get("resolved") else record.get("updated")
+        """The note of one incident state; its state, time, episode and blast radius are the
+        record's own (vocab/incident_record.py), as the page, the list and the API show them."""
+        record = as_record(value)
         links: list[tuple[str, str]] = []
         # the only links a message carries: built here from the configured URLs, the id
         # percent-encoded so that no character of it can end the link or start another
-        quoted = urllib.parse.quote(str(record["incident_id"]), safe="")
+        quoted = urllib.parse.quote(record.incident_id, safe="")
         if public_url:
             links.append(("Incident", f"{public_url.rstrip('/')}/incidents/{quoted}"))
         if grafana_url:
             # the incidents dashboard narrowed to this incident (its $incident), from an hour before
             # it opened: the dashboard's own six hours miss an incident whose message is read later
-            since_ms = int((float(record.get("opened") or time.time()) - 3600) * 1000)
+            since_ms = int((record.opened - 3600) * 1000)
             board = f"{grafana_url.rstrip('/')}/d/aiops-incidents"
             links.append(("Grafana", f"{board}?var-incident={quoted}&from={since_ms}&to=now"))
-        episodes = record.get("episodes") or []
-        silent = record.get("no_data_since")
+        status = RESOLVED if record.state == RESOLVED else record.status
         return cls(
-            incident_id=str(record["incident_id"]),
+            incident_id=record.incident_id,
             status=status,
-            severity=str(record.get("severity", "major")),
-            kind=str(root.get("kind", "unknown")),
-            root=str(root.get("entity", "unknown")),
-            confidence=float(root.get("confidence") or 0.0),
-            at=float(at or record.get("opened") or 0.0),
-            opened=float(record.get("opened") or 0.0),
-            jobs=tuple(str(j) for j in record.get("jobs") or ()),
-            gpus_hit=int(record.get("gpus_hit") or 0),
-            affected_count=int(record.get("affected_count") or 0),
-            evidence=tuple(_evidence_line(e) for e in (record.get("evidence") or [])[:MAX_EVIDENCE_LINES]),
-            action=str(record.get("action") or ""),
+            severity=record.severity,
+            kind=record.kind,
+            root=record.entity,
+            confidence=record.root.confidence,
+            at=record.at,
+            opened=record.opened,
+            jobs=record.jobs,
+            gpus_hit=record.gpus_hit,
+            affected_count=record.affected_count,
+            evidence=tuple(_evidence_line(e) for e in record.evidence[:MAX_EVIDENCE_LINES]),
+            action=record.action,
             links=tuple(links),
-            no_data_since=float(silent) if silent is not None and status == "open" else None,
-            episode=max(1, len(episodes)),
-            episode_opened=float(episodes[-1]["opened"]) if len(episodes) > 1 else None,
+            no_data_since=record.no_data_since if record.state == NO_DATA else None,
+            episode=record.episode,
+            episode_opened=record.episode_opened if record.episode > 1 else None,
+            state=record.state,
+            state_words=record.state_words,
+            plans=tuple(plan_line(p) for p in plans),
         )
 
     @property
@@ -115,6 +123,8 @@ class IncidentNote:
             ("Event time", _utc(self.at)),
             ("Incident", esc(self.incident_id)),
         ]
+        if self.plans:  # what acting planned, as the page and the list show it
+            out.insert(3, ("Plans", "; ".join(esc(p) for p in self.plans)))
         if self.status == "resolved":
             began = self.opened if self.episode_opened is None else self.episode_opened
             out.insert(4, ("Open for", f"{max(0.0, self.at - began) / 60:.0f} min"))
@@ -173,7 +183,7 @@ class Notification:
         return "\n".join([*self.markdown_lines(esc, bold), "", self.key_line(esc)])
 
 
-def _evidence_line(e: dict[str, Any]) -> str:
+def _evidence_line(e: Mapping[str, Any]) -> str:
     value = e.get("value")
     shown = f"{value:g}" if isinstance(value, int | float) else str(value)
     return f"{e.get('entity')} {e.get('metric')} = {shown} ({e.get('detector')})"

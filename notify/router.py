@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from notify.config import NotifyConfig, Silence
 from notify.message import IncidentNote, Notification
+from vocab.incident_record import IncidentRecord, as_records
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,18 @@ class Router:
         self._routes = config.all_routes
         self.runtime_silences = None
 
-    def offer(self, records: list[dict[str, Any]]) -> None:
-        """Incident states as the engine publishes them (aiops.incidents records)."""
-        for record in records:
+    def offer(
+        self,
+        records: Sequence[IncidentRecord | Mapping[str, Any]],
+        plans: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """Incident states as the engine publishes them (vocab/incident_record.py), with each
+        one's plans in the audit log where acting is on (`plans`: incident id -> its rows)."""
+        for record in as_records(records):
             self.stats.offered += 1
-            note = IncidentNote.from_record(record, self.config.public_url, self.config.grafana_url)
+            note = IncidentNote.from_record(
+                record, self.config.public_url, self.config.grafana_url, (plans or {}).get(record.incident_id, ())
+            )
             before = self._status.get(note.incident_id)
             changed = note.status != before
             if note.status == "resolved":

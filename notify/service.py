@@ -3,8 +3,8 @@ written to the outbox, delivered in the background."""
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from notify.config import NotifyConfig
 from notify.message import IncidentNote
 from notify.outbox import DeliveryWorker, Outbox
 from notify.router import Locate, Router
+from vocab.incident_record import IncidentRecord, as_records
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,17 @@ class Notifier:
     def _alert(self, receiver: str, note: IncidentNote, labels: dict[str, str]) -> None:
         self.outbox.alerts.upsert(receiver, note, alert_of(note, labels, self.config.cluster))
 
-    def offer(self, states: list[bytes], now: float) -> None:
-        """Incident states as published (JSON), then whatever is due at event time `now`."""
+    def offer(
+        self,
+        states: Sequence[IncidentRecord | bytes],
+        now: float,
+        plans: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """Incident states (the records themselves in one process, or as published on
+        aiops.incidents), with their plans where acting is on, then whatever is due at event
+        time `now`."""
         if states:
-            self.router.offer([json.loads(s) for s in states])
+            self.router.offer(as_records(states), plans)
         self.router.advance(now)
 
     def state(self) -> Router:

@@ -22,7 +22,6 @@ FLAP_WINDOW_S reopens (same id, one more entry in `episodes`) instead of paging 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -35,6 +34,7 @@ from rca.graph import TopologyGraph
 from rca.rank import Candidate, Context, Ranker
 from rca.symptoms import SOFT, Symptom, gpu_kind, nic_kind, symptom_of
 from vocab import registry
+from vocab.incident_record import Episode, IncidentRecord, RootCause
 from vocab.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -116,35 +116,36 @@ class Incident:
         """Each spell of the incident, (opened, resolved), the current one last."""
         return [*self.past_episodes, (self.opened if self.reopened is None else self.reopened, self.resolved)]
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> IncidentRecord:
+        """This state as the one typed record every view reads (vocab/incident_record.py)."""
         confidence = self.probability if self.status == "warning" else _confidence(self.candidates)
-        return {
-            "incident_id": self.incident_id,
-            "opened": self.opened,
-            "updated": self.updated,
-            "resolved": self.resolved,
-            "status": self.status,
-            "severity": self.severity,
-            "root_cause": {"entity": self.root.entity, "kind": self.root.kind, "confidence": confidence},
-            "candidates": [{"entity": c.entity, "kind": c.kind, "score": c.score} for c in self.candidates[:5]],
-            "affected": list(self.affected)[:MAX_AFFECTED],
-            "affected_count": len(self.affected),
-            "jobs": self.jobs,
-            "job_gpus": {j: self.job_gpus[j] for j in self.jobs if j in self.job_gpus},  # the GPUs each holds
-            "gpus_hit": self.gpus_hit,
-            "evidence": self.evidence,
-            "evidence_count": self.evidence_count,
-            "action": self.action,
-            "warned": self.warned,
-            "merged_into": self.merged_into,
+        return IncidentRecord(
+            incident_id=self.incident_id,
+            opened=self.opened,
+            updated=self.updated,
+            resolved=self.resolved,
+            status=self.status,
+            severity=self.severity,
+            root=RootCause(self.root.entity, self.root.kind, float(confidence or 0.0)),
+            candidates=tuple({"entity": c.entity, "kind": c.kind, "score": c.score} for c in self.candidates[:5]),
+            affected=tuple(list(self.affected)[:MAX_AFFECTED]),
+            affected_count=len(self.affected),
+            jobs=tuple(self.jobs),
+            job_gpus={j: self.job_gpus[j] for j in self.jobs if j in self.job_gpus},  # the GPUs each holds
+            gpus_hit=self.gpus_hit,
+            evidence=tuple(dict(e) for e in self.evidence),
+            evidence_count=self.evidence_count,
+            action=self.action,
+            warned=self.warned,
+            merged_into=self.merged_into,
             # open while it lasts: the entity stopped reporting then (its last sample)
-            "no_data_since": min(self.no_data.values()) if self.no_data else None,
-            "no_data_entities": sorted(self.no_data)[:MAX_AFFECTED],
-            "episodes": [{"opened": a, "resolved": b} for a, b in self.episodes],
-        }
+            no_data_since=min(self.no_data.values()) if self.no_data else None,
+            no_data_entities=tuple(sorted(self.no_data)[:MAX_AFFECTED]),
+            episodes=tuple(Episode(a, b) for a, b in self.episodes),
+        )
 
     def to_json(self) -> bytes:
-        return json.dumps(self.record(), sort_keys=True, separators=(",", ":")).encode()
+        return self.record().to_json()
 
 
 def _confidence(ranked: list[Candidate]) -> float:

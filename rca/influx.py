@@ -10,15 +10,15 @@ with the verdict, the message and what is missing; the same dashboard shows the 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from detectors.anomaly import Anomaly, Prediction
 from detectors.coverage import Notice
 from ingest.influx_writer import InfluxUnavailableError, InfluxWriteError, InfluxWriter
+from vocab.incident_record import NO_DATA, OPEN, SCHEMA_VERSION, IncidentRecord, as_records
 from vocab.settings import InfluxSettings
 from vocab.wire import string_field, tag_value
 
@@ -42,32 +42,36 @@ NODE_MEASUREMENT = "aiops_node"
 Locate = Callable[[str], dict[str, str]]
 
 
-def incident_line(state: dict[str, Any]) -> str:
-    """One incident state (the JSON record `aiops run` writes) as a line of line protocol."""
-    root = state["root_cause"]
+def incident_line(record: IncidentRecord) -> str:
+    """One incident state as a line of line protocol: the record's own fields, its `state` as
+    the page, the list and chat say it (a silent incident is "no data", not "open")."""
     tags = {
-        "incident_id": state["incident_id"],
-        "severity": state["severity"],
-        "status": state["status"],
-        "kind": root["kind"],
+        "incident_id": record.incident_id,
+        "severity": record.severity,
+        "status": record.status,
+        "kind": record.kind,
     }
     fields = {
-        "root": string_field(root["entity"]),
-        # the status again as fields: InfluxQL selects fields, not tags, with last()
-        "state": string_field(state["status"]),
-        "level": string_field(state["severity"]),
-        "open": "1i" if state["status"] == "open" else "0i",
-        "confidence": repr(float(root.get("confidence") or 0.0)),
-        "affected": f"{int(state.get('affected_count', len(state.get('affected', []))))}i",
-        "gpus_hit": f"{int(state.get('gpus_hit', 0))}i",
-        "jobs": string_field(",".join(state.get("jobs", []))),
-        "jobs_hit": f"{len(state.get('jobs', []))}i",
-        "action": string_field(state.get("action", "")),
-        "opened": repr(float(state["opened"])),
+        "root": string_field(record.entity),
+        # the state as fields: InfluxQL selects fields, not tags, with last()
+        "state": string_field(record.state),
+        "level": string_field(record.severity),
+        # unresolved: open, or open without data (a silent GPU is not healthy)
+        "open": "1i" if record.state in (OPEN, NO_DATA) else "0i",
+        "no_data": "1i" if record.state == NO_DATA else "0i",
+        "confidence": repr(record.root.confidence),
+        "affected": f"{record.affected_count}i",
+        "gpus_hit": f"{record.gpus_hit}i",
+        "jobs": string_field(",".join(record.jobs)),
+        "jobs_hit": f"{len(record.jobs)}i",
+        "action": string_field(record.action),
+        "opened": repr(record.opened),
+        "episode": f"{record.episode}i",
+        "schema": f"{SCHEMA_VERSION}i",
     }
     head = MEASUREMENT + "".join(f",{k}={tag_value(str(v))}" for k, v in sorted(tags.items()))
     body = ",".join(f"{k}={v}" for k, v in fields.items())
-    return f"{head} {body} {int(float(state['updated']) * 1e9)}"
+    return f"{head} {body} {int(record.updated * 1e9)}"
 
 
 def notice_line(notice: Notice) -> str:
@@ -216,10 +220,10 @@ class IncidentWriter:
     def add_service(self, line: str) -> None:
         self._write([line], "service health")
 
-    def add(self, states: list[bytes]) -> None:
+    def add(self, states: Sequence[IncidentRecord | bytes]) -> None:
         if not states:
             return
-        lines = [incident_line(json.loads(s)) for s in states]
+        lines = [incident_line(r) for r in as_records(states)]
         try:
             self._writer.write_points("\n".join(lines).encode())
             self.written += len(lines)

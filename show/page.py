@@ -22,7 +22,8 @@ import base64
 import hashlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 from urllib.parse import quote
@@ -35,6 +36,7 @@ from show.series import SERIES_PER_INCIDENT, WINDOW_S
 from show.spark import legend_of, metric_info, sparkline
 from show.topology_svg import Picture, hidden_text, to_svg
 from vocab.catalog import MetricKind
+from vocab.incident_record import NO_DATA, OPEN, WARNING, IncidentRecord, as_record
 
 _ENV = Environment(
     loader=PackageLoader("show", "templates"), autoescape=select_autoescape(default=True, default_for_string=True)
@@ -120,33 +122,113 @@ def changes(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class PageFacts:
+    """What the logs say of one incident besides its record: its states (the history table), its
+    rows in the audit log (`plans`, act/audit.py `plans_by_incident`; None: there is no log, acting
+    is off) read from `audit` (where, in words), the incidents before it, the scheduler's events
+    and the predictions (for the on-call section)."""
+
+    history: Sequence[Mapping[str, Any]] = ()
+    plans: Sequence[Mapping[str, Any]] | None = None
+    audit: str = ""
+    # None: not read here (the page says "not known here"); empty: read, and nothing there
+    earlier: Sequence[Mapping[str, Any]] | None = None
+    events: Sequence[Mapping[str, Any]] | None = None
+    predictions: Sequence[Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class PageLook:
+    """How the page is served: live by the daemon (its actions work) or as a report's file."""
+
+    live: bool = False
+    api_base: str = ""
+    index_href: str = "index.html"
+    grafana: tuple[tuple[str, str], ...] = ()
+    incident_href: Callable[[str], str] | None = None  # another incident's page, from this one
+
+
+def shown(value: IncidentRecord | Mapping[str, Any]) -> dict[str, Any]:
+    """A record as the templates read it: its wire form with the facts views show (`state`,
+    `state_words`, `episode`) from the record's own rules, not recomputed in a template."""
+    record = as_record(value)
+    extra = (
+        {k: v for k, v in value.items() if k in ("acknowledged", "resolved_by_operator")}
+        if isinstance(value, Mapping)
+        else {}
+    )
+    return {**record.to_dict(), **extra, "state_words": record.state_words, "episode": record.episode}
+
+
 def render_incident(
-    record: Mapping[str, Any],
+    value: IncidentRecord | Mapping[str, Any],
     picture: Picture,
     series: Mapping[tuple[str, str], list[tuple[float, float]]],
-    history: Sequence[Mapping[str, Any]] = (),
-    job_gpus: Mapping[str, int] | None = None,
-    live: bool = False,
-    api_base: str = "",
-    index_href: str = "index.html",
-    grafana: Sequence[tuple[str, str]] = (),
+    facts: PageFacts | None = None,
+    look: PageLook | None = None,
+    blast: Blast | None = None,
     series_source: str = "telemetry",
     rates: frozenset[tuple[str, str]] = frozenset(),
-    blast: Blast | None = None,
-    plans: Sequence[Mapping[str, Any]] = (),
-    audit: str | None = None,
+    oncall: Any = None,
 ) -> str:
-    """The incident's page. `plans`: its rows in the audit log (act/audit.py `plans_by_incident`),
-    read from `audit` (where, in words; None: there is no log, acting is off)."""
+    """The incident's page (show/incident_page.py `incident_page` gathers what it draws, the
+    on-call section `oncall` too: show/oncall.py OnCall)."""
+    facts, look = facts or PageFacts(), look or PageLook()
+    record = shown(value)
     affected = set(record.get("affected", []))
     candidates = [{**c, "why": _why(c, record.get("evidence", []), affected)} for c in record.get("candidates", [])]
+    sparks = _sparks(record, series, series_source, rates)
+    jobs = [{"job": j, "gpus": (record.get("job_gpus") or {}).get(j)} for j in record.get("jobs", [])]
+    shown_history = changes(facts.history) or [
+        {
+            "updated": record["updated"],
+            "status": record["status"],
+            "severity": record["severity"],
+            "root": record["root_cause"]["entity"],
+            "gpus_hit": record.get("gpus_hit", 0),
+            "repeats": 0,
+        }
+    ]
+    counts = picture.counts(record.get("affected", []))
+    hidden = [hidden_text(picture, label) for label, _ in picture.rows if picture.hidden.get(label)]
+    return _ENV.get_template("incident.html").render(
+        r=record,
+        picture=Markup(to_svg(picture)),
+        counts=counts,
+        hidden=hidden,
+        listed=len(record.get("affected", [])),
+        candidates=candidates,
+        sparks=sparks,
+        jobs=jobs,
+        blast=blast,
+        plans=list(facts.plans or []),
+        audit=facts.audit if facts.plans is not None else None,
+        history=shown_history,
+        live=look.live,
+        api_base=look.api_base,
+        index_href=look.index_href,
+        grafana=list(look.grafana),
+        oncall=oncall,
+        incident_href=look.incident_href,
+        style=Markup(STYLE),
+        script=Markup(SCRIPT),
+    )
+
+
+def _sparks(
+    record: Mapping[str, Any],
+    series: Mapping[tuple[str, str], list[tuple[float, float]]],
+    series_source: str,
+    rates: frozenset[tuple[str, str]],
+) -> list[dict[str, Any]]:
     onset = float(record["opened"])
     with_samples = [k for k, v in series.items() if v]
     drawn = (with_samples or list(series))[:SERIES_PER_INCIDENT]
     silent = set(record.get("no_data_entities") or ()) if record.get("no_data_since") is not None else set()
     last = float(record.get("resolved") or record.get("updated") or onset)  # the data runs at least to its last state
-    sparks = []
     measurement_of = {(str(e["entity"]), str(e["metric"])): e.get("measurement") for e in record.get("evidence", [])}
+    sparks = []
     for entity, metric in drawn:
         points = series[(entity, metric)]
         info = metric_info(metric, measurement_of.get((entity, metric)))
@@ -177,59 +259,26 @@ def render_incident(
                 "legend": legend_of(points, metric),
             }
         )
-    jobs = [{"job": j, "gpus": (job_gpus or {}).get(j)} for j in record.get("jobs", [])]
-    shown_history = changes(history) or [
-        {
-            "updated": record["updated"],
-            "status": record["status"],
-            "severity": record["severity"],
-            "root": record["root_cause"]["entity"],
-            "gpus_hit": record.get("gpus_hit", 0),
-            "repeats": 0,
-        }
-    ]
-    counts = picture.counts(record.get("affected", []))
-    hidden = [hidden_text(picture, label) for label, _ in picture.rows if picture.hidden.get(label)]
-    return _ENV.get_template("incident.html").render(
-        r=record,
-        picture=Markup(to_svg(picture)),
-        counts=counts,
-        hidden=hidden,
-        listed=len(record.get("affected", [])),
-        candidates=candidates,
-        sparks=sparks,
-        jobs=jobs,
-        blast=blast,
-        plans=list(plans),
-        audit=audit,
-        history=shown_history,
-        live=live,
-        api_base=api_base,
-        index_href=index_href,
-        grafana=list(grafana),
-        style=Markup(STYLE),
-        script=Markup(SCRIPT),
-    )
+    return sparks
 
 
 SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2}
 
 
-def list_order(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Open first, then warnings, then resolved; within each, by severity, then newest first."""
-    state = {"open": 0, "warning": 1}
-    return sorted(
-        rows,
-        key=lambda r: (
-            state.get(str(r.get("status")), 2),
-            SEVERITY_ORDER.get(str(r.get("severity")), 3),
-            -float(r.get("opened") or 0.0),
-        ),
-    )
+def list_order(rows: Sequence[IncidentRecord | Mapping[str, Any]]) -> list[IncidentRecord | Mapping[str, Any]]:
+    """Unresolved first (open and silent alike: silence is not health), then warnings, then
+    resolved; within each, by severity, then newest first. Each row's state is its record's."""
+    order = {OPEN: 0, NO_DATA: 0, WARNING: 1}
+
+    def key(r: IncidentRecord | Mapping[str, Any]) -> tuple[int, int, float]:
+        record = as_record(r)
+        return (order.get(record.state, 2), SEVERITY_ORDER.get(record.severity, 3), -record.opened)
+
+    return sorted(rows, key=key)
 
 
 def render_list(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[IncidentRecord | Mapping[str, Any]],
     href: Any,
     title: str = "Incidents",
     filters: str = "",
@@ -240,7 +289,7 @@ def render_list(
     (`plans`: incident id -> its audit rows in the order planned, act/audit.py
     `plans_by_incident`), else the engine's recommended action."""
     return _ENV.get_template("list.html").render(
-        rows=list_order(rows),
+        rows=[shown(r) for r in list_order(rows)],
         plans=plans or {},
         href=href,
         title=title,
@@ -249,13 +298,17 @@ def render_list(
     )
 
 
-def grafana_links(base: str | None, node: str | None, switch: str | None, rack: str | None) -> list[tuple[str, str]]:
-    """Links to the provisioned dashboards (dashboards/json), the entity's node, switch or rack
-    chosen through their template variables."""
+def grafana_links(
+    base: str | None, node: str | None, switch: str | None, rack: str | None, incident: str | None = None
+) -> list[tuple[str, str]]:
+    """Links to the provisioned dashboards (dashboards/json): the incidents dashboard narrowed to
+    this incident (its $incident, as chat's link), and the node, switch or rack chosen through the
+    cluster dashboard's template variables."""
     if not base:
         return []
     base = base.rstrip("/")
-    links = [("Incidents", f"{base}/d/aiops-incidents/incidents")]
+    board = f"{base}/d/aiops-incidents/incidents"
+    links = [("Incidents", board + (f"?var-incident={quote(incident, safe='')}" if incident else ""))]
     chosen = [
         f"var-{name}={quote(value, safe='')}"
         for name, value in (("node", node), ("switch", switch), ("rack", rack))
@@ -266,4 +319,15 @@ def grafana_links(base: str | None, node: str | None, switch: str | None, rack: 
     return links
 
 
-__all__ = ["PAGE_CSP", "changes", "csp_hash", "grafana_links", "list_order", "render_incident", "render_list"]
+__all__ = [
+    "PAGE_CSP",
+    "PageFacts",
+    "PageLook",
+    "changes",
+    "csp_hash",
+    "grafana_links",
+    "list_order",
+    "render_incident",
+    "render_list",
+    "shown",
+]

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -26,10 +27,9 @@ from act.audit import Row, read_plans
 from context.watch import file_digest
 from rca.evaluate import RunEvaluation, evaluate_paths, latest_states
 from rca.graph import TopologyGraph
-from show.blast import blast_radius
-from show.page import STYLE, _when, render_incident, render_list
-from show.series import SERIES_ASKED, WINDOW_S, from_telemetry, key_series, window_of
-from show.topology_svg import Picture, neighbourhood
+from show.incident_page import PageSources, RecordedSeries, history_of, incident_page, series_keys
+from show.page import STYLE, PageFacts, PageLook, _when, render_list
+from show.series import WINDOW_S, from_telemetry, window_of
 from vocab.ids import record_id_refusal, shown
 from vocab.schedule import Schedule, event_problem
 from vocab.thresholds import MIN_USEFUL_LEAD_S
@@ -375,59 +375,43 @@ def write_pngs(out: Path, files: RunFiles, latest: list[dict[str, Any]], evaluat
 def _incident_pages(
     out: Path, files: RunFiles, latest: list[dict[str, Any]], progress: Callable[[int], None] | None
 ) -> dict[str, str]:
+    """Each incident's page, by the builder the daemon serves its pages with (show/incident_page.py),
+    the series read from the run's telemetry.lp once for all of them."""
     graph = TopologyGraph.load(files.input / "topology.json") if files.input is not None else None
     schedule = None
+    events: list[dict[str, Any]] = []
     if files.input is not None and (files.input / "events.jsonl").is_file():
         events, _ = read_events(files.input / "events.jsonl")
         schedule = Schedule.from_events(events)
-    kind_of = (lambda e: graph.kind(e) if e in graph else None) if graph is not None else None
-    parent_of = (lambda e: graph.parent(e) if e in graph else None) if graph is not None else None
-    history: dict[str, list[dict[str, Any]]] = {}
-    for state in files.incidents:
-        history.setdefault(state["incident_id"], []).append(
-            {
-                "updated": state["updated"],
-                "status": state["status"],
-                "severity": state["severity"],
-                "root": state["root_cause"]["entity"],
-                "gpus_hit": state.get("gpus_hit", 0),
-            }
-        )
+    history = history_of(files.incidents)
     wanted: dict[tuple[str, str], tuple[float, float]] = {}
-    keys_of: dict[str, list[tuple[str, str]]] = {}
     for r in latest:
-        keys_of[r["incident_id"]] = key_series(r, SERIES_ASKED, kind_of, parent_of)
-        for key in keys_of[r["incident_id"]]:
-            a, b = window_of(r)
+        a, b = window_of(r)
+        for key in series_keys(r, graph):
             old = wanted.get(key)
             wanted[key] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
     telemetry = files.input / "telemetry.lp" if files.input is not None else None
     series = from_telemetry(telemetry, wanted) if telemetry is not None and telemetry.is_file() else {}
+    sources = PageSources(
+        graph=graph,
+        schedule=schedule,
+        series=RecordedSeries(series) if series else None,
+        series_name="telemetry.lp",
+        look=PageLook(index_href="../index.html", incident_href=lambda i: f"{quote(i, safe='')}.html"),
+    )
     (out / "incidents").mkdir(parents=True, exist_ok=True)
     pages = {}
     for n, r in enumerate(latest):
-        root = str(r["root_cause"]["entity"])
-        picture = (
-            neighbourhood(graph, root, r.get("affected", []))
-            if graph is not None
-            else Picture([("root", [root])], root=root)
-        )
-        start, end = window_of(r)
-        mine = {k: [(t, v) for t, v in series.get(k, []) if start <= t <= end] for k in keys_of[r["incident_id"]]}
-        html = render_incident(
-            r,
-            picture,
-            mine,
-            history.get(r["incident_id"], []),
-            job_gpus=r.get("job_gpus"),
-            blast=blast_radius(r, graph, schedule) if graph is not None and schedule is not None else None,
-            plans=[asdict(p) for p in (files.plans or {}).get(r["incident_id"], [])],
-            audit=f"the run's {AUDIT_LOG}" if files.plans is not None else None,
-            index_href="../index.html",
-            series_source="telemetry.lp" if series else "no telemetry at hand",
+        facts = PageFacts(
+            history=history.get(r["incident_id"], []),
+            plans=None if files.plans is None else [asdict(p) for p in files.plans.get(r["incident_id"], [])],
+            audit=f"the run's {AUDIT_LOG}",
+            earlier=[e for e in latest if float(e["opened"]) < float(r["opened"])],
+            events=events,
+            predictions=files.predictions,
         )
         name = f"incidents/{r['incident_id']}.html"
-        (out / name).write_text(html)
+        (out / name).write_text(incident_page(r, sources, facts))
         pages[r["incident_id"]] = name
         if progress is not None:
             progress(n + 1)

@@ -105,7 +105,7 @@ def run_cluster_demo(
                 pipeline.feed(data)
             new_predictions, changes = pipeline.take()
             predictions += new_predictions
-            states += [json.loads(state) for _, state in changes]
+            states += [r.to_dict() for r in changes]
             # drawing costs more than a tick: a few frames a second
             if live is not None and (data == _DONE or time.perf_counter() - drawn >= 0.2):
                 live.update(_view(pipeline, predictions, started, gen.workload.t0), refresh=True)

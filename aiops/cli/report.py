@@ -17,6 +17,11 @@ def add_parsers(sub: Any) -> None:
         "--input", metavar="DIR", help="the run's input (topology.json, telemetry.lp); default: beside the truth"
     )
     p.add_argument("--out", metavar="DIR", required=True, help="where index.html and the rest go")
+    p.add_argument(
+        "--serve",
+        metavar="[HOST:]PORT",
+        help="then serve the pages over HTTP until interrupted (a head node has no desktop); host default 127.0.0.1",
+    )
     p.set_defaults(handler=cmd_report)
 
 
@@ -44,6 +49,31 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"{Path(args.out) / 'index.html'}: {done['incidents']} incidents, {done['faults']} faults, "
         f"{done['pages']} incident pages, {len(done['pngs'])} pictures"
     )
+    if args.serve:
+        return _serve(Path(args.out), args.serve)
+    return 0
+
+
+def _serve(folder: Path, address: str) -> int:
+    import time
+
+    from aiops.cli.common import CliError, stop_on_signals
+    from show.serve import parse_address, serve_folder
+
+    try:
+        host, port = parse_address(address)
+        server = serve_folder(folder, host, port)
+    except (OSError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    shown_host = f"[{host}]" if ":" in host else host
+    print(f"serving {folder} on http://{shown_host}:{server.server_address[1]}/index.html (Ctrl-C to stop)", flush=True)
+    stopping = stop_on_signals()  # SIGINT or SIGTERM: stop serving, exit 0
+    try:
+        while not stopping():
+            time.sleep(0.2)
+    finally:
+        server.shutdown()
+        server.server_close()
     return 0
 
 

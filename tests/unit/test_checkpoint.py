@@ -293,12 +293,12 @@ def test_a_restored_pipeline_carries_on_as_if_it_had_never_stopped(tmp_path: Pat
         out = []
         for chunk in part:
             p.feed(chunk)
-            out += [state for _, state in p.take()[1]]
+            out += [r.to_json() for r in p.take()[1]]
         return out
 
     whole = fresh("whole")
     expected = run(whole, chunks)
-    expected += [s for _, s in (whole.finish(), whole.take())[1][1]]
+    expected += [r.to_json() for r in (whole.finish(), whole.take())[1][1]]
 
     first = fresh()
     half = len(chunks) // 2
@@ -310,7 +310,7 @@ def test_a_restored_pipeline_carries_on_as_if_it_had_never_stopped(tmp_path: Pat
     second = fresh()
     second.restore(loaded.state)
     got += run(second, chunks[half:])
-    got += [s for _, s in (second.finish(), second.take())[1][1]]
+    got += [r.to_json() for r in (second.finish(), second.take())[1][1]]
     assert expected and got == expected
     assert whole.notifier is not None and second.notifier is not None
     notified = [key for key, _, _ in whole.notifier.outbox.rows()]

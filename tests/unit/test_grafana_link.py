@@ -19,7 +19,14 @@ OPENED = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def _link(incident_id: str) -> str:
-    record = {"incident_id": incident_id, "opened": OPENED, "updated": OPENED + 60, "status": "open"}
+    record = {
+        "incident_id": incident_id,
+        "opened": OPENED,
+        "updated": OPENED + 60,
+        "status": "open",
+        "severity": "major",
+        "root_cause": {"entity": "n1-gpu0", "kind": "gpu_xid", "confidence": 1.0},
+    }
     note = IncidentNote.from_record(record, public_url="https://aiops.example", grafana_url="https://grafana.example/")
     return dict(note.links)["Grafana"]
 

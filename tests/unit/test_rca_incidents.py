@@ -198,7 +198,7 @@ def test_prediction_opens_a_warning_that_becomes_the_failures_incident(engine: I
     warning = only(engine.process(T, [], [prediction(T)]))
     assert (warning.status, warning.severity) == ("warning", "warning")
     assert (warning.root.entity, warning.root.kind) == (GPU, "gpu_hbm_ecc")
-    record = warning.record()
+    record = warning.record().to_dict()
     assert record["root_cause"]["confidence"] == 0.83 and record["resolved"] is None
     assert engine.process(T + TICK, []) == []
     failure_at = T + 2 * 3600
@@ -206,7 +206,7 @@ def test_prediction_opens_a_warning_that_becomes_the_failures_incident(engine: I
     assert incident.incident_id == warning.incident_id
     assert (incident.status, incident.warned, incident.opened) == ("open", T, failure_at)
     assert (incident.root.entity, incident.root.kind, incident.severity) == (GPU, "gpu_hbm_ecc", "critical")
-    assert incident.record()["root_cause"]["confidence"] == 1.0
+    assert incident.record().to_dict()["root_cause"]["confidence"] == 1.0
     assert engine.stats.opened == 1 and engine.stats.warnings == 1
 
 
@@ -218,10 +218,10 @@ def test_a_warning_said_again_surer_carries_the_higher_probability(engine: Incid
     warning = only(engine.process(T, [], [prediction(T)]))
     surer = replace(prediction(T + TICK), probability=0.97, update=True)
     again = only(engine.process(T + TICK, [], [surer]))
-    assert again is warning and again.record()["root_cause"]["confidence"] == 0.97
+    assert again is warning and again.record().to_dict()["root_cause"]["confidence"] == 0.97
     assert again.updated == T + TICK and again.status == "warning"
     assert engine.process(T + 2 * TICK, [], [replace(prediction(T + 2 * TICK), probability=0.9, update=True)]) == []
-    assert warning.record()["root_cause"]["confidence"] == 0.97 and engine.stats.warnings == 1
+    assert warning.record().to_dict()["root_cause"]["confidence"] == 0.97 and engine.stats.warnings == 1
 
 
 def test_a_warning_without_failure_ends_at_its_horizon(engine: IncidentEngine) -> None:
@@ -447,7 +447,7 @@ def test_incident_json_has_every_design_field(graph: TopologyGraph) -> None:
 
 def test_evidence_is_capped_but_counted(engine: IncidentEngine) -> None:
     incident = only(engine.process(T, leaf_down(T)))
-    body = incident.record()
+    body = incident.record().to_dict()
     assert len(body["evidence"]) == 12 and body["evidence_count"] == 32
     assert body["affected_count"] == 33
 

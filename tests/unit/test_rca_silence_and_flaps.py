@@ -81,14 +81,14 @@ def test_a_gpu_that_stops_reporting_stays_open_with_no_data_since_and_resolves_w
     t = T + TICK
     while t < returns:
         engine.process(t, [gone(t, T), went(t, T)] if t == T + 2 * TICK else [])
-        record = incident.record()
+        record = incident.record().to_dict()
         assert record["status"] == "open" and record["resolved"] is None, t - T
         if t >= T + 2 * TICK:
             assert record["no_data_since"] == T and record["no_data_entities"] == [GPU]
         t += TICK
     # it reports again, and nothing is wrong with it: healthy after a quiet period of its samples
     changed = engine.process(t, [back(t, T)])
-    assert changed == [incident] and incident.record()["no_data_since"] is None
+    assert changed == [incident] and incident.record().to_dict()["no_data_since"] is None
     t += TICK
     while t < returns + QUIET_S:
         engine.process(t, [])
@@ -96,7 +96,7 @@ def test_a_gpu_that_stops_reporting_stays_open_with_no_data_since_and_resolves_w
         t += TICK
     changed = engine.process(t, [])
     assert changed == [incident] and (incident.status, incident.resolved) == ("resolved", returns + QUIET_S)
-    assert incident.record()["episodes"] == [{"opened": T, "resolved": returns + QUIET_S}]
+    assert incident.record().to_dict()["episodes"] == [{"opened": T, "resolved": returns + QUIET_S}]
 
 
 def test_silence_is_known_from_the_presence_record_alone(engine: IncidentEngine) -> None:
@@ -105,14 +105,14 @@ def test_silence_is_known_from_the_presence_record_alone(engine: IncidentEngine)
     incident = next(iter(engine.process(T, [xid79(T)])))
     for k in range(1, 200):  # 100 minutes
         engine.process(T + k * TICK, [went(T + k * TICK, T)] if k == 2 else [])
-    assert incident.status == "open" and incident.record()["no_data_since"] == T
+    assert incident.status == "open" and incident.record().to_dict()["no_data_since"] == T
     assert engine.stats.anomalies == 1  # a presence record is no anomaly
 
 
 def test_an_entity_silent_before_its_incident_opened_is_no_data_from_the_start(engine: IncidentEngine) -> None:
     engine.process(T, [went(T, T - 60)])
     incident = next(iter(engine.process(T + TICK, [xid79(T + TICK)])))
-    assert incident.record()["no_data_since"] == T - 60
+    assert incident.record().to_dict()["no_data_since"] == T - 60
 
 
 def test_a_person_closes_a_silent_incident(engine: IncidentEngine) -> None:
@@ -128,11 +128,11 @@ def test_back_but_not_well_stays_open_until_a_quiet_period_after_its_last_eviden
     incident = next(iter(engine.process(T, [xid79(T)])))
     engine.process(T + 2 * TICK, [gone(T + 2 * TICK, T), went(T + 2 * TICK, T)])
     engine.process(T + 3 * 3600, [])
-    assert incident.status == "open" and incident.record()["no_data_since"] == T
+    assert incident.status == "open" and incident.record().to_dict()["no_data_since"] == T
     returns = T + 4 * 3600
     hot = anomaly(returns, GPU, "DCGM_FI_DEV_GPU_TEMP", "peer:job", "gpu", 90.0, 62.0)
     engine.process(returns, [back(returns, T), hot])
-    assert incident.record()["no_data_since"] is None
+    assert incident.record().to_dict()["no_data_since"] is None
     engine.process(returns + 600, [anomaly(returns + 600, GPU, "DCGM_FI_DEV_GPU_TEMP", "peer:job", "gpu", 90.0, 62.0)])
     engine.process(returns + 600 + QUIET_S - TICK, [])
     assert incident.status == "open"
@@ -160,8 +160,8 @@ def test_the_data_path_tells_the_engine_which_gpus_report(job: str) -> None:
     latest: dict[str, dict[str, Any]] = {}
     for s in range(0, back + int(QUIET_S) + 300, int(TICK)):
         pipeline.detect.analyse(T0 + s, tick(s, lines(s)))  # type: ignore[union-attr]
-        for iid, raw in pipeline.take()[1]:
-            latest[iid] = json.loads(raw)
+        for record in pipeline.take()[1]:
+            latest[record.incident_id] = record.to_dict()
         if fell + QUIET_S <= s < back:
             (state,) = latest.values()
             assert state["status"] == "open" and state["no_data_since"] == T0 + fell, s
@@ -204,7 +204,7 @@ def test_the_reopened_incident_is_open_again_between_episodes(engine: IncidentEn
     assert first.status == "resolved"
     again = engine.process(T + 1800, [slow(T + 1800)])
     assert again == [first]
-    record = first.record()
+    record = first.record().to_dict()
     assert (record["status"], record["resolved"], record["opened"]) == ("open", None, T)
     assert record["episodes"] == [{"opened": T, "resolved": T + QUIET_S}, {"opened": T + 1800, "resolved": None}]
 
@@ -214,7 +214,7 @@ def test_a_recurrence_after_the_flap_window_is_a_new_incident(engine: IncidentEn
     engine.process(T + QUIET_S, [])
     later = T + QUIET_S + FLAP_WINDOW_S + 60
     (second,) = engine.process(later, [slow(later)])
-    assert second is not first and second.opened == later and len(second.record()["episodes"]) == 1
+    assert second is not first and second.opened == later and len(second.record().to_dict()["episodes"]) == 1
 
 
 def test_another_kind_on_the_same_root_is_a_new_incident(engine: IncidentEngine) -> None:
@@ -246,9 +246,9 @@ def test_silence_and_flap_memory_come_back_from_a_checkpoint(graph: TopologyGrap
     restored.attach(graph, engine.schedule)
     again = restored.process(T + 1800, [slow(T + 1800, "n00009-gpu1")])
     assert [i.incident_id for i in again] == [flapper.incident_id]
-    assert restored.open[GPU].record()["no_data_since"] == T
+    assert restored.open[GPU].record().to_dict()["no_data_since"] == T
     restored.process(T + 1830, [back(T + 1830, T)])
-    assert restored.open[GPU].record()["no_data_since"] is None
+    assert restored.open[GPU].record().to_dict()["no_data_since"] is None
 
 
 # ---------------------------------------------------------------------- how the evaluation counts episodes

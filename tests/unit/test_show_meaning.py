@@ -17,7 +17,7 @@ import pytest
 
 from rca.graph import TopologyGraph
 from show.blast import blast_radius
-from show.page import changes, list_order, render_incident, render_list
+from show.page import PageFacts, changes, list_order, render_incident, render_list
 from show.report import RunFiles, TruthMismatchError, check_truth, lead_times, timeline_svg
 from show.spark import metric_info, sparkline, state_legend, xid_meaning
 from show.topology_svg import MAX_PER_ROW, Picture, neighbourhood, to_svg
@@ -398,7 +398,7 @@ def test_the_page_shows_the_plans_with_decision_state_and_approver(graph: Topolo
             "event_time": T0 + 60,
         },
     ]
-    page = render_incident(record, Picture([("node", [node])], root=node), {}, plans=plans)
+    page = render_incident(record, Picture([("node", [node])], root=node), {}, PageFacts(plans=plans, audit="the audit log"))
     card = re.search(r'<div class="card" id="plans">(.*?)</div>', page, re.S)
     assert card is not None
     header = re.findall(r"<th>([^<]+)</th>", card.group(1))
@@ -431,13 +431,18 @@ def test_the_page_shows_the_plans_with_decision_state_and_approver(graph: Topolo
 
 def test_every_view_counts_a_prediction_from_the_same_lead() -> None:
     """The report counted from 10 minutes, `aiops eval` and the demo from 30: "2 of 2" vs "3 of 8"
-    for one run (issue 66). Failed before: the report's was 600 s."""
+    for one run (issue 66). Failed before: the report's was 600 s. Read from what each view does by
+    default, not from a name it keeps (issue 67: the rule has one name, in vocab/thresholds.py)."""
+    import inspect
+
     from detectors.predict import online
     from rca import evaluate
     from show import report
     from vocab.thresholds import MIN_USEFUL_LEAD_S
 
-    assert report.MIN_LEAD_S == evaluate.MIN_LEAD_S == online.MIN_LEAD_S == MIN_USEFUL_LEAD_S
+    views = (report.lead_times, evaluate.evaluate_run, evaluate.evaluate_paths, online.evaluate_predictions)
+    defaults = {f.__qualname__: inspect.signature(f).parameters["min_lead_s"].default for f in views}
+    assert defaults == dict.fromkeys(defaults, MIN_USEFUL_LEAD_S)
 
 
 def test_a_switch_ports_series_is_described_as_the_switch_ports() -> None:
