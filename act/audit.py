@@ -148,6 +148,37 @@ class Row:
     node: str | None = None
 
 
+def planned(
+    incident_id: str,
+    policy: str,
+    action: str,
+    target: str,
+    reason: str,
+    t: float,
+    *,
+    node: str | None,
+    decision: str = "execute",
+    detail: str = "",
+) -> Row:
+    """A new plan's row, before anything is done or approved: its id the digest of (incident,
+    policy, action, target), planned at event time `t`, acting in `node`. The one way a plan's row
+    is built (the planner's, act.remediation's), so a field added to Row is filled in one place."""
+    return Row(
+        plan_id(incident_id, policy, action, target),
+        incident_id,
+        policy,
+        action,
+        target,
+        reason,
+        decision,
+        "planned",
+        None,
+        detail,
+        t,
+        node=node,
+    )
+
+
 @dataclass(frozen=True)
 class RemediationRecord:
     """One node's way through act.remediation's state machine for one drain: the drain's
@@ -412,6 +443,7 @@ __all__ = [
     "RemediationRecord",
     "Row",
     "plan_id",
+    "planned",
     "plans_by_incident",
     "read_plans",
 ]

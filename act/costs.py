@@ -1,6 +1,6 @@
 """When acting on a prediction pays: the probability above which draining a node at its job's next
 checkpoint costs less, on average, than waiting for the failure, under the cost model of
-`aiops bench goodput` (benchmarks/goodput.py, docs/acting.md; stated, not measured). A
+`aiops bench goodput` (benchmarks/goodput/cost.py, docs/acting.md; stated, not measured). A
 prediction's probability is calibrated, so acting pays when p x saved > (1 - p) x wasted, i.e.
 p > wasted / (wasted + saved).
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from act.audit import AuditLog, Row, plan_id
+from act.audit import AuditLog, Row, plan_id, planned
 from act.costs import WARNING_HORIZON_S, checkpoint_drain_pays
 from act.policy import ActConfig, Policy
 from vocab.ids import entity_refusal, node_refusal, shown
@@ -115,19 +115,8 @@ class Planner:
             return None  # planned before (a repeated state, a restart): nothing twice
         decision, detail, page = self._decide(policy, state, target, node, root, t)
         execute = decision == "execute"
-        row = Row(
-            pid,
-            incident,
-            policy.name,
-            action.type,
-            target or root,
-            reason,
-            decision,
-            "planned",
-            None,
-            detail,
-            t,
-            node=node,
+        row = planned(
+            incident, policy.name, action.type, target or root, reason, t, node=node, decision=decision, detail=detail
         )
         self.audit.add(row)
         return Plan(row, execute, page)
@@ -151,20 +140,15 @@ class Planner:
         """The drain waits for the job's checkpoint (or, for a job over `max_job_gpus`, for a
         person); the node takes no new work from now on (the drain passed every check a cordon
         would: the breaker, approval, dry run)."""
-        pid = plan_id(drain.incident_id, drain.policy, "cordon", drain.target)
-        row = Row(
-            pid,
+        row = planned(
             drain.incident_id,
             drain.policy,
             "cordon",
             drain.target,
             drain.reason,  # the drain's own: Slurm's DRAIN reason, read back by both
-            "execute",
-            "planned",
-            None,
-            f"no new work until the drain ({drain.detail})",
             t,
             node=drain.node,
+            detail=f"no new work until the drain ({drain.detail})",
         )
         self.audit.add(row)
         return Plan(row, True)
@@ -298,9 +282,7 @@ class Planner:
             decision = "execute" if execute else "dry_run"
             reason = f"aiops {incident} resolved: {row.target} back in service"
             node = row.node if row.node is not None else row.target  # a row from before rows named their node
-            resume = Row(
-                pid, incident, row.policy, "resume", row.target, reason, decision, "planned", None, "", t, node=node
-            )
+            resume = planned(incident, row.policy, "resume", row.target, reason, t, node=node, decision=decision)
             self.audit.add(resume)
             plans.append(Plan(resume, execute))
         return plans

@@ -41,10 +41,10 @@ import math
 import shlex
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from act.audit import AuditLog, RemediationRecord, Row, plan_id
+from act.audit import AuditLog, RemediationRecord, Row, plan_id, planned
 from act.executors import Actor
 from act.policy import ActConfig
 from vocab.ids import InvalidIdError, check_node
@@ -240,25 +240,8 @@ class RemediationMachine:
             return []
         steps = []
         for job in sorted(self.jobs_on(rec.node, t)):
-            pid = plan_id(rec.incident_id, f"{rec.policy}:remediation", "requeue", job)
-            if self.audit.get(pid) is None:
-                row = Row(
-                    pid,
-                    rec.incident_id,
-                    f"{rec.policy}:remediation",
-                    "requeue",
-                    job,
-                    f"aiops {rec.incident_id}: {rec.node} drained",
-                    "execute",
-                    "planned",
-                    None,
-                    "",
-                    t,
-                    node=rec.node,
-                )
-                self.audit.add(row)
-                self.actor.run(row, t)
-            done = self.audit.get(pid)
+            row = self._planned(rec, "requeue", job, f"aiops {rec.incident_id}: {rec.node} drained", t)
+            done = self.audit.get(row.plan_id) or self._carry_out(row, t)
             steps.append({"at": t, "step": "requeue", "target": job, "result": done.state if done else "?"})
         return steps
 
@@ -290,23 +273,8 @@ class RemediationMachine:
                 or (self.spare_ready is not None and not self.spare_ready(spare))
             ):
                 continue
-            row = Row(
-                plan_id(rec.incident_id, policy, "resume", spare),
-                rec.incident_id,
-                policy,
-                "resume",
-                spare,
-                f"aiops {rec.incident_id}: {mine}",
-                "execute",
-                "planned",
-                None,
-                "",
-                t,
-                node=spare,
-            )
-            self.audit.add(row)
-            self.actor.run(row, t)
-            done = self.audit.get(row.plan_id)
+            reason = f"aiops {rec.incident_id}: {mine}"
+            done = self._carry_out(planned(rec.incident_id, policy, "resume", spare, reason, t, node=spare), t)
             steps.append({"at": t, "step": "spare", "target": spare, "result": done.state if done else "?"})
             if done is not None and done.state == "done":
                 return steps
@@ -327,6 +295,18 @@ class RemediationMachine:
                 self._move(rec, rec.state, rec.next_at, step={"at": t, "step": "job_running", "target": job})
                 rec = self.audit.remediation_get(rec.node, rec.incident_id, rec.policy) or rec
 
+    def _planned(self, rec: Record, action: str, target: str, reason: str, t: float) -> Row:
+        """A step of the node's way back (a requeue, a rung, a check, a ticket) as a plan of its
+        own, under the drain's incident and `<policy>:remediation`."""
+        return planned(rec.incident_id, f"{rec.policy}:remediation", action, target, reason, t, node=rec.node)
+
+    def _carry_out(self, row: Row, t: float) -> Row | None:
+        """A plan logged and run at once (executing is committed before the command runs): its
+        row as it ended (done, failed, held; executing if a kill cut it short)."""
+        self.audit.add(row)
+        self.actor.run(row, t)
+        return self.audit.get(row.plan_id)
+
     def _ladder(self, kind: str) -> tuple[str, ...]:
         return tuple(self.settings.ladders.get(kind, LADDERS.get(kind, DEFAULT_LADDER)))
 
@@ -346,27 +326,10 @@ class RemediationMachine:
             return
         action = ladder[rec.rung]
         target = rec.root if action == "reset_gpu" and rec.root else rec.node
-        pid = plan_id(rec.incident_id, f"{rec.policy}:remediation", action, target)
-        row = self.audit.get(pid)
-        if row is None:
-            row = Row(
-                pid,
-                rec.incident_id,
-                f"{rec.policy}:remediation",
-                action,
-                target,
-                f"aiops {rec.incident_id}: {rec.kind} on {rec.root}: {action} (rung {rec.rung + 1} of {len(ladder)})",
-                "execute",
-                "planned",
-                None,
-                "",
-                t,
-                node=rec.node,
-            )
-            self.audit.add(row)
-            self.actor.run(row, t)  # executing is committed before the command runs
-            row = self.audit.get(pid)
-            assert row is not None
+        reason = f"aiops {rec.incident_id}: {rec.kind} on {rec.root}: {action} (rung {rec.rung + 1} of {len(ladder)})"
+        plan = self._planned(rec, action, target, reason, t)
+        row = self.audit.get(plan.plan_id) or self._carry_out(plan, t)
+        assert row is not None
         if row.state in ("planned", "executing"):
             return  # a restart settles it first (act.executors.Actor.settle)
         step = {"at": t, "step": action, "target": target, "result": row.state, "detail": row.detail[-300:]}
@@ -381,21 +344,8 @@ class RemediationMachine:
         row = self.audit.get(pid)
         if row is None or row.state in ("planned", "executing"):  # a check changes nothing: run again
             if row is None:
-                row = Row(
-                    pid,
-                    rec.incident_id,
-                    f"{rec.policy}:remediation",
-                    "check",
-                    f"{rec.node}@{rec.rung}",
-                    f"aiops {rec.incident_id}: health check of {rec.node}",
-                    "execute",
-                    "planned",
-                    None,
-                    "",
-                    t,
-                    node=rec.node,
-                )
-                self.audit.add(row)
+                reason = f"aiops {rec.incident_id}: health check of {rec.node}"
+                self.audit.add(self._planned(rec, "check", f"{rec.node}@{rec.rung}", reason, t))
             self.audit.move(pid, "executing", at=t)
             passed, outputs = self._run_checks(rec.node)
             self.audit.move(pid, "done" if passed else "failed", "\n".join(outputs)[-2000:])
@@ -425,29 +375,14 @@ class RemediationMachine:
         return passed, outputs
 
     def _return(self, rec: Record, t: float, step: dict[str, Any]) -> None:
-        pid = plan_id(rec.incident_id, rec.policy, "resume", rec.node)
-        row = self.audit.get(pid)
+        # the plan id the planner's own resume would have: the incident resolving does not resume it twice
+        row = self.audit.get(plan_id(rec.incident_id, rec.policy, "resume", rec.node))
         if row is None:
             why = "healthy (every check passed)"
             if rec.source == "prediction" and rec.rung <= 0:
                 why += "; the prediction stays open as a watch"
-            row = Row(
-                pid,
-                rec.incident_id,
-                rec.policy,
-                "resume",
-                rec.node,
-                f"aiops {rec.incident_id}: {rec.node} {why}",
-                "execute",
-                "planned",
-                None,
-                "",
-                t,
-                node=rec.node,
-            )
-            self.audit.add(row)
-            self.actor.run(row, t)
-            row = self.audit.get(pid)
+            reason = f"aiops {rec.incident_id}: {rec.node} {why}"
+            row = self._carry_out(planned(rec.incident_id, rec.policy, "resume", rec.node, reason, t, node=rec.node), t)
             assert row is not None
         if row.state == "done":
             self._move(rec, "returned", t, step=step, closed=True)
@@ -463,27 +398,14 @@ class RemediationMachine:
             if "step" in h
         )
         self._move(rec, "escalated", t, step=step, closed=True, note=why)
-        ticket = plan_id(rec.incident_id, f"{rec.policy}:remediation", "ticket", rec.node)
-        if self.audit.get(ticket) is None:
-            row = Row(
-                ticket,
-                rec.incident_id,
-                f"{rec.policy}:remediation",
-                "ticket",
-                rec.node,
-                f"aiops {rec.incident_id}: {rec.kind} on {rec.root}: {why}; tried: {tried or 'nothing'}",
-                "execute",
-                "planned",
-                None,
-                "",
-                t,
-                node=rec.node,
-            )
-            self.audit.add(row)
+        reason = f"aiops {rec.incident_id}: {rec.kind} on {rec.root}: {why}; tried: {tried or 'nothing'}"
+        ticket = self._planned(rec, "ticket", rec.node, reason, t)
+        if self.audit.get(ticket.plan_id) is None:
             if "ticket" in self.actor.executors:
-                self.actor.run(row, t)
+                self._carry_out(ticket, t)
             else:
-                self.audit.move(ticket, "held", "no ticket executor: paged instead")
+                self.audit.add(ticket)
+                self.audit.move(ticket.plan_id, "held", "no ticket executor: paged instead")
         self.page(f"{rec.node} for {rec.incident_id} needs a person: {why}; tried: {tried or 'nothing'}")
 
     def _move(
@@ -504,20 +426,14 @@ class RemediationMachine:
         history = (*rec.history, *({"state": rec.state, **s} for s in steps))
         history = (*history, {"state": state, **entry}) if entry or state != rec.state else history
         self.audit.remediation_put(
-            Record(
-                rec.node,
-                rec.incident_id,
-                rec.kind,
-                rec.root,
-                rec.source,
-                rec.policy,
-                state,
-                rec.rung if rung is None else rung,
-                math.inf if closed else next_at,
-                rec.opened_at,
-                drained_at if drained_at is not None else rec.drained_at,
-                next_at if closed else None,
-                history,
+            replace(
+                rec,
+                state=state,
+                rung=rec.rung if rung is None else rung,
+                next_at=math.inf if closed else next_at,
+                drained_at=drained_at if drained_at is not None else rec.drained_at,
+                closed_at=next_at if closed else None,
+                history=history,
             )
         )
 

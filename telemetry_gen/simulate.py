@@ -66,7 +66,38 @@ FM_IN_PROGRESS, FM_SUCCESS, FM_FAILURE = 2.0, 3.0, 4.0  # dcgmFabricManagerStatu
 IB_WIDTH, IB_LANE_GBPS = 4.0, 100.0  # a drained node reboots once, mid-window, and is silent meanwhile
 
 _F = NDArray[np.float64]
+_B = NDArray[np.bool_]
 _GPU_BLANKABLE = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWork:
+    """What each GPU does this tick, as the schedule and the faults say: all that either GPU model
+    reads (ClusterSim._plain_gpus, or ClusterSim._capped_gpus at the recorded H200's power cap)."""
+
+    job: NDArray[np.int64]  # its job's index (-1: none)
+    busy: NDArray[np.bool_]  # a job holds it
+    ckpt: NDArray[np.bool_]  # its job is writing a checkpoint
+    stalled: NDArray[np.bool_]  # its job is stalled (a hung collective)
+    working: NDArray[np.bool_]  # busy, neither checkpointing nor stalled
+    # its job's pace where working, else 0: the straggler moves at it because its clock is low, its
+    # peers because they wait for it (so their power drops too; only the straggler's clock gives it away)
+    own: _F
+    intensity: _F  # its job's (0 without one)
+    inlet: _F  # the air at its node's inlet (°C)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReadings:
+    """What a GPU model makes of a tick's GpuWork: what its frame shows and its node's meter sees."""
+
+    temp: _F
+    power: _F  # the 1-s sample a scrape reads
+    sustained: _F  # the state over the interval: what heats the die and what the node's meter sees
+    clock: _F
+    util: _F
+    reasons: NDArray[np.int64]
+    tensor: _F  # the tensor pipe's activity (0-1)
 
 
 @dataclass(slots=True)
@@ -195,44 +226,16 @@ class ClusterSim:
         in_ckpt = np.append(checkpoint, False)
 
         # --- GPUs
-        g = t.count("gpu")
         busy = gpu_job >= 0
         ckpt = busy & in_ckpt[gpu_job]
         stalled = busy & job_stalled[gpu_job]
         working = busy & ~ckpt & ~stalled
-        pace = job_pace[gpu_job]
-        # Everyone moves at the job's pace: the straggler because its clock is low, its peers because
-        # they wait for it (so their power drops too; only the straggler's clock gives it away).
-        own = np.where(working, pace, 0.0)
+        own = np.where(working, job_pace[gpu_job], 0.0)
         inlet = self._inlet(now, e)
         gpu_inlet = inlet[t.node_rack[t.gpu_node]] + self.noise.node_inlet_offset[t.gpu_node]
-        if self.cap is not None:  # realism: the GPU as the recorded H200 behaves (telemetry_gen/powercap.py)
-            temp, power, sustained, clock, util, reasons, membound = self._capped_gpus(
-                now, e, gpu_job, busy, ckpt, stalled, working, own, intensity, gpu_inlet
-            )
-            tensor_scale = np.where(membound, MEMBOUND_TENSOR, 1.0)
-        else:
-            load = np.where(working, intensity[gpu_job] * (0.35 + 0.65 * own), 0.0)
-            power = IDLE_W + (PEAK_W - IDLE_W) * load + np.where(ckpt, 25.0, 0.0) + np.where(stalled, 40.0, 0.0)
-            power = np.minimum(power * self.noise.power_factor, e.gpu_power_cap) + rng.normal(0, 4.0, g)
-            sustained = power
-            target = gpu_inlet + THERMAL_R * power + self.gpu_offset + e.gpu_heat
-            self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
-            temp = self.gpu_temp + rng.normal(0, 0.3, g)
-            thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
-            reasons = e.gpu_reasons.copy()
-            reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
-            reasons |= np.where(busy, 0, GPU_IDLE)
-            clock = np.where(busy, 1980.0 * e.gpu_clock * thermal * np.minimum(self.noise.clock_factor, 1.0), 345.0)
-            clock = np.where(ckpt, 1755.0 * e.gpu_clock * thermal, clock) + rng.normal(
-                0, 4.0, g
-            )  # slow parts stay slow
-            util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
-            tensor_scale = np.ones(g)
-        tensor = np.where(
-            working, np.clip(0.62 * intensity[gpu_job] * own * tensor_scale + rng.normal(0, 0.01, g), 0, 1), 0.0
-        )
-        fb = np.where(busy, self.gpu_fb, 480.0)
+        work = GpuWork(gpu_job, busy, ckpt, stalled, working, own, intensity[gpu_job], gpu_inlet)
+        # above the clean realism level, the GPU as the recorded H200 behaves at its power cap (powercap.py)
+        gpus = self._capped_gpus(now, e, work) if self.cap is not None else self._plain_gpus(e, work)
         c = self.gpu_counters
         c["sbe"] += rng.poisson(e.gpu_sbe_rate * dt)
         c["remap"] += rng.poisson(e.gpu_remap_rate * dt) + e.gpu_remap_now
@@ -275,8 +278,8 @@ class ClusterSim:
         # --- nodes, PSUs, cooling
         node_power = np.zeros(nodes)
         # the node's meter samples at its own instant: it sees the GPUs' state, not their 1-s dips
-        np.add.at(node_power, t.gpu_node, sustained)
-        self.gpu_energy_mj += sustained * dt * 1000.0  # what the die burnt over the interval, not a 1-s sample
+        np.add.at(node_power, t.gpu_node, gpus.sustained)
+        self.gpu_energy_mj += gpus.sustained * dt * 1000.0  # what the die burnt over the interval, not a 1-s sample
         node_busy = running & ~in_ckpt[node_job]
         node_power += 900.0 + np.where(node_busy, 250.0, 0.0) + rng.normal(0, 20.0, nodes)
         node_inlet = inlet[t.node_rack] + self.noise.node_inlet_offset + rng.normal(0, 0.15, nodes)
@@ -295,9 +298,7 @@ class ClusterSim:
         silent_node = reboot | (rng.random(nodes) < MISSING_SAMPLE_P)  # a missed scrape, or a reboot
         ts = round(now * 1e9)
         frames = [
-            self._gpu_frame(
-                ts, temp, power, clock, util, tensor, fb, reasons, e, gpu_job, silent_node, fabric_starting
-            ),
+            self._gpu_frame(ts, gpus, work, e, silent_node, fabric_starting),
             self._frame(
                 "nvswitch",
                 ts,
@@ -381,39 +382,45 @@ class ClusterSim:
 
     # ------------------------------------------------------------------ parts
 
-    def _capped_gpus(
-        self,
-        now: float,
-        e: Effects,
-        gpu_job: NDArray[np.int64],
-        busy: NDArray[np.bool_],
-        ckpt: NDArray[np.bool_],
-        stalled: NDArray[np.bool_],
-        working: NDArray[np.bool_],
-        own: NDArray[np.float64],
-        intensity: NDArray[np.float64],
-        gpu_inlet: NDArray[np.float64],
-    ) -> tuple[_F, _F, _F, _F, _F, NDArray[np.int64], NDArray[np.bool_]]:
-        """Temperature, power (the 1-s sample a scrape reads), sustained power (the state over the
-        interval: what heats the die and what the node's meter sees), SM clock, utilisation,
-        clock event reasons and the memory-bound mask, for GPUs that behave like the recorded H200
-        (telemetry_gen/powercap.py; the figures and their phases are there)."""
+    def _plain_gpus(self, e: Effects, work: GpuWork) -> GpuReadings:
+        """GPUs at the `clean` realism level: power in proportion to the work, no cap held."""
+        rng, dt, g = self.rng, self.dt, len(work.job)
+        busy, ckpt, stalled, working = work.busy, work.ckpt, work.stalled, work.working
+        load = np.where(working, work.intensity * (0.35 + 0.65 * work.own), 0.0)
+        power = IDLE_W + (PEAK_W - IDLE_W) * load + np.where(ckpt, 25.0, 0.0) + np.where(stalled, 40.0, 0.0)
+        power = np.minimum(power * self.noise.power_factor, e.gpu_power_cap) + rng.normal(0, 4.0, g)
+        target = work.inlet + THERMAL_R * power + self.gpu_offset + e.gpu_heat
+        self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
+        temp = self.gpu_temp + rng.normal(0, 0.3, g)
+        thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
+        reasons = e.gpu_reasons.copy()
+        reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
+        reasons |= np.where(busy, 0, GPU_IDLE)
+        clock = np.where(busy, 1980.0 * e.gpu_clock * thermal * np.minimum(self.noise.clock_factor, 1.0), 345.0)
+        clock = np.where(ckpt, 1755.0 * e.gpu_clock * thermal, clock) + rng.normal(0, 4.0, g)  # slow parts stay slow
+        util = np.where(working | stalled, 96.0 + rng.normal(0, 1.5, g), np.where(ckpt, 4.0, 0.0))
+        return GpuReadings(temp, power, power, clock, util, reasons, self._tensor(work, np.ones(g)))
+
+    def _capped_gpus(self, now: float, e: Effects, work: GpuWork) -> GpuReadings:
+        """GPUs that behave like the recorded H200 (telemetry_gen/powercap.py; the figures and their
+        phases are there)."""
         assert self.cap is not None
-        cap, rng, dt, g = self.cap, self.rng, self.dt, len(gpu_job)
+        cap, rng, dt, g = self.cap, self.rng, self.dt, len(work.job)
+        gpu_job, busy, ckpt, stalled, working = work.job, work.busy, work.ckpt, work.stalled, work.working
         pf = self.noise.power_factor
         jobs = len(self.w.jobs)
         membound = cap.membound(jobs)[gpu_job] & busy
         limit = np.minimum(POWER_LIMIT_W, e.gpu_power_cap)  # a power brake lowers the enforced limit
         computing = working | ckpt  # the state either side of a checkpoint's boundary
-        load = 0.35 + 0.65 * np.where(working, own, 1.0)
-        p_busy, c_busy, capped = cap.busy(computing, membound, intensity[gpu_job], load, pf, limit, e.gpu_clock)
+        load = 0.35 + 0.65 * np.where(working, work.own, 1.0)
+        p_busy, c_busy, capped = cap.busy(computing, membound, work.intensity, load, pf, limit, e.gpu_clock)
         p_busy = np.where(capped, p_busy, p_busy + rng.normal(0, 2.0, g))  # membound: 585-592 W
         # the idle states: a context and no kernels (a checkpoint's wait; a hung collective spins
         # a kernel, so it draws a little more), or no context at all
         idle_w = np.where(ckpt, CONTEXT_IDLE_W, np.where(stalled, CONTEXT_IDLE_W + 40.0, NO_CONTEXT_W))
         idle_w = np.minimum(idle_w * pf, limit) + rng.normal(0, 0.3, g)
         sustained = np.where(working, p_busy, idle_w)
-        target = gpu_inlet + THERMAL_R * sustained + self.gpu_offset + e.gpu_heat
+        target = work.inlet + THERMAL_R * sustained + self.gpu_offset + e.gpu_heat
         self.gpu_temp += (target - self.gpu_temp) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
         temp = self.gpu_temp + rng.normal(0, 0.3, g)
         thermal = np.clip(1.0 - 0.06 * (temp - 87.0), 0.45, 1.0)
@@ -441,7 +448,14 @@ class ClusterSim:
         reasons |= np.where(temp > 87.0, SW_THERMAL, 0) | np.where(temp > 92.0, HW_THERMAL, 0)
         reasons |= np.where(busy, 0, GPU_IDLE)
         reasons |= np.where((capped & working) | (edge & capped), SW_POWER_CAP, 0)
-        return temp, power, sustained, clock, util, reasons, membound
+        tensor = self._tensor(work, np.where(membound, MEMBOUND_TENSOR, 1.0))
+        return GpuReadings(temp, power, sustained, clock, util, reasons, tensor)
+
+    def _tensor(self, work: GpuWork, scale: _F) -> _F:
+        """The tensor pipe's activity, `scale` of a compute-bound job's (drawn after the GPU model's
+        own draws, as both models end)."""
+        noise = self.rng.normal(0, 0.01, len(work.job))
+        return np.where(work.working, np.clip(0.62 * work.intensity * work.own * scale + noise, 0, 1), 0.0)
 
     def _inlet(self, now: float, e: Effects) -> NDArray[np.float64]:
         """Per rack: diurnal ambient (coolest at 06:00) plus the rack's cooling."""
@@ -538,31 +552,19 @@ class ClusterSim:
         return [switch, ports]
 
     def _gpu_frame(
-        self,
-        ts: int,
-        temp: NDArray[np.float64],
-        power: NDArray[np.float64],
-        clock: NDArray[np.float64],
-        util: NDArray[np.float64],
-        tensor: NDArray[np.float64],
-        fb: NDArray[np.float64],
-        reasons: NDArray[np.int64],
-        e: Effects,
-        gpu_job: NDArray[np.int64],
-        silent_node: NDArray[np.bool_],
-        fabric_starting: NDArray[np.bool_],
+        self, ts: int, gpus: GpuReadings, work: GpuWork, e: Effects, silent_node: _B, fabric_starting: _B
     ) -> Frame:
-        t, c, g = self.t, self.gpu_counters, len(temp)
+        t, c, g, gpu_job = self.t, self.gpu_counters, len(gpus.temp), work.job
         values: dict[str, NDArray[np.float64]] = {
-            "DCGM_FI_DEV_GPU_TEMP": temp,
-            "DCGM_FI_DEV_MEMORY_TEMP": temp + 3.5 + 0.3 * self.gpu_offset,
-            "DCGM_FI_DEV_POWER_USAGE": power,
+            "DCGM_FI_DEV_GPU_TEMP": gpus.temp,
+            "DCGM_FI_DEV_MEMORY_TEMP": gpus.temp + 3.5 + 0.3 * self.gpu_offset,
+            "DCGM_FI_DEV_POWER_USAGE": gpus.power,
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": np.floor(self.gpu_energy_mj),
-            "DCGM_FI_DEV_SM_CLOCK": clock,
+            "DCGM_FI_DEV_SM_CLOCK": gpus.clock,
             "DCGM_FI_DEV_MEM_CLOCK": np.full(g, 2619.0),
-            "DCGM_FI_DEV_GPU_UTIL": np.clip(util, 0, 100),
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": tensor,
-            "DCGM_FI_DEV_FB_USED": fb,
+            "DCGM_FI_DEV_GPU_UTIL": np.clip(gpus.util, 0, 100),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": gpus.tensor,
+            "DCGM_FI_DEV_FB_USED": np.where(work.busy, self.gpu_fb, 480.0),
             "DCGM_FI_DEV_XID_ERRORS": e.gpu_xid,
             "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": c["sbe"],
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": c["dbe"],
@@ -584,7 +586,7 @@ class ClusterSim:
                 e.gpu_fabric_failed, FM_FAILURE, np.where(fabric_starting[t.gpu_node], FM_IN_PROGRESS, FM_SUCCESS)
             ),
             "nvlink_links_up": NVLINKS - e.gpu_nvlinks_down,
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": reasons.astype(np.float64),
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": gpus.reasons.astype(np.float64),
         }
         frame = self._frame(
             "gpu",
@@ -659,7 +661,7 @@ def _static_tags(t: Topology) -> dict[str, dict[str, NDArray[np.object_]]]:
             "rail": arr([str(r) for r in t.nic_rail.tolist()]),
         },
         "optic": {
-            "optic": arr([f"{n}-optic" for n in nics]),
+            "optic": arr(t.ids["optic"]),
             "nic": arr(nics),
             "node": arr([node_ids[i] for i in t.nic_node.tolist()]),
         },

@@ -15,7 +15,6 @@ a row at 0.9" waits for a third. Found: two of the last three rounds keep recall
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 from collections import deque
 from importlib.machinery import SourceFileLoader
@@ -39,7 +38,9 @@ WINDOW = {"n": 2}  # rounds looked back over, the current one included
 
 
 class KOfN(OnlinePredictor):
-    """OnlinePredictor.score with `persist_rounds` counted over the last WINDOW["n"] rounds."""
+    """OnlinePredictor with `persist_rounds` counted over the last WINDOW["n"] rounds: the
+    product's scoring round (OnlinePredictor.score), told each entity's rounds above its threshold
+    within the window where it counts the rounds in a row."""
 
     def score(
         self,
@@ -52,9 +53,9 @@ class KOfN(OnlinePredictor):
         blocked: frozenset[str] = frozenset(),
     ) -> list[Prediction]:
         history: dict[str, dict[str, deque[bool]]] = self.__dict__.setdefault("_history", {})
-        threshold = self.threshold_for(which)
+        # which entities OnlinePredictor.score finds above their threshold this round
         soon = ~(ttf > self.emit_within_s) & ~(ttf < MIN_EMIT_LEAD_S)
-        above = (p >= threshold) & soon
+        above = (p >= self.threshold_for(which)) & soon
         rounds = history.setdefault(kind, {})
         for i, entity in enumerate(map(str, ids.tolist())):
             if above[i] or entity in rounds:
@@ -62,20 +63,10 @@ class KOfN(OnlinePredictor):
                 seen.append(bool(above[i]))
                 if not any(seen):
                     del rounds[entity]
-        out = []
-        for i in np.flatnonzero(above).tolist():
-            entity = str(ids[i])
-            if sum(rounds[entity]) < self.persist_rounds or entity in blocked:
-                continue
-            update = entity in self._episode
-            if update and float(p[i]) < self._said.get(entity, math.inf) + self.raise_by:
-                continue
-            if not update:
-                self._episode[entity] = (t, math.inf)
-            self._said[entity] = float(p[i])
-            out.append(Prediction(entity, t, str(which[i]), float(p[i]), self.model.horizon_s, None, "", update=update))
-        self._end_episodes(t, ids, p < threshold / 2)
-        return out
+        # its streak of an entity above is the one before plus this round: the rounds above in
+        # the window, this one included
+        self._streak[kind] = {e: sum(rounds[e]) - 1 for e in map(str, ids[above].tolist())}
+        return super().score(t, kind, ids, p, which, ttf, blocked)
 
 
 def main() -> None:
