@@ -154,6 +154,7 @@ def webhook_body(note: Notification) -> dict[str, Any]:
                 "state": u(n.state),
                 "no_data_since": n.no_data_since,
                 "episode": n.episode,
+                "grown_from": n.grown_from,  # said again: its GPUs hit grew from this (notify/router.py grew)
                 "severity": u(n.severity),
                 "kind": u(n.kind),
                 "root": u(n.root),

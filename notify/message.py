@@ -49,6 +49,7 @@ class IncidentNote:
     state: str = ""  # the record's state (vocab/incident_record.py: open, no data, warning, resolved)
     state_words: str = ""  # the record's state as the page and the list say it
     plans: tuple[str, ...] = ()  # its plans in the audit log (vocab/incident_record.py plan_line)
+    grown_from: int | None = None  # said again because its GPUs hit grew from this (notify/router.py)
 
     @classmethod
     def from_record(
@@ -109,6 +110,8 @@ class IncidentNote:
             state += f"REOPENED (episode {self.episode}) "
         if self.no_data_since is not None:  # not resolved: nothing heard from it
             state += f"NO DATA since {_hhmm(self.no_data_since)} "
+        if self.grown_from is not None and self.status != "resolved":
+            state += f"GREW to {self.gpus_hit} GPUs hit "
         return f"{state}[{esc(self.severity.upper())}] {esc(self.kind)} at {esc(self.root)}"
 
     def facts(self, esc: Escape = _same) -> list[tuple[str, str]]:
@@ -116,9 +119,10 @@ class IncidentNote:
         every data field in a value is written by `esc`."""
         shown = [esc(j) for j in self.jobs[:5]]
         jobs = ", ".join(shown) + (f" (+{len(self.jobs) - 5})" if len(self.jobs) > 5 else "")
+        grown = f" (was {self.grown_from} when last told)" if self.grown_from is not None else ""
         out = [
             ("Root cause", f"{esc(self.root)} ({esc(self.kind)}, confidence {self.confidence:.2f})"),
-            ("Blast radius", f"{self.gpus_hit} GPUs, {len(self.jobs)} jobs{': ' + jobs if jobs else ''}"),
+            ("Blast radius", f"{self.gpus_hit} GPUs, {len(self.jobs)} jobs{': ' + jobs if jobs else ''}{grown}"),
             ("Action", esc(self.action) if self.action else "-"),
             ("Event time", _utc(self.at)),
             ("Incident", esc(self.incident_id)),

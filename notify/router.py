@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from notify.config import NotifyConfig, Silence
@@ -26,6 +26,18 @@ log = logging.getLogger(__name__)
 Locate = Callable[[str], dict[str, str]]  # entity -> {rack, pod, plane} where known
 # receiver, incident state, its labels: Alertmanager receivers get every state, ungrouped
 AlertSink = Callable[[str, IncidentNote, dict[str, str]], None]
+
+
+# A blast radius that has grown this much since the incident was last news is news again: a job of
+# 160 GPUs started on a GPU whose HBM incident said "1 GPU hit" (issue 66). Doubled, and by at least
+# one node's GPUs (8 on an HGX/DGX H100 or H200 board), as Alertmanager sends again when new
+# alerts join a group (group_interval): the impact changed, not just a counter ticked.
+GROWTH_MIN_GPUS = 8
+
+
+def grew(told: int, now: int) -> bool:
+    """Has the GPUs-hit count grown enough since it was told to be said again."""
+    return now >= 2 * told and now - told >= GROWTH_MIN_GPUS
 
 
 @dataclass
@@ -78,8 +90,13 @@ class Router:
         self.runtime_silences: Callable[[], list[Silence]] | None = None  # made through the API
         self.stats = RouterStats()
         self._status: dict[str, str] = {}  # incident -> last status seen
+        self._told_gpus: dict[str, int] = {}  # incident -> GPUs hit when its last change was news
         self._groups: dict[tuple[int, tuple[str, ...]], _Group] = {}
         self._routes = config.all_routes
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_told_gpus", {})  # a checkpoint from before growth was news
+        self.__dict__.update(state)
 
     def __getstate__(self) -> dict[str, Any]:
         """A checkpoint keeps the groups and what was seen; config, sink and topology are given
@@ -115,12 +132,19 @@ class Router:
             )
             before = self._status.get(note.incident_id)
             changed = note.status != before
+            told = self._told_gpus.get(note.incident_id)
+            if not changed and told is not None and grew(told, note.gpus_hit):
+                note = replace(note, grown_from=told)  # news of its own: said again, with its own key
+                changed = True
             if note.status == "resolved":
                 self._status.pop(note.incident_id, None)
+                self._told_gpus.pop(note.incident_id, None)
                 if before is None:  # resolved before anything was said about it (merged on arrival)
                     continue
             else:
                 self._status[note.incident_id] = note.status
+                if changed:
+                    self._told_gpus[note.incident_id] = note.gpus_hit
             labels = self._labels(note)
             routed = False
             for i, route in enumerate(self._routes):
@@ -200,7 +224,12 @@ class Router:
         group.told.difference_update(n.incident_id for n in audible if n.status == "resolved")
         # an episode after the first (the incident resolved and came back) is said again: its own key
         states = ",".join(
-            sorted(f"{n.incident_id}:{n.status}" + (f":e{n.episode}" if n.episode > 1 else "") for n in audible)
+            sorted(
+                f"{n.incident_id}:{n.status}"
+                + (f":e{n.episode}" if n.episode > 1 else "")
+                + (f":g{n.gpus_hit}" if n.grown_from is not None else "")
+                for n in audible
+            )
         )
         if len(audible) > 1:
             states = "group-" + hashlib.blake2b(states.encode(), digest_size=8).hexdigest()

@@ -47,7 +47,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-# The longest id the grammar admits (vocab.ids.MAX_ID_LENGTH is 512), so no valid id is ever cut;
+# The longest id the grammar admits (vocab.bounds.MAX_ID_LENGTH is 512), so no valid id is ever cut;
 # anything longer is free text, and the whole of it is on the incident page.
 FIELD_MAX_CHARS = 512
 WORD_JOINER = "\u2060"

@@ -281,3 +281,21 @@ def test_a_default_receiver_that_is_not_defined_is_refused() -> None:
     raw = __import__("yaml").safe_load(MINIMAL + "default_receiver: nobody\n")
     with pytest.raises(NotifyConfigError, match="default_receiver 'nobody' is not defined"):
         parse(raw)
+
+
+def test_a_blast_radius_that_doubled_by_a_node_or_more_is_said_again_once() -> None:
+    # issue 66: an HBM incident said "1 GPU hit"; a 160-GPU job then started on the GPU and chat
+    # never said so. Doubled and grown by at least a node's GPUs: news; a few GPUs more: not.
+    router, sent = _router()
+
+    def hit(t: float, gpus: int) -> dict[str, Any]:
+        return {**_state("open", t), "gpus_hit": gpus}
+
+    updates = {1000.0: [hit(1000.0, 1)], 1300.0: [hit(1300.0, 4)], 1600.0: [hit(1600.0, 160)]}
+    updates[1900.0] = [hit(1900.0, 170)]  # grew, but not doubled: no message of its own
+    updates[2200.0] = [_state("resolved", 2200.0)]
+    _play(router, updates, 3000.0)
+    assert [n.key for n in sent] == ["oncall:inc-a:open", "oncall:inc-a:open:g160", "oncall:inc-a:resolved"]
+    grown = sent[1].incidents[0]
+    assert grown.grown_from == 1 and grown.headline.startswith("GREW to 160 GPUs hit")
+    assert ("Blast radius", "160 GPUs, 2 jobs: job-00000, job-00001 (was 1 when last told)") in grown.facts()
