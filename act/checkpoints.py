@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vocab.thresholds import WORKING_UTIL_PCT
+
 DIP_BELOW = 0.5  # mean utilisation under half the job's own busy level: the job stopped computing
 RECOVERED_AT = 0.8  # and back over 80 % of it: the write is over
-BUSY_AT_LEAST = 50.0  # %: a job below this is not computing steadily enough to read dips from
 BASELINE_ALPHA = 0.05  # the busy level's EWMA weight per tick, outside dips
 CADENCE_OF = 5  # checkpoints the cadence is the median spacing of
 
@@ -45,7 +46,7 @@ class CheckpointClock:
         for name, util in utilisation.items():
             job = self.jobs.setdefault(name, _Job())
             if job.baseline is None:
-                job.baseline = util if util >= BUSY_AT_LEAST else None
+                job.baseline = util if util >= WORKING_UTIL_PCT else None  # below: not steady enough to read dips
                 continue
             if not job.in_dip and util < DIP_BELOW * job.baseline:
                 job.in_dip, job.dip_started = True, t

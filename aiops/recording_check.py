@@ -35,6 +35,7 @@ from aiops.pipeline import Pipeline
 from detectors.anomaly import Anomaly
 from rca.graph import TopologyGraph
 from vocab import registry
+from vocab.ids import gpu_id, psu_id
 
 RECORDING = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "real-gpu" / "h200" / "nvml-1s.csv"
 # the recording's phases a job can run throughout (README of the recording); `train` includes its
@@ -129,10 +130,10 @@ def topology(nodes: int, gpus_per_node: int, psus_per_node: int = 2) -> dict[str
         entities.append({"id": node, "kind": "node"})
         links.append({"source": "rack0", "target": node, "relation": "contains"})
         for g in range(gpus_per_node):
-            entities.append({"id": f"{node}-gpu{g}", "kind": "gpu"})
-            links.append({"source": node, "target": f"{node}-gpu{g}", "relation": "contains"})
+            entities.append({"id": gpu_id(node, g), "kind": "gpu"})
+            links.append({"source": node, "target": gpu_id(node, g), "relation": "contains"})
         for p in range(psus_per_node):
-            psu = f"{node}-psu{p}"
+            psu = psu_id(node, p)
             entities.append({"id": psu, "kind": "psu"})
             links.append({"source": node, "target": psu, "relation": "contains"})
             links.append({"source": psu, "target": node, "relation": "powers"})
@@ -170,8 +171,9 @@ def job_ticks(
     slowdown = np.ones(g)
     for k, share in (slow or {}).items():
         slowdown[k] = share
+    names = [f"n{n:05d}" for n in node_of.tolist()]
     heads = [
-        f"gpu,gpu=n{node_of[k]:05d}-gpu{k % gpus_per_node},job=replay-{job_of[k]},node=n{node_of[k]:05d} ".encode()
+        f"gpu,gpu={gpu_id(names[k], k % gpus_per_node)},job=replay-{job_of[k]},node={names[k]} ".encode()
         for k in range(g)
     ]
     c = trace.columns

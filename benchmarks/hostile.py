@@ -20,6 +20,7 @@ from rich.table import Table
 from ingest.deadletter import Source
 from ingest.messages import process_messages
 from ingest.pipeline import IngestCore
+from vocab.ids import gpu_id
 
 TOPIC = "aiops.telemetry"
 FIELDS = 20  # per line; 64 lines a message: 1,280 values, about 16 KB, a node's tick
@@ -27,9 +28,10 @@ FIELDS = 20  # per line; 64 lines a message: 1,280 values, about 16 KB, a node's
 
 def node_message(node: int, now_ns: int, open_quote_every: int = 0) -> bytes:
     lines = []
+    name = f"n{node:05d}"
     for k in range(64):
         fields = ",".join(f"F{f}={node + k + f}.25" for f in range(FIELDS))
-        line = f"gpu,gpu=n{node:05d}-gpu{k},node=n{node:05d},job=idle {fields} {now_ns}"
+        line = f"gpu,gpu={gpu_id(name, k)},node={name},job=idle {fields} {now_ns}"
         if open_quote_every and k % open_quote_every == 0:
             line = line.replace(" F0=", ' note="x,F0=', 1)
         lines.append(line)

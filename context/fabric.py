@@ -14,7 +14,7 @@ HCAs the others have, an unnamed HCA, a leaf with no uplink; and what the input 
 taken: a host name outside the id grammar (`vocab.ids.node_refusal`: a node description is set by
 root on any host, `n[0000-0015] mlx5_0` would name sixteen nodes to Slurm), a switch name outside
 it (`entity_refusal`), a GUID described twice, two switches under one name, a host with more HCAs
-than a node has (`context.bounds.MAX_NICS_PER_NODE`).
+than a node has (`vocab.bounds.MAX_NICS_PER_NODE`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from context.bounds import MAX_NICS_PER_NODE
 from context.ibnetdiscover import Cable, Fabric, FabricNode
-from vocab.ids import entity_refusal, node_refusal, shown
+from vocab.bounds import MAX_NICS_PER_NODE
+from vocab.ids import entity_refusal, link_id, nic_id, node_refusal, optic_id, port_id, shown
 
 # "host mlx5_3" (index 3), "host HCA-1" (the first: index 0), "host HCA" (one, index 0), and the
 # netdev name systemd gives an IB port by its PCI address, "host ibp24s0" (bus 24, slot 0): no index
@@ -298,7 +298,7 @@ def build(fabric: Fabric, names: dict[int, str] | None = None) -> FabricTopology
     if rail_optimised:
         _place_by_cabling(hcas, by_host, leaf_of, leaf_rail)
     for h in hcas.values():
-        h.nic = f"{h.host}-nic{h.rail}" if h.host is not None else f"H-{h.guid:016x}"
+        h.nic = nic_id(h.host, h.rail) if h.host is not None else f"H-{h.guid:016x}"
     out.counts = {
         "switches": {"leaf": len(leaves), "spine": len(spines), "core": len(cores)},
         "hosts": len(by_host),
@@ -438,8 +438,9 @@ def _entities(out: FabricTopology, shape: _Shape) -> None:
             attrs["node"] = h.host
             add_link({"source": h.host, "target": h.nic, "relation": "contains"})
         add_node(attrs)
-        add_node({"id": f"{h.nic}-optic", "kind": "optic", "nic": h.nic, **({"node": h.host} if h.host else {})})
-        add_link({"source": h.nic, "target": f"{h.nic}-optic", "relation": "contains"})
+        optic = optic_id(h.nic)
+        add_node({"id": optic, "kind": "optic", "nic": h.nic, **({"node": h.host} if h.host else {})})
+        add_link({"source": h.nic, "target": optic, "relation": "contains"})
     ports: set[str] = set()
     link_ids: Counter[str] = Counter()
     hca_links: Counter[str] = Counter()
@@ -459,7 +460,7 @@ def _entities(out: FabricTopology, shape: _Shape) -> None:
         name = fabric.labels.get((g, number)) or (
             f"u{uplink_rank[g][number]}" if upward and g in uplink_rank else f"p{number - 1}" if number else "m0"
         )
-        pid = f"{ids[g]}:{name}"
+        pid = port_id(ids[g], name)
         if pid not in ports:
             ports.add(pid)
             add_node({"id": pid, "kind": "port", "switch": ids[g], "peer": peer})
@@ -479,17 +480,17 @@ def _entities(out: FabricTopology, shape: _Shape) -> None:
                 continue  # two CAs back to back: no switch to place
             nic = hcas[hg].nic
             hca_links[nic] += 1  # a second cabled port of one HCA (dual-port cards) is its own link
-            link = f"link-{nic}" if hca_links[nic] == 1 else f"link-{nic}-{hca_links[nic]}"
+            link = link_id(nic, n=hca_links[nic])
             split = fabric.labels.get((sg, sp), "").split("/")
             add_node({"id": link, "kind": "link", **speed, **({"split": int(split[3])} if len(split) == 4 else {})})
-            add_link({"source": f"{nic}-optic", "target": link, "relation": "connects"})
+            add_link({"source": optic_id(nic), "target": link, "relation": "connects"})
             add_link({"source": link, "target": port(sg, sp, nic), "relation": "connects"})
         elif ga in switches and gb in switches:
             # the lower tier first: leaf to spine, spine to core
             low, high = sorted([(tier[role[ga]], ids[ga], ga, pa), (tier[role[gb]], ids[gb], gb, pb)])
-            base = f"link-{low[1]}-{high[1]}"
+            base = link_id(low[1], high[1])
             link_ids[base] += 1
-            link = base if link_ids[base] == 1 else f"{base}-{link_ids[base]}"
+            link = link_id(low[1], high[1], n=link_ids[base])
             add_node({"id": link, "kind": "link", **speed})
             add_link({"source": port(low[2], low[3], high[1], upward=True), "target": link, "relation": "connects"})
             add_link({"source": link, "target": port(high[2], high[3], low[1]), "relation": "connects"})
@@ -762,10 +763,10 @@ def _unnamed(out: FabricTopology, shape: _Shape, likely: dict[str, list[int]]) -
 def _cable_entity(c: Cable, hcas: dict[int, Hca], ids: dict[int, str]) -> str:
     for g, _ in (c.a, c.b):
         if g in hcas:
-            return f"link-{hcas[g].nic}"
+            return link_id(hcas[g].nic)
     (ga, _), (gb, _) = c.a, c.b
     low, high = sorted([ids.get(ga, f"{ga:x}"), ids.get(gb, f"{gb:x}")])
-    return f"link-{low}-{high}"
+    return link_id(low, high)
 
 
 __all__ = ["FabricTopology", "Finding", "build"]

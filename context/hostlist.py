@@ -1,16 +1,16 @@
 """Slurm's host lists: `sl390lin[1-5,7-11]`, `cn[001-080,101-532]`, `a1,b[2-3]` (zero padding kept).
 
 A host list is counted before it is expanded: `n[0-999999999]` names a billion hosts in 14
-characters, and is refused by its count (`context.bounds.MAX_HOSTS`) without building one of them.
+characters, and is refused by its count (`vocab.bounds.MAX_HOSTS`) without building one of them.
 A reader of many lists (a Slurm body's jobs) charges each list's `count` to one budget for the
-whole document (`context.bounds.MAX_HOSTS_PER_DOCUMENT`) before expanding it.
+whole document (`vocab.bounds.MAX_HOSTS_PER_DOCUMENT`) before expanding it.
 """
 
 from __future__ import annotations
 
 import re
 
-from context.bounds import MAX_HOSTS
+from vocab.bounds import MAX_HOSTS
 
 _PART = re.compile(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*")
 _GROUP = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")

@@ -11,7 +11,7 @@ Quirks the real files show: descriptions with `#`, runs of spaces or no host nam
 GUIDs in parentheses without their leading zeros, unconnected ports absent, each cable listed
 from both of its ends. A line that is neither says so with its file and line number.
 
-Bounded (`context.bounds`): the file's size before it is read, the number of nodes, port numbers
+Bounded (`vocab.bounds`): the file's size before it is read, the number of nodes, port numbers
 (8 bits in InfiniBand). A GUID described twice (or, in `--ports`, named twice), two nodes under one
 name, or one port cabled to two peers is no silent win for either: the first stands and the file's
 `notes` say what was left out (the fabric reports them as findings).
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from context.bounds import MAX_FABRIC_BYTES, MAX_FABRIC_NODES, MAX_NAME_MAP_BYTES, MAX_PORT, BoundError, read_text
+from vocab.bounds import MAX_FABRIC_BYTES, MAX_FABRIC_NODES, MAX_NAME_MAP_BYTES, MAX_PORT, BoundError, read_text
 
 NODE_TYPES = {"Switch": "switch", "Ca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
 

@@ -16,7 +16,7 @@ first row stands).
 
 Every name passes the id grammar (`vocab.ids`): a device of role node is a host name
 (`node_refusal`), any other device, rack or cooling loop an entity id (`entity_refusal`). Counts,
-positions, rows and the file's size are bounded (`context.bounds`: `gpus=50000000` would build 50
+positions, rows and the file's size are bounded (`vocab.bounds`: `gpus=50000000` would build 50
 million GPUs); each refusal names the file, the row (CSV) or JSON path (NetBox), and the rule.
 """
 
@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context.bounds import (
+from context.fabric import FabricTopology, Finding
+from context.ibnetdiscover import FabricFormatError
+from vocab.bounds import (
     MAX_DEVICES,
     MAX_GPUS_PER_NODE,
     MAX_INVENTORY_BYTES,
@@ -42,9 +44,7 @@ from context.bounds import (
     loads,
     read_text,
 )
-from context.fabric import FabricTopology, Finding
-from context.ibnetdiscover import FabricFormatError
-from vocab.ids import Refusal, entity_refusal, node_refusal, shown
+from vocab.ids import Refusal, entity_refusal, gpu_id, node_refusal, nvswitch_id, psu_id, shown
 
 CSV_COLUMNS = ("device", "role", "rack", "position", "psus", "cooling", "gpus", "nvswitches")
 
@@ -62,7 +62,7 @@ class Device:
     where: str = ""  # the file and row (or JSON path) it came from, for findings about it
 
 
-# what each count may be, and why (context.bounds)
+# what each count may be, and why (vocab.bounds)
 _LIMITS = {
     "gpus": (MAX_GPUS_PER_NODE, "a node holds 4 to 16 GPUs"),
     "psus": (MAX_PSUS_PER_NODE, "a chassis has at most 8 PSUs"),
@@ -281,8 +281,8 @@ def merge(topology: FabricTopology, devices: list[Device]) -> None:
         node = nodes[d.name]
         if d.rack is not None:
             node["rack"] = d.rack
-        gpus = [f"{d.name}-gpu{i}" for i in range(d.gpus)]
-        switches = [f"{d.name}-nvsw{j}" for j in range(d.nvswitches)]
+        gpus = [gpu_id(d.name, i) for i in range(d.gpus)]
+        switches = [nvswitch_id(d.name, j) for j in range(d.nvswitches)]
         for i, gpu in enumerate(gpus):
             add_node({"id": gpu, "kind": "gpu", "node": d.name, "index": i})
             add_link({"source": d.name, "target": gpu, "relation": "contains"})
@@ -292,7 +292,7 @@ def merge(topology: FabricTopology, devices: list[Device]) -> None:
             for gpu in gpus:  # every GPU of an HGX board talks through every NVSwitch
                 add_link({"source": gpu, "target": sw, "relation": "connects"})
         for k in range(d.psus):
-            psu = f"{d.name}-psu{k}"
+            psu = psu_id(d.name, k)
             add_node({"id": psu, "kind": "psu", "node": d.name})
             add_link({"source": d.name, "target": psu, "relation": "contains"})
             add_link({"source": psu, "target": d.name, "relation": "powers"})

@@ -9,7 +9,7 @@ value in a list (`"chassis": [{"name": [{"value": "leaf07"}]}]`). The host is th
 HCAs in their natural order (ens1f0np0 before ens2f0np0); which rail each is on follows from the
 leaves, as for InfiniBand (`context.fabric`).
 
-Bounded (`context.bounds`): files in a folder, each file's size, its JSON's depth (lldpd's own
+Bounded (`vocab.bounds`): files in a folder, each file's size, its JSON's depth (lldpd's own
 nests under ten; `_values` walks it recursively, so depth is checked before parsing). A host or
 switch name outside the id grammar (`vocab.ids`) is left out with a note the fabric reports, and so
 is a second cable at a port already cabled to another peer (`duplicate_port`).
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context.bounds import MAX_LLDP_FILE_BYTES, MAX_LLDP_FILES, BoundError, loads, read_bytes
 from context.ibnetdiscover import Cable, Fabric, FabricFormatError, FabricNode, Note, one_peer_per_port
+from vocab.bounds import MAX_LLDP_FILE_BYTES, MAX_LLDP_FILES, BoundError, loads, read_bytes
 from vocab.ids import entity_refusal, node_refusal, shown
 
 

@@ -32,7 +32,7 @@ from ingest.deadletter import DeadLetter, Source
 from ingest.frames import Frame
 from ingest.pipeline import Batch, IngestCore
 from vocab.schedule import IDLE, NodeJobs, event_problem, maintenance_window
-from vocab.thresholds import DetectorSettings
+from vocab.thresholds import BUSY_UTIL_PCT, GPU_UTIL_FIELD, DetectorSettings
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,6 @@ def ticks_from_folder(folder: Path, interval_s: float) -> Iterator[tuple[float, 
         yield tick.t, tick.frames
 
 
-# a GPU is busy when a kernel ran in the sample: NVML's utilization.gpu (DCGM_FI_DEV_GPU_UTIL) is
-# "percent of time over the past sample period during which one or more kernels was executing";
-# a GPU no process holds reads 0, so 1 % is the least a job's GPU shows
-BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
-BUSY_UTIL_PCT = 1.0
 # a job's GPUs may sit idle while it loads data and builds its model: the notice waits this long
 # (the GPUs are left out from the start all the same)
 IDLE_NOTICE_AFTER_S = 900.0
@@ -373,7 +368,7 @@ class DetectLoop:
         """Where the scheduler named only a job's nodes, the GPUs of those nodes that have been
         idle since the job started are no members of it (a 4-GPU job on an 8-GPU node leaves
         four GPUs idle; next to the job's, they would look slow, cold and underpowered)."""
-        util = gpu.fields.get(BUSY_FIELD)
+        util = gpu.fields.get(GPU_UTIL_FIELD)
         if util is None:
             return jobs
         codes, uniques = pd.factorize(jobs)
@@ -496,10 +491,10 @@ class TickWork:
 
 def job_utilisation(gpu: Frame | None) -> dict[str, float]:
     """Mean GPU utilisation per job over the GPUs it holds this tick (idle and shared GPUs left out)."""
-    if gpu is None or "job" not in gpu.tags or BUSY_FIELD not in gpu.fields:
+    if gpu is None or "job" not in gpu.tags or GPU_UTIL_FIELD not in gpu.fields:
         return {}
     jobs = gpu.tags["job"]
-    util = gpu.fields[BUSY_FIELD].as_float()
+    util = gpu.fields[GPU_UTIL_FIELD].as_float()
     keep = (jobs != IDLE) & (jobs != "") & ~np.isnan(util)
     if not keep.any():
         return {}

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from ingest.dcgm_blanks import blank_name, width_of
 from ingest.deadletter import DeadLetter
 from vocab.catalog import measurement
-from vocab.ids import entity_refusal, node_refusal
+from vocab.ids import entity_refusal, gpu_id, nic_id, nic_port_id, node_refusal
 
 # An operational choice, stated as one: Prometheus sends at most max_samples_per_send (2000 by
 # default in 2.42) samples a request, well under a megabyte compressed; 16 MiB compressed and
@@ -400,18 +400,19 @@ def _target(labels: dict[str, str]) -> tuple[str, str, str, str, float] | str:
         gpu = labels.get("gpu", "")
         if not _DIGITS.match(gpu):
             return f"dcgm-exporter series without a GPU index label 'gpu' (got {gpu!r})"
-        kind, id_tag, suffix = "gpu", "gpu", f"-gpu{gpu}"
+        kind = id_tag = "gpu"
+        node = _node_of(labels)
+        entity = gpu_id(node, gpu)
     elif name.startswith("node_infiniband_"):
         device, port = labels.get("device", ""), labels.get("port", "1")
         index = _MLX5.match(device)
-        kind, id_tag = "nic", "nic"
-        suffix = f"-nic{index.group(1)}" if index and port == "1" else f"-{device}-p{port}"
+        kind = id_tag = "nic"
+        node = _node_of(labels)
+        entity = nic_id(node, index.group(1)) if index and port == "1" else nic_port_id(node, device, port)
     else:
         return f"no mapping for {name!r} (dcgm-exporter DCGM_* and node-exporter node_infiniband_* are mapped)"
-    node = _node_of(labels)
     if problem := node_refusal(node):
         return f"node {node!r}: {problem}"
-    entity = node + suffix
     if problem := entity_refusal(entity):
         return f"{id_tag} {entity!r}: {problem}"
     return kind, id_tag, entity, node, 1.0

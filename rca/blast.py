@@ -59,15 +59,14 @@ jobs with GPUs under it, as a leaf does.
 from __future__ import annotations
 
 import math
-import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from rca.graph import TopologyGraph
+from vocab.ids import gpu_index
 from vocab.schedule import Job, Schedule
 
-GPU_INDEX = re.compile(r"-gpu(\d+)$")  # "<node>-gpu<index>" (vocab/entities.py)
 # a job that ended this long before the onset is named as "ended before" (and not counted); an
 # older one is not mentioned at all (an operational choice: the schedule's own look-back,
 # vocab/schedule.py `jobs_holding` ended_within_s)
@@ -243,12 +242,12 @@ def affected_gpus(g: TopologyGraph, root: str, affected: Iterable[str]) -> dict[
     for e in [root, *affected]:
         if e not in g or (node := g.node_of(e)) is None:
             continue
-        index = GPU_INDEX.search(e) if g.kind(e) == "gpu" else None
+        index = gpu_index(e) if g.kind(e) == "gpu" else None
         if index is None:
             held[node] = None
         elif node not in held or held[node] is not None:
             indices = held.get(node) or set()
-            indices.add(int(index.group(1)))
+            indices.add(index)
             held[node] = indices
     return held
 

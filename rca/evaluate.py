@@ -27,7 +27,6 @@ from vocab.thresholds import MIN_USEFUL_LEAD_S
 
 __all__ = [
     "DETECT_WINDOW_S",
-    "MIN_LEAD_S",
     "Detection",
     "EvaluationError",
     "KindScore",
@@ -41,7 +40,6 @@ __all__ = [
 ]
 
 DETECT_WINDOW_S = 600.0
-MIN_LEAD_S = MIN_USEFUL_LEAD_S  # vocab/thresholds.py says why
 # the truth's severity (0 = barely visible .. 1), in bands for recall
 SEVERITY_BANDS = (("faint (<0.3)", 0.0, 0.3), ("moderate (0.3-0.7)", 0.3, 0.7), ("plain (>=0.7)", 0.7, 1.01))
 FALSE_POSITIVES_KEPT = 20
@@ -91,7 +89,7 @@ class RunEvaluation:
     false_positive_count: int
     warnings: int  # incidents left as "warning": judged as predictions, not detections
     interval_s: float | None = None
-    min_lead_s: float = MIN_LEAD_S
+    min_lead_s: float = MIN_USEFUL_LEAD_S
     # recall and the rest per severity band of the truth (the generator's 0..1 severity)
     bands: dict[str, KindScore] = field(default_factory=dict)
     gpu_days: float | None = None  # from meta.json beside the truth: the false-incident rate's base
@@ -331,7 +329,7 @@ def evaluate_run(
     *,
     interval_s: float | None = None,
     contains: Mapping[str, Collection[str]] | None = None,
-    min_lead_s: float = MIN_LEAD_S,
+    min_lead_s: float = MIN_USEFUL_LEAD_S,
     earliest: float | None = None,
     gpu_days: float | None = None,
     notices: int = 0,
@@ -519,7 +517,7 @@ def _load(truth_path: Path, run_dir: Path, interval_s: float | None) -> _Loaded:
 
 
 def evaluate_paths(
-    truth_path: Path, run_dir: Path, interval_s: float | None = None, min_lead_s: float = MIN_LEAD_S
+    truth_path: Path, run_dir: Path, interval_s: float | None = None, min_lead_s: float = MIN_USEFUL_LEAD_S
 ) -> RunEvaluation:
     """Score run_dir (incidents.jsonl, predictions.jsonl if any, run.json if any) against
     truth_path; topology.json beside the truth enables the "E contains" prediction rule. An
@@ -542,7 +540,7 @@ POOL_SPACING_S = 1e8  # runs are laid end to end this far apart, so no window sp
 
 
 def evaluate_many(
-    pairs: list[tuple[Path, Path]], interval_s: float | None = None, min_lead_s: float = MIN_LEAD_S
+    pairs: list[tuple[Path, Path]], interval_s: float | None = None, min_lead_s: float = MIN_USEFUL_LEAD_S
 ) -> RunEvaluation:
     """Several (truth, run) pairs scored as one: each run is moved to its own stretch of time and
     its ids are prefixed, so matches never cross runs; counts add up and percentiles are over

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rca.blast import ENDED_BEFORE_S, GPU_INDEX, Blast, JobHit, affected_gpus, nodes_under, onset, radius
+from rca.blast import ENDED_BEFORE_S, Blast, JobHit, affected_gpus, nodes_under, onset, radius
 from rca.graph import TopologyGraph
 from vocab.schedule import Schedule
 
@@ -36,7 +36,6 @@ def blast_radius(record: Mapping[str, Any], g: TopologyGraph, schedule: Schedule
 
 __all__ = [
     "ENDED_BEFORE_S",
-    "GPU_INDEX",
     "Blast",
     "JobHit",
     "affected_gpus",

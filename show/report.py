@@ -266,10 +266,9 @@ def timeline_svg(
 
 
 # a warning counts when it leaves time to act: the one rule every view reads (vocab/thresholds.py)
-MIN_LEAD_S = MIN_USEFUL_LEAD_S
 
 
-def lead_times(files: RunFiles, min_lead_s: float = MIN_LEAD_S) -> list[dict[str, Any]]:
+def lead_times(files: RunFiles, min_lead_s: float = MIN_USEFUL_LEAD_S) -> list[dict[str, Any]]:
     """For each fault the predictor could have seen coming: its first prediction of the same
     kind on the root (or something the root contains) before onset, the lead, and whether the
     lead is long enough to count (`min_lead_s`)."""
@@ -473,7 +472,7 @@ def write_report(
         title=f"Run report: {run.name}",
         style=Markup(STYLE),
         timeline=Markup(timeline_svg(files, latest, false_ids, pages)),
-        min_lead_min=MIN_LEAD_S / 60,
+        min_lead_min=MIN_USEFUL_LEAD_S / 60,
         pngs=pngs,
         evaluation=evaluation.to_json() if evaluation is not None else None,
         kinds=kinds,
@@ -490,7 +489,6 @@ def write_report(
 
 
 __all__ = [
-    "MIN_LEAD_S",
     "RunFiles",
     "TruthMismatchError",
     "check_truth",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from rca.graph import TopologyGraph
+from vocab.ids import port_label
 
 MAX_PER_ROW = 16
 BOX_W, BOX_H, GAP_X, ROW_H, MARGIN = 96, 28, 8, 80, 16
@@ -265,7 +266,7 @@ def hidden_text(picture: Picture, label: str) -> str:
 def _label(entity: str, row: list[str]) -> str:
     """A box's text: the id without what the whole row shares (`n00032-nic5` -> `n00032-nic5`,
     but `leaf-p0-r1:p12` among its ports -> `p12`), cut to fit."""
-    text = entity.rsplit(":", 1)[-1] if ":" in entity else entity
+    text = port_label(entity) or entity
     return text if len(text) <= 16 else "…" + text[-15:]
 
 

@@ -18,6 +18,7 @@ from telemetry_gen.faults import Fault
 from telemetry_gen.topology import Topology
 from telemetry_gen.workload import Workload
 from vocab import registry
+from vocab.ids import link_id, nvswitch_id, optic_id
 
 # DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits, as the registry defines them
 GPU_IDLE = registry.clock_reason("gpu_idle")
@@ -383,7 +384,7 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
         node_id = str(t.attrs[root]["node"])
         out.append(node_id)
         if fault.kind == "gpu_nvlink":  # the node's NVSwitches count the same link errors
-            out += [f"{node_id}-nvsw{s}" for s in range(4)]
+            out += [nvswitch_id(node_id, s) for s in range(4)]
     elif fault.kind == "nvswitch_fabric_manager":
         node = fault.root_index
         out += [t.ids["gpu"][g] for g in np.flatnonzero(t.gpu_node == node).tolist()]
@@ -391,13 +392,13 @@ def affected_entities(fault: Fault, t: Topology) -> list[str]:
     elif fault.kind in ("nic_link_flap", "optic_degradation", "ib_link_degraded", "ib_link_errors"):
         nic = root if kind.root == "nic" else str(t.attrs[root]["nic"])
         n = t.ids["nic"].index(nic)
-        out += [nic, f"{nic}-optic", f"link-{nic}", str(t.attrs[nic]["node"])]
+        out += [nic, optic_id(nic), link_id(nic), str(t.attrs[nic]["node"])]
         if len(t.port_switch):
             out.append(t.ids["port"][n])
     elif fault.kind == "pfc_storm":
         # the origin, then every port and NIC the pause frames reach (see effects._pfc_storm)
         n = fault.root_index
-        out += [f"{root}-optic", str(t.attrs[root]["node"])]
+        out += [optic_id(root), str(t.attrs[root]["node"])]
         leaf = int(t.nic_switch[n])
         if leaf >= 0:
             siblings = np.flatnonzero(t.nic_switch == leaf)

@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from vocab.ids import port_label
+
 UPLINK_PORT_BASE = 100  # physical port of a leaf's first uplink (u0); downlink p<k> is port k + 1
 
 
@@ -24,8 +26,8 @@ def _guid(entity: str) -> str:
     return "0x" + hashlib.blake2b(entity.encode(), digest_size=8).hexdigest()
 
 
-def _physical(port_id: str) -> int:
-    name = port_id.rsplit(":", 1)[1]
+def _physical(port: str) -> int:
+    name = port_label(port) or ""
     return UPLINK_PORT_BASE + int(name[1:]) if name.startswith("u") else int(name[1:]) + 1
 
 

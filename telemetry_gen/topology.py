@@ -14,12 +14,14 @@ link `link-n00012-nic3` (NIC to leaf) or `link-leaf-p2-r3-spine-r3-s1` (leaf to 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
+
+from vocab.ids import cooling_id, gpu_id, link_id, nic_id, nvswitch_id, optic_id, port_id, psu_id
 
 GPUS_PER_NODE = 8
 NICS_PER_NODE = 8  # fat-tree and dragonfly: NIC i on rail i
@@ -128,37 +130,38 @@ def _node_parts(b: _Builder, nodes: int, nics_per_node: int) -> tuple[list[str],
     rack_ids = _ids("rack", racks, 4)
     node_rack = np.arange(nodes) // NODES_PER_RACK
     b.add("rack", rack_ids)
-    b.add("cooling", [f"{r}-cdu" for r in rack_ids], rack=rack_ids)
+    loops = [cooling_id(r) for r in rack_ids]
+    b.add("cooling", loops, rack=rack_ids)
     b.add("node", node_ids, rack=[rack_ids[r] for r in node_rack])
-    b.edge(rack_ids, [f"{r}-cdu" for r in rack_ids], "cooled_by")
-    b.edge([f"{r}-cdu" for r in rack_ids], rack_ids, "cools")
+    b.edge(rack_ids, loops, "cooled_by")
+    b.edge(loops, rack_ids, "cools")
     b.edge([rack_ids[r] for r in node_rack], node_ids, "contains")
     t.node_rack = node_rack.astype(np.int64)
 
-    def per_node(count: int, suffix: str) -> tuple[list[str], list[str], NDArray[np.int64]]:
+    def per_node(count: int, part: Callable[[str, int], str]) -> tuple[list[str], list[str], NDArray[np.int64]]:
         owner = np.repeat(np.arange(nodes), count)
         local = np.tile(np.arange(count), nodes)
-        ids = [f"{node_ids[n]}-{suffix}{i}" for n, i in zip(owner.tolist(), local.tolist(), strict=True)]
+        ids = [part(node_ids[n], i) for n, i in zip(owner.tolist(), local.tolist(), strict=True)]
         return ids, [node_ids[n] for n in owner], owner.astype(np.int64)
 
-    gpus, gpu_owner, t.gpu_node = per_node(GPUS_PER_NODE, "gpu")
+    gpus, gpu_owner, t.gpu_node = per_node(GPUS_PER_NODE, gpu_id)
     b.add("gpu", gpus, node=gpu_owner, index=np.tile(np.arange(GPUS_PER_NODE), nodes).tolist())
     b.edge(gpu_owner, gpus, "contains")
-    nvsw, nvsw_owner, t.nvswitch_node = per_node(NVSWITCHES_PER_NODE, "nvsw")
+    nvsw, nvsw_owner, t.nvswitch_node = per_node(NVSWITCHES_PER_NODE, nvswitch_id)
     b.add("nvswitch", nvsw, node=nvsw_owner)
     b.edge(nvsw_owner, nvsw, "contains")
     for g, node in zip(gpus, gpu_owner, strict=True):  # every GPU reaches every NVSwitch of its node
         for s in range(NVSWITCHES_PER_NODE):
-            t.edges.append((g, f"{node}-nvsw{s}", "connects"))
-    psus, psu_owner, t.psu_node = per_node(PSUS_PER_NODE, "psu")
+            t.edges.append((g, nvswitch_id(node, s), "connects"))
+    psus, psu_owner, t.psu_node = per_node(PSUS_PER_NODE, psu_id)
     b.add("psu", psus, node=psu_owner)
     b.edge(psus, psu_owner, "powers")
     b.edge(psu_owner, psus, "contains")
-    nics, nic_owner, t.nic_node = per_node(nics_per_node, "nic")
+    nics, nic_owner, t.nic_node = per_node(nics_per_node, nic_id)
     t.nic_rail = np.tile(np.arange(nics_per_node), nodes).astype(np.int64)
     b.add("nic", nics, node=nic_owner, rail=t.nic_rail.tolist())
     b.edge(nic_owner, nics, "contains")
-    optics = [f"{n}-optic" for n in nics]
+    optics = [optic_id(n) for n in nics]
     b.add("optic", optics, nic=nics, node=nic_owner)
     b.edge(nics, optics, "contains")
     return node_ids, nics, optics
@@ -167,7 +170,7 @@ def _node_parts(b: _Builder, nodes: int, nics_per_node: int) -> tuple[list[str],
 def _downlinks(b: _Builder, nics: list[str], optics: list[str], switch_of_nic: list[str], port_ids: list[str]) -> None:
     """Each NIC's cable: optic -> link -> the switch port it plugs into (ports index-aligned with
     NICs, which the simulator relies on)."""
-    links = [f"link-{n}" for n in nics]
+    links = [link_id(n) for n in nics]
     b.add("port", port_ids, switch=switch_of_nic, peer=nics)
     b.add("link", links)
     b.edge(optics, links, "connects")
@@ -203,7 +206,7 @@ def build_fat_tree(gpus: int) -> Topology:
     t.nic_switch = nic_leaf.astype(np.int64)
     # NIC downlinks: optic -> link -> leaf port
     local = np.arange(nodes) % NODES_PER_POD
-    port_ids = [f"{leaves[leaf]}:p{local[t.nic_node[i]]}" for i, leaf in enumerate(nic_leaf.tolist())]
+    port_ids = [port_id(leaves[leaf], f"p{local[t.nic_node[i]]}") for i, leaf in enumerate(nic_leaf.tolist())]
     _downlinks(b, nics, optics, [leaves[x] for x in nic_leaf.tolist()], port_ids)
     # Uplinks: every leaf to every spine of its rail plane, a port on each end
     up_ports, up_switch, up_peer_switch, up_peer, up_links, spine_ports, spine_of = [], [], [], [], [], [], []
@@ -211,13 +214,13 @@ def build_fat_tree(gpus: int) -> Topology:
         rail = li % NICS_PER_NODE
         for s in range(spines_per_rail):
             spine = f"spine-r{rail}-s{s}"
-            up_ports.append(f"{leaf}:u{s}")
+            up_ports.append(port_id(leaf, f"u{s}"))
             up_switch.append(leaf)
             up_peer.append(spine)
             up_peer_switch.append(switch_index[spine])
-            spine_ports.append(f"{spine}:p{li // NICS_PER_NODE}")
+            spine_ports.append(port_id(spine, f"p{li // NICS_PER_NODE}"))
             spine_of.append(spine)
-            up_links.append(f"link-{leaf}-{spine}")
+            up_links.append(link_id(leaf, spine))
     b.add("port", up_ports, switch=up_switch, peer=up_peer)
     b.add("port", spine_ports, switch=spine_of, peer=up_switch)
     b.add("link", up_links)
@@ -257,12 +260,12 @@ def build_torus(gpus: int) -> Topology:
         for a, nb in zip(range(nodes), neighbour.tolist(), strict=True):
             if d == 2 and a > nb:
                 continue  # a ring of two has one cable, not two
-            out_nic = f"{node_ids[a]}-nic{2 * axis}"
-            in_nic = f"{node_ids[nb]}-nic{2 * axis + 1}"
-            link = f"link-{out_nic}-{in_nic}"
+            out_nic = nic_id(node_ids[a], 2 * axis)
+            in_nic = nic_id(node_ids[nb], 2 * axis + 1)
+            link = link_id(out_nic, in_nic)
             links.append(link)
-            t.edges.append((f"{out_nic}-optic", link, "connects"))
-            t.edges.append((link, f"{in_nic}-optic", "connects"))
+            t.edges.append((optic_id(out_nic), link, "connects"))
+            t.edges.append((link, optic_id(in_nic), "connects"))
     b.add("link", links)
     t.attrs[node_ids[0]]["grid"] = "x".join(str(d) for d in dims)
     return t
@@ -289,7 +292,7 @@ def build_dragonfly(gpus: int) -> Topology:
     nic_router = t.nic_node // DRAGONFLY_NODES_PER_ROUTER
     t.nic_switch = nic_router.astype(np.int64)
     slot = (t.nic_node % DRAGONFLY_NODES_PER_ROUTER) * NICS_PER_NODE + t.nic_rail
-    port_ids = [f"{router_ids[r]}:p{s}" for r, s in zip(nic_router.tolist(), slot.tolist(), strict=True)]
+    port_ids = [port_id(router_ids[r], f"p{s}") for r, s in zip(nic_router.tolist(), slot.tolist(), strict=True)]
     _downlinks(b, nics, optics, [router_ids[r] for r in nic_router.tolist()], port_ids)
     inter: list[tuple[int, int]] = []
     for r in range(routers):
@@ -302,9 +305,9 @@ def build_dragonfly(gpus: int) -> Topology:
             peer = ((g + 1) % groups) * DRAGONFLY_ROUTERS_PER_GROUP + local
             if peer < routers and (groups > 2 or g == 0):
                 inter.append((r, peer))
-    ports_a = [f"{router_ids[a]}:x{b_}" for a, b_ in inter]
-    ports_b = [f"{router_ids[b_]}:x{a}" for a, b_ in inter]
-    inter_links = [f"link-{router_ids[a]}-{router_ids[b_]}" for a, b_ in inter]
+    ports_a = [port_id(router_ids[a], f"x{b_}") for a, b_ in inter]
+    ports_b = [port_id(router_ids[b_], f"x{a}") for a, b_ in inter]
+    inter_links = [link_id(router_ids[a], router_ids[b_]) for a, b_ in inter]
     b.add("port", ports_a, switch=[router_ids[a] for a, _ in inter], peer=[router_ids[x] for _, x in inter])
     b.add("port", ports_b, switch=[router_ids[x] for _, x in inter], peer=[router_ids[a] for a, _ in inter])
     b.add("link", inter_links)

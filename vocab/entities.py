@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from vocab.ids import MAX_ID_LENGTH, entity_refusal
+from vocab.ids import entity_refusal
 
 
 def id_problem(entity_id: str) -> str | None:
@@ -54,4 +54,4 @@ class EntityIndex:
         return found
 
 
-__all__ = ["MAX_ID_LENGTH", "EntityIndex", "id_problem"]
+__all__ = ["EntityIndex", "id_problem"]

@@ -1,7 +1,10 @@
 """The grammar of ids: what a node, an entity (GPU, NIC, optic, switch, port, rack, PSU) and a job
 id may contain. Every door applies it (line-protocol tags, every importer, the events topic, the
 API); a name outside it is refused with the rule it broke, so nothing downstream has to guess
-what a string means.
+what a string means. And the scheme: how the id of a node's GPU, NIC, optic, NVSwitch or PSU, a
+rack's cooling loop, a switch port or a cable is spelled from its parts (`gpu_id`, `optic_id`,
+`link_id`, ...), and the few readings back (`gpu_index`): no other module builds or cuts an id
+(tests/unit/test_facts.py). The lengths are bounds among the others (vocab/bounds.py).
 
 Why these rules:
 - printable ASCII only: a host name is ASCII in DNS (an international name travels as punycode,
@@ -34,15 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# RFC 1035 2.3.4 and RFC 1123 2.1: 63 octets a label, 253 a name written without its final dot.
-MAX_NODE_LENGTH = 253
-MAX_LABEL_LENGTH = 63
-# A host name with a short suffix ("-gpu3", "-nic7-optic", ":1/3/2"); twice a host name leaves room
-# for any site's naming and stays far below InfluxDB's 64 KB series key.
-MAX_ID_LENGTH = 512
-# Slurm's job ids are numbers with an array or het suffix; a Kubernetes namespace/name is at most
-# 63 + 1 + 253.
-MAX_JOB_LENGTH = 320
+from vocab.bounds import MAX_ID_LENGTH, MAX_JOB_LENGTH, MAX_LABEL_LENGTH, MAX_NODE_LENGTH, MAX_RECORD_ID_LENGTH
 
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _ENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
@@ -172,9 +167,91 @@ def check_job(value: str) -> str:
     return value
 
 
-# The ids the service makes itself (incident `inc-<time>-<hash>`, 30 characters; plan, 20 hex;
-# silence `sil-<hex>`, 16): what a URL path segment and a file name carry as they are.
-MAX_RECORD_ID_LENGTH = 128
+# --- the scheme: how the parts of a node, its cables and the switch ports are spelled -----------
+# The one place an entity id is built from its parts or cut back into them (issue 67: the grammar
+# was spelled in seven modules). The topology file, the telemetry tags, the truth log and the
+# incidents spell these ids alike; the names a site gives (a node, a switch, a rack) are its own
+# and are not built here. Where a topology is at hand, which node holds a GPU (or a NIC, a PSU) is
+# the topology's answer (`rca.graph.TopologyGraph.node_of`), never the spelling: a site's host name
+# may itself end in "-gpu3". The Telegraf starlark (config/telegraf/node.conf) spells the GPU and
+# NIC ids the same way at the node agent, where no Python runs.
+
+
+def gpu_id(node: str, index: int | str) -> str:
+    """`<node>-gpu<index>`: the GPU of that index on the node (NVML's index, dcgm-exporter's `gpu`
+    label, taken as the exporter writes it)."""
+    return f"{node}-gpu{index}"
+
+
+def nic_id(node: str, index: int | str) -> str:
+    """`<node>-nic<index>`: the node's HCA `mlx5_<index>` (port 1); on a rail-optimised fabric
+    NIC i is on rail i."""
+    return f"{node}-nic{index}"
+
+
+def nic_port_id(node: str, device: str, port: int | str) -> str:
+    """`<node>-<device>-p<port>`: an HCA port that is no `mlx5_<i>` port 1 (a second port, another
+    driver's device), as the Telegraf mapping names it."""
+    return f"{node}-{device}-p{port}"
+
+
+def optic_id(nic: str) -> str:
+    """`<nic>-optic`: the transceiver in the NIC's cage."""
+    return f"{nic}-optic"
+
+
+def nvswitch_id(node: str, index: int) -> str:
+    """`<node>-nvsw<index>`: an NVSwitch of the node's board."""
+    return f"{node}-nvsw{index}"
+
+
+def psu_id(node: str, index: int) -> str:
+    """`<node>-psu<index>`: a power supply of the node's chassis."""
+    return f"{node}-psu{index}"
+
+
+def cooling_id(rack: str) -> str:
+    """`<rack>-cdu`: the rack's cooling loop (its coolant distribution unit)."""
+    return f"{rack}-cdu"
+
+
+def port_id(switch: str, label: str) -> str:
+    """`<switch>:<label>`: a switch port (`leaf-p0-r3:p7`, an NDR label `sw01:1/3/2`)."""
+    return f"{switch}:{label}"
+
+
+def link_id(end: str, other: str | None = None, n: int = 1) -> str:
+    """The cable's id: `link-<nic>` from a NIC to its switch; `link-<a>-<b>` between two switches
+    (the lower tier first) or two NICs cabled straight (a torus); the n-th cable between the same
+    ends (a second port of one HCA, parallel uplinks) ends in `-<n>`."""
+    base = f"link-{end}" if other is None else f"link-{end}-{other}"
+    return base if n == 1 else f"{base}-{n}"
+
+
+_GPU_ID = re.compile(r"(.*)-gpu(\d+)")
+
+
+def gpu_index(gpu: str) -> int | None:
+    """The index a GPU id was built with (`gpu_id`), None for an id of another shape."""
+    match = _GPU_ID.fullmatch(gpu)
+    return None if match is None else int(match.group(2))
+
+
+def node_of_gpu(gpu: str) -> str | None:
+    """The node a GPU id was built from, None for an id of another shape: for a tool with no
+    topology at hand (where one is, ask it)."""
+    match = _GPU_ID.fullmatch(gpu)
+    return None if match is None else match.group(1)
+
+
+def port_label(port: str) -> str | None:
+    """The label of a switch port's id (`port_id`), None for an id with no port part."""
+    switch, colon, label = port.rpartition(":")
+    return label if colon and switch else None
+
+
+# The ids the service makes itself (incident, plan, silence; their length: vocab.bounds): what a
+# URL path segment and a file name carry as they are.
 _RECORD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -208,19 +285,29 @@ def kubernetes_name_refusal(value: str) -> Refusal | None:
 
 
 __all__ = [
-    "MAX_ID_LENGTH",
-    "MAX_JOB_LENGTH",
-    "MAX_NODE_LENGTH",
+    "MAX_ID_LENGTH",  # from vocab.bounds, for aiops/api.py until it imports it from there
     "RESERVED_NODE_NAMES",
     "InvalidIdError",
     "Refusal",
     "check_entity",
     "check_job",
     "check_node",
+    "cooling_id",
     "entity_refusal",
+    "gpu_id",
+    "gpu_index",
     "job_refusal",
     "kubernetes_name_refusal",
+    "link_id",
+    "nic_id",
+    "nic_port_id",
+    "node_of_gpu",
     "node_refusal",
+    "nvswitch_id",
+    "optic_id",
+    "port_id",
+    "port_label",
+    "psu_id",
     "record_id_refusal",
     "shown",
 ]

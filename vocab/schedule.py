@@ -20,17 +20,16 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from vocab.ids import job_refusal, node_refusal, shown
+from vocab.bounds import MAX_GPUS_PER_NODE, MAX_HOSTS
+from vocab.ids import gpu_id, job_refusal, node_refusal, shown
 
 IDLE = "idle"  # the job of a GPU no job holds
 SHARED = ""  # the job of a GPU on a node several jobs hold without saying which GPUs: unknown
 NODE_STATES = ("drain", "down", "ok")
-# What one event may name. The same bounds as context.bounds (MAX_HOSTS, MAX_GPUS_PER_NODE), stated
-# again here because the vocabulary imports no stage: a job on more nodes than the largest cluster
-# has, or a GPU index past what a node holds, is a forged or broken event, refused before a
-# Schedule builds one entry per node or GPU from it.
-MAX_EVENT_NODES = 100_000
-MAX_GPUS_PER_NODE = 64
+# What one event may name is bounded as every importer's input is (vocab/bounds.py: MAX_HOSTS
+# nodes, MAX_GPUS_PER_NODE GPUs on each): a job on more nodes than the largest cluster has, or a
+# GPU index past what a node holds, is a forged or broken event, refused before a Schedule builds
+# one entry per node or GPU from it.
 
 
 @dataclass(slots=True)
@@ -83,8 +82,8 @@ def _nodes(e: dict[str, Any]) -> str | None:
     nodes = e.get("nodes")
     if not isinstance(nodes, list):
         return f"nodes must be a list of node ids, got {str(nodes)[:120]}"[:200]
-    if len(nodes) > MAX_EVENT_NODES:
-        return f"nodes: {len(nodes):,} nodes, over the {MAX_EVENT_NODES:,} one event may name [bound hosts]"
+    if len(nodes) > MAX_HOSTS:
+        return f"nodes: {len(nodes):,} nodes, over the {MAX_HOSTS:,} one event may name [bound hosts]"
     for i, n in enumerate(nodes):
         if not isinstance(n, str):
             return f"nodes[{i}] must be a node id, got {str(n)[:80]}"[:200]
@@ -338,7 +337,7 @@ class NodeJobs:
                         del self.whole[node]
                 continue
             for i in indices:
-                gpu = f"{node}-gpu{i}"
+                gpu = gpu_id(node, i)
                 if starts:
                     self.by_gpu[gpu] = name
                 elif self.by_gpu.get(gpu) == name:
@@ -393,8 +392,6 @@ def _holder(jobs: list[str] | None) -> str:
 
 __all__ = [
     "IDLE",
-    "MAX_EVENT_NODES",
-    "MAX_GPUS_PER_NODE",
     "SHARED",
     "Job",
     "NodeJobs",

@@ -26,6 +26,27 @@ PROVISIONAL = "provisional: set by hand against generated clusters, not from a s
 # minutes, the report 10, and the views disagreed: "2 of 2" vs "3 of 8").
 MIN_USEFUL_LEAD_S = 30 * 60.0
 
+# "Busy" and "working": two facts about a GPU, each with one owner here (issue 67: "a GPU is busy"
+# had four definitions and two values). Both are read from NVML's utilization.gpu, which DCGM
+# exports as DCGM_FI_DEV_GPU_UTIL: "percent of time over the past sample period during which one or
+# more kernels was executing on the GPU" (NVML API reference, nvmlUtilization_t), 0 with no process.
+GPU_UTIL_FIELD = "DCGM_FI_DEV_GPU_UTIL"
+# Busy: a kernel ran in the sample at all, so a process holds the GPU and uses it. A GPU no process
+# holds reads 0, so 1 % is the least a job's GPU shows. It decides whether a GPU of a node a job
+# holds without GPU indices is the job's (detectors/detect_loop.py: one busy sample under the job
+# makes it a member) and which state a GPU's heat and power are compared in, busy or idle
+# (detectors/predict/features.py). Source: the NVML definition above (any kernel counts).
+BUSY_UTIL_PCT = 1.0
+# Working: computing steadily, so its clock, its power and its PCIe link say how it works. A
+# training GPU reads 87-100 % and one in a checkpoint, an evaluation gap or a wait 0
+# (real-gpu/h200/nvml-1s.csv); half is far from both and from the ramp of a scrape (operational
+# choice). It is the default of the two site settings that read it, RuleThresholds.pcie_busy_util_pct
+# (a PCIe link below its best is a fault only while the GPU works) and PeerThresholds.busy_util_pct
+# (the busy_only peer rules judge only working samples), and decides when a job computes steadily
+# enough for its checkpoint dips to be read (act/checkpoints.py). Not BUSY_UTIL_PCT: a GPU spinning
+# at 5 % in a data-loading stall is busy (its job's) but says nothing of how fast it computes.
+WORKING_UTIL_PCT = 50.0
+
 
 def sourced(default: Any, why: str, source: str) -> Any:
     """A threshold with its one-line reason and its source (kept in the JSON schema)."""
@@ -158,7 +179,7 @@ class RuleThresholds(_Section):
         "end: 0.048 a day is three in about two months)",
     )
     pcie_busy_util_pct: float = sourced(
-        50.0,
+        WORKING_UTIL_PCT,
         "a GPU's PCIe link below its maximum generation or width is a fault only while the GPU is "
         "this busy (DCGM_FI_DEV_GPU_UTIL), for sustained_ticks scrapes in a row",
         "nvidia-smi(1), 'PCI > GPU Link Info': the current link generation and width 'may be "
@@ -356,7 +377,7 @@ class PeerThresholds(_Section):
         PROVISIONAL,
     )
     busy_util_pct: float = sourced(
-        50.0,
+        WORKING_UTIL_PCT,
         "a GPU counts as working for the busy_only rules at this DCGM_FI_DEV_GPU_UTIL or more",
         "NVML utilization.gpu: percent of the sample period a kernel ran; real-gpu/h200/nvml-1s.csv "
         "reads 87-100 % while training, 0 % in its checkpoints and eval gap (operational choice: half)",
@@ -519,7 +540,11 @@ def describe(settings: BaseModel, prefix: str = "") -> list[tuple[str, Any, str,
 
 
 __all__ = [
+    "BUSY_UTIL_PCT",
+    "GPU_UTIL_FIELD",
+    "MIN_USEFUL_LEAD_S",
     "PROVISIONAL",
+    "WORKING_UTIL_PCT",
     "DetectorSettings",
     "DriftThresholds",
     "PeerRule",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiops.cli.daemon import add_daemon_options
+from vocab.thresholds import MIN_USEFUL_LEAD_S
 
 if TYPE_CHECKING:
     from act.policy import ActConfig
@@ -73,7 +74,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--min-lead-min",
         type=float,
-        default=30.0,
+        default=MIN_USEFUL_LEAD_S / 60,
         metavar="MIN",
         help="count a prediction for recall only with this much lead (default 30: a checkpoint surely comes "
         "first; issue 46 counts from 10)",

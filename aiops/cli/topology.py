@@ -2,7 +2,7 @@
 (so far the InfiniBand fabric as `ibnetdiscover` prints it, with an optional node-name map), and
 a report of the fabric's health from its own description.
 
-Every input is bounded and every name checked against the id grammar (`context.bounds`,
+Every input is bounded and every name checked against the id grammar (`vocab.bounds`,
 `vocab.ids`): a malformed or oversized file is refused with one line naming the file, the place
 and the rule, exit status 2, and nothing written."""
 

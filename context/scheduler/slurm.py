@@ -17,7 +17,7 @@ GPU indices come from `gres_detail`, one entry per allocated node in the job's n
 `gpu:h100:2(IDX:0-1),gpu:h200:4(IDX:2-5)`; a node's `gres_used` says the same per node.
 
 Every name is checked by the id grammar (`vocab.ids`: node names by `node_refusal`, job ids by
-`job_refusal`) and every count bounded (`context.bounds`: the body's size and JSON depth, hosts
+`job_refusal`) and every count bounded (`vocab.bounds`: the body's size and JSON depth, hosts
 per host list and all the host lists of one body together, GPU indices per node) before anything
 is built; a refusal is a SlurmFormatError naming the JSON path (`jobs[3].nodes`) and the rule.
 """
@@ -30,11 +30,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from context.bounds import MAX_GPU_INDEX, MAX_HOSTS, MAX_HOSTS_PER_DOCUMENT, MAX_SLURM_BYTES, BoundError
-from context.bounds import loads as bounded_loads
 from context.hostlist import count as hosts_named
 from context.hostlist import expand
 from context.scheduler.snapshot import JobSeen, NodeSeen, ReservationSeen, Snapshot
+from vocab.bounds import MAX_GPU_INDEX, MAX_HOSTS, MAX_HOSTS_PER_DOCUMENT, MAX_SLURM_BYTES, BoundError
+from vocab.bounds import loads as bounded_loads
 from vocab.ids import job_refusal, node_refusal, shown
 
 # the data_parser versions this reader knows (Slurm 21.08 through 25.11); the CLI of 21.08 writes

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from context.bounds import MAX_SLURM_BYTES, BoundError, read_bytes
 from context.scheduler.slurm import ENDED, KNOWN_VERSIONS, SlurmFormatError, epoch, loads, parse_slurm, states
 from context.scheduler.snapshot import Snapshot
+from vocab.bounds import MAX_SLURM_BYTES, BoundError, read_bytes
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from detectors.rates import CounterRates
 from detectors.stack.summary import CohortSummary
 from ingest.frames import Frame
 from vocab.entities import EntityIndex
+from vocab.thresholds import BUSY_UTIL_PCT, GPU_UTIL_FIELD
 
 MINUTE, HOUR = 60.0, 3600.0
 # What the features mean, beyond their names: a model trained on other semantics is refused.
@@ -45,11 +46,7 @@ FEATURE_VERSION = 8
 # of the short ones. Chosen on validation seeds (scripts/predictor-validation), see online.py.
 WARMUP_S = 1 * HOUR
 COOLING_VS_ALL = ("supply_temp_c", "flow_lpm")  # a loop's readings against every loop's median
-# a GPU is busy when a kernel ran in the sample: NVML's utilization.gpu is "percent of time over
-# the past sample period during which one or more kernels was executing", 0 with no process, so
-# 1 % is the least a job's GPU shows (the detectors' definition, detectors/detect_loop.py)
-BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
-BUSY_UTIL_PCT = 1.0
+# a GPU's state, busy or idle, is vocab/thresholds.py's BUSY_UTIL_PCT (a kernel ran in the sample)
 # the GPU features read in the GPU's current state (busy or idle), from per-state averages
 _IN_STATE = ("power_vs_node_10m",)
 # A GPU's heat at its power: its temperature above its node's inlet, less what its power explains
@@ -202,7 +199,7 @@ class PrecursorFeatures:
         heating = _heating(energy, _col(gpu, "DCGM_FI_DEV_POWER_USAGE"))
         temp, inlet = _col(gpu, "DCGM_FI_DEV_GPU_TEMP"), self._inlet_of(gpu.tag("node"), frames.get("node"))
         above_inlet = temp - inlet
-        busy = _col(gpu, BUSY_FIELD) >= BUSY_UTIL_PCT
+        busy = _col(gpu, GPU_UTIL_FIELD) >= BUSY_UTIL_PCT
         read = ~np.isnan(above_inlet) & ~np.isnan(heating)
         for which, on in (("busy", read & busy), ("idle", read & ~busy)):
             summary.add_values(f"pred/gpu/{which}_above_inlet", above_inlet[on])
@@ -275,7 +272,7 @@ class PrecursorFeatures:
         k.avg("sbe_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 0] * HOUR)
         k.avg("remap_per_h_3h", 3 * HOUR).update(t, rows, rate[:, 1] * HOUR)
         temp, power = _col(frame, "DCGM_FI_DEV_GPU_TEMP"), _col(frame, "DCGM_FI_DEV_POWER_USAGE")
-        busy = _col(frame, BUSY_FIELD) >= BUSY_UTIL_PCT
+        busy = _col(frame, GPU_UTIL_FIELD) >= BUSY_UTIL_PCT
         node = np.unique(frame.tag("node"), return_inverse=True)[1].astype(np.int64)
         heating = _heating(rate[:, 2], power)
         inlet = self._inlet_of(frame.tag("node"))

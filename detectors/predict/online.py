@@ -51,9 +51,10 @@ from vocab.thresholds import MIN_USEFUL_LEAD_S
 log = logging.getLogger(__name__)
 
 RE_ARM_S = HOUR
-MIN_LEAD_S = MIN_USEFUL_LEAD_S  # what a view counts (vocab/thresholds.py): stricter than the 10 min below
 # a failure expected sooner than this is not announced: no time left to drain at a checkpoint
-# (a job checkpoints every 15-30 min and a checkpoint takes about a minute; operational choice)
+# (a job checkpoints every 15-30 min and a checkpoint takes about a minute; operational choice).
+# Not the lead a view counts a prediction from (vocab/thresholds.py MIN_USEFUL_LEAD_S, 30 min): a
+# warning 10-30 min ahead is still said, it is only not counted as predicted.
 MIN_EMIT_LEAD_S = 10 * 60.0
 
 
@@ -249,7 +250,7 @@ def pool_reports(reports: list[PredictionReport]) -> PredictionReport:
 def evaluate_predictions(
     predictions: Iterable[Prediction],
     truth: list[dict[str, Any]],
-    min_lead_s: float = MIN_LEAD_S,
+    min_lead_s: float = MIN_USEFUL_LEAD_S,
     earliest: float | None = None,
 ) -> PredictionReport:
     """docs/prediction.md's measures: a prediction for E at t is a hit if a fault rooted at E has onset in

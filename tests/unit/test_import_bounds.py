@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from aiops.cli import main
-from context.bounds import MAX_HOSTS, json_depth
 from context.fabric import build
 from context.hostlist import expand
 from context.ibnetdiscover import read
 from context.inventory import merge
 from context.inventory import read as read_inventory
 from context.lldp import fabric_from_lldp, read_neighbours
+from vocab.bounds import MAX_HOSTS, json_depth
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "tests" / "data" / "hostile"

@@ -1026,7 +1026,7 @@ def test_hostile_kubernetes_lists_are_refused_naming_the_file_the_place_and_the_
 
 def test_a_deep_or_oversized_watch_line_is_a_format_error_not_a_recursion_error() -> None:
     """Before: json.loads raised RecursionError, which the follower logged as an unexpected crash."""
-    from context.bounds import MAX_WATCH_LINE_BYTES
+    from vocab.bounds import MAX_WATCH_LINE_BYTES
 
     line = (HOSTILE / "deep-watch-line.json").read_bytes()
     with pytest.raises(KubernetesFormatError, match=r"nested 10,001 deep.*\[bound json_depth\]"):

@@ -10,18 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from context import bounds
 from detectors.detect_loop import read_events
-from vocab import schedule
 from vocab.schedule import Schedule, event_problem
 
 HOSTILE = Path(__file__).resolve().parents[2] / "tests" / "data" / "hostile" / "events" / "hostile.jsonl"
-
-
-def test_the_vocabularys_event_bounds_are_the_importers() -> None:
-    """vocab imports no stage, so the two bounds are stated twice: they must agree."""
-    assert schedule.MAX_EVENT_NODES == bounds.MAX_HOSTS
-    assert schedule.MAX_GPUS_PER_NODE == bounds.MAX_GPUS_PER_NODE
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,7 @@ def test_fields_the_catalog_does_not_know_are_stored_and_counted() -> None:
 
 def test_an_id_too_long_to_be_a_host_name_is_dead_lettered_and_its_neighbours_kept() -> None:
     from ingest.pipeline import IngestCore
-    from vocab.entities import MAX_ID_LENGTH
+    from vocab.bounds import MAX_ID_LENGTH
 
     longest, too_long = "n" * MAX_ID_LENGTH, "x" * 40_000  # (a line past 64 KiB the decoder refuses)
     data = "".join(

@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from context.bounds import (
-    MAX_KUBERNETES_BYTES,
-    MAX_WATCH_LINE_BYTES,
-    BoundError,
-)
-from context.bounds import loads as bounded_loads
 from context.scheduler.kubernetes.objects import (
     SERVICE_ACCOUNT,
     ApiError,
     KubernetesFormatError,
     ResourceExpiredError,
 )
+from vocab.bounds import (
+    MAX_KUBERNETES_BYTES,
+    MAX_WATCH_LINE_BYTES,
+    BoundError,
+)
+from vocab.bounds import loads as bounded_loads
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ The documentation each rule follows (kubernetes/website unless named):
 
 Names and bounds: a pod's `<namespace>/<name>` is a job id (`vocab.ids.job_refusal`), a node's name
 and a pod's `nodeName` a node name (`node_refusal`); a body, a watch line and a pod-resources file
-are bounded in size and JSON depth, a GPU quantity and index by a node's GPUs (`context.bounds`).
+are bounded in size and JSON depth, a GPU quantity and index by a node's GPUs (`vocab.bounds`).
 An object that fails is passed over by the follower with a warning naming it (one odd object must
 not stop it) and refused, with its place (`items[3]`), by the recorded-body readers.
 """
@@ -37,15 +37,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from context.bounds import (
+from context.scheduler.snapshot import JobSeen, NodeSeen, Snapshot
+from vocab.bounds import (
     MAX_GPUS_PER_NODE,
     MAX_KUBERNETES_BYTES,
     MAX_WATCH_LINE_BYTES,
     BoundError,
     read_bytes,
 )
-from context.bounds import loads as bounded_loads
-from context.scheduler.snapshot import JobSeen, NodeSeen, Snapshot
+from vocab.bounds import loads as bounded_loads
 from vocab.ids import job_refusal, node_refusal, shown
 
 log = logging.getLogger(__name__)

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context.bounds import (
+from context.scheduler.kubernetes.objects import GPU_RESOURCE, KubernetesFormatError
+from vocab.bounds import (
     MAX_GPU_INDEX,
     MAX_POD_RESOURCES_BYTES,
     read_bytes,
 )
-from context.bounds import loads as bounded_loads
-from context.scheduler.kubernetes.objects import GPU_RESOURCE, KubernetesFormatError
+from vocab.bounds import loads as bounded_loads
 
 log = logging.getLogger(__name__)
 

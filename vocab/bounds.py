@@ -1,15 +1,18 @@
-"""How much any importer of cluster context reads, each bound with its reason, in one place.
+"""Every bound on what the service reads from outside, each with its reason, in one place: the id
+grammar's lengths, what one scheduler event may name, and how much any importer of cluster context
+reads.
 
-Every door of the cluster context (`aiops topology import`'s ibnetdiscover, LLDP, inventory CSV,
-NetBox and node-name-map readers; the Slurm and Kubernetes readers; the scheduler's events) holds
-input it did not write: a host's node description, an inventory row, a scheduler's body. A number
-in it must not decide how much memory or time the service spends, so each count is checked
-against a bound here *before* anything is built from it, and a file's size before it is read.
-A value past a bound is refused with one line naming the file, the place and the bound, never a
-traceback, never a partial import.
+Every door (`aiops topology import`'s ibnetdiscover, LLDP, inventory CSV, NetBox and
+node-name-map readers; the Slurm and Kubernetes readers; the scheduler's events; the id grammar
+every door applies, `vocab.ids`) holds input it did not write: a host's node description, an
+inventory row, a scheduler's body. A number in it must not decide how much memory or time the
+service spends, so each count is checked against a bound here *before* anything is built from it,
+and a file's size before it is read. A value past a bound is refused with one line naming the
+file, the place and the bound, never a traceback, never a partial import.
 
 The bounds are generous for the largest real installations (tens of thousands of GPUs) and far
-below what would exhaust a 2 GiB process.
+below what would exhaust a 2 GiB process. The doors' own wire bounds (a remote-write body, a Kafka
+message, an API request) stay beside the protocol they bound.
 """
 
 from __future__ import annotations
@@ -20,6 +23,20 @@ from pathlib import Path
 from typing import Any
 
 MIB = 1 << 20
+
+# --- ids (the grammar in vocab/ids.py) -------------------------------------------------------
+# RFC 1035 2.3.4 and RFC 1123 2.1: 63 octets a label, 253 a name written without its final dot.
+MAX_NODE_LENGTH = 253
+MAX_LABEL_LENGTH = 63
+# A host name with a short suffix ("-gpu3", "-nic7-optic", ":1/3/2"); twice a host name leaves room
+# for any site's naming and stays far below InfluxDB's 64 KB series key.
+MAX_ID_LENGTH = 512
+# Slurm's job ids are numbers with an array or het suffix; a Kubernetes namespace/name is at most
+# 63 + 1 + 253.
+MAX_JOB_LENGTH = 320
+# The ids the service makes itself (incident `inc-<time>-<hash>`, 30 characters; plan, 20 hex;
+# silence `sil-<hex>`, 16): what a URL path segment and a file name carry as they are.
+MAX_RECORD_ID_LENGTH = 128
 
 # --- files -----------------------------------------------------------------------------------
 # ibnetdiscover of a 10,000-GPU fabric (1,250 nodes x 8 HCAs, ~600 switches of 64 ports) is about
@@ -71,8 +88,10 @@ MAX_FABRIC_NODES = 200_000
 # InfiniBand port numbers are 8 bits (IBTA vol. 1, 14.2.5.6: port 255 is reserved); the largest
 # switch (Quantum-2, 64 NDR ports, 128 split) numbers below that
 MAX_PORT = 254
-# hosts one Slurm host list may name (`n[0-999999999]` names a billion): the largest clusters
-# have tens of thousands of nodes
+# hosts one Slurm host list may name (`n[0-999999999]` names a billion), and nodes one scheduler
+# event may name (a job on more nodes than the largest cluster has is a forged or broken event,
+# refused before a Schedule builds one entry per node): the largest clusters have tens of
+# thousands of nodes
 MAX_HOSTS = 100_000
 # hosts all the host lists of one scheduler document may name together (every job's, every
 # reservation's): the per-list bound alone lets 2,000 jobs of `n[00000-99999]` (263 KB) name 200
@@ -163,20 +182,26 @@ __all__ = [
     "MAX_GPU_INDEX",
     "MAX_HOSTS",
     "MAX_HOSTS_PER_DOCUMENT",
+    "MAX_ID_LENGTH",
     "MAX_INVENTORY_BYTES",
+    "MAX_JOB_LENGTH",
     "MAX_JSON_DEPTH",
     "MAX_KUBERNETES_BYTES",
+    "MAX_LABEL_LENGTH",
     "MAX_LLDP_FILES",
     "MAX_LLDP_FILE_BYTES",
     "MAX_NAME_MAP_BYTES",
     "MAX_NICS_PER_NODE",
+    "MAX_NODE_LENGTH",
     "MAX_NVSWITCHES_PER_NODE",
     "MAX_POD_RESOURCES_BYTES",
     "MAX_PORT",
     "MAX_PSUS_PER_NODE",
     "MAX_RACK_POSITION",
+    "MAX_RECORD_ID_LENGTH",
     "MAX_SLURM_BYTES",
     "MAX_WATCH_LINE_BYTES",
+    "MIB",
     "BoundError",
     "count",
     "json_depth",
