@@ -5,7 +5,8 @@ Comparing within the cohort also cancels everything the cohort does together (a 
 a checkpoint pause, the afternoon getting warmer), which is why these detectors stay quiet
 through workload churn. The statistic is a robust z-score: distance from the cohort median in
 units of the cohort's MAD, with a floor on the scale so a cohort of identical readings does not
-turn a rounding difference into an alarm.
+turn a rounding difference into an alarm. The stack's peer family (detectors/stack/cohorts.py)
+and the failure predictor's features use these.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from detectors.base import Block, Detector, FloatArray, IndexArray, State, grow
+from detectors.base import FloatArray, IndexArray, State, grow
 
 MAD_TO_SIGMA = 1.4826
 
@@ -98,30 +99,3 @@ class Persistence:
     def load_state(self, state: State) -> None:
         self.count = np.asarray(state["count"], dtype=np.int32).copy()
         self.last_fired = np.asarray(state["last_fired"], dtype=np.float64).copy()
-
-
-class PeerDetector(Detector):
-    """The peer comparison as a Detector: |robust z| of each value within its block group.
-
-    Cross-sectional, so it has no baseline to learn and no state to checkpoint: each tick is
-    judged against the cohort at that same tick."""
-
-    def __init__(self, width: int = 1, min_size: int = 4, abs_floor: float = 0.0, rel_floor: float = 0.0) -> None:
-        self.width = width
-        self.min_size = min_size
-        self.abs_floor = abs_floor
-        self.rel_floor = rel_floor
-
-    def score(self, block: Block) -> FloatArray:
-        groups = block.groups if block.groups is not None else np.zeros(len(block.series), dtype=np.int64)
-        z, _ = robust_z(block.values, groups, self.min_size, self.abs_floor, self.rel_floor)
-        return np.abs(z)
-
-    def learn(self, block: Block, mask: NDArray[np.bool_] | None = None) -> None:
-        pass
-
-    def state_dict(self) -> State:
-        return {}
-
-    def load_state(self, state: State) -> None:
-        pass

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from detectors.base import Block, Detector, FloatArray, IndexArray, State, grow, learn_mask
+from detectors.base import Block, Detector, FloatArray, IndexArray, Mask, State, grow, learn_mask
 
 __all__ = ["FIELDS", "Univariate", "UnivariateConfig"]
 
@@ -96,7 +96,7 @@ class UnivariateConfig:
             raise ValueError("need 1 <= warmup <= judge_after")
 
 
-class Univariate(Detector):
+class Univariate(Detector[Block]):
     """Vectorised over series and columns: ``len(FIELDS)`` float64 numbers per value (104 bytes).
 
     State is held field-major, (fields, series, width), so that a block of consecutive series is
@@ -129,7 +129,7 @@ class Univariate(Detector):
             scores[rows] = self._evaluate_chunk(old, block.values[rows])[0]
         return scores
 
-    def learn(self, block: Block, mask: NDArray[np.bool_] | None = None) -> None:
+    def learn(self, block: Block, mask: Mask | None = None) -> None:
         for rows, where, old in self._chunks(block):
             new = self._evaluate_chunk(old, block.values[rows])[1]
             self._store(where, old, new, block.values[rows], None if mask is None else mask[rows])

@@ -7,30 +7,36 @@ A rule with `window_s` judges each entity's own level (the median of its busy sa
 window) against the levels of its cohort: a power-capped GPU's clock wanders
 +-8 % from one second to the next and a scrape catches one instant of it, so a straggler is a GPU
 that *stays* below its job, beyond the spread the job's own GPUs show (chip to chip, a few
-percent), not one that sampled a different instant."""
+percent), not one that sampled a different instant.
+
+Stated alternative to score-then-learn: scoring a frame takes it in. A windowed rule's level is the
+median of a window that holds this scrape, a history rule's recent place is one that holds it, and
+split detection's shares (`summarise`) carry those levels before anything is judged; so `judge`
+and `score_and_learn` score and learn in one pass, `score` is that pass on a copy (tests and
+tools; the stack never calls it), and `learn` is it with the scores let go."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly
-from detectors.base import FloatArray, State, grow
+from detectors.base import Family, FloatArray, Mask, State, flatten, grow, per_measurement
 from detectors.peers import Persistence
 from detectors.stack.place import PlaceHistory
 from detectors.stack.summary import CohortSummary, robust_scale
 from detectors.stack.view import MeasurementTick, finite
 from ingest.frames import Frame
 from vocab import registry
-from vocab.thresholds import PeerRule, PeerThresholds
+from vocab.thresholds import GPU_UTIL_FIELD, PeerRule, PeerThresholds
 
 NO_COHORT = "\x00"  # line protocol cannot carry it: no tag value is mistaken for it
 MIN_COHORT = 4  # fewer members than this make no cohort to stand out from (as robust_z)
 
 
-BUSY_FIELD = "DCGM_FI_DEV_GPU_UTIL"
 TENSOR_FIELD = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 
@@ -47,7 +53,11 @@ class _Window:
     cohort: NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=object))
 
 
-class PeerRules:
+class PeerRules(Family):
+    """Each rule of a measurement (a column) judged within its cohort; the score is the rule's z
+    in its own direction (a rule on slow GPUs scores a slower one higher), NaN where not judged
+    (no cohort, a window not yet full)."""
+
     def __init__(self, limits: PeerThresholds, interval: float = 30.0) -> None:
         self.limits = limits
         self.interval = interval  # the scrape interval: one sample's weight in a smoothed level
@@ -72,7 +82,7 @@ class PeerRules:
         kernel ran; a GPU spinning in a collective that waits for a stalled peer runs one too,
         at 100 % and a fraction of its power, so where DCGM exports the tensor pipe's activity a
         GPU with none is not working either."""
-        util = m.frame.fields.get(BUSY_FIELD)
+        util = m.frame.fields.get(GPU_UTIL_FIELD)
         if util is None:
             return None
         busy: NDArray[np.bool_] = util.as_float() >= self.limits.busy_util_pct
@@ -172,11 +182,32 @@ class PeerRules:
                 summary.add_values(_key(m.name, j, str(names[inverse[rows[0]]])), col[ok][rows])
         self._tick[m.name] = (values, keys)
 
-    def judge(self, m: MeasurementTick, cohorts: CohortSummary) -> list[Anomaly]:
-        """Each entity against its cohort as the merged summary of the tick shows it."""
+    def score(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> FloatArray:
+        scratch = copy.deepcopy(self, {id(self.limits): self.limits})  # the settings are not state
+        return scratch._step(m, cohorts)[0]
+
+    def learn(self, m: MeasurementTick, mask: Mask | None = None) -> None:
+        if mask is not None:
+            raise ValueError("peer rules keep their own mask: a fall still being established is not learnt")
+        self._step(m, None)
+
+    def score_and_learn(self, m: MeasurementTick, threshold: float | None = None) -> FloatArray:
+        if threshold is not None:
+            raise ValueError("peer rules keep their own mask: a fall still being established is not learnt")
+        return self._step(m, None)[0]
+
+    def judge(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> list[Anomaly]:
+        return self._step(m, cohorts)[1]
+
+    def _step(self, m: MeasurementTick, cohorts: CohortSummary | None) -> tuple[FloatArray, list[Anomaly]]:
+        """Each entity against its cohort as the merged summary of the tick shows it (None: this
+        frame is the whole cohort, summarised here): the scores and the anomalies said."""
+        if cohorts is None:
+            cohorts = CohortSummary()
+            self.summarise(m, cohorts)
         held = self._tick.pop(m.name, None)
         if held is None:
-            return []
+            return np.full((len(m.frame), len(self.limits.rules.get(m.name, ()))), np.nan), []
         values, keys = held
         rules = self.limits.rules[m.name]
         persistence = self._persistence.get(m.name)
@@ -212,6 +243,7 @@ class PeerRules:
             if rule.history:  # a fall still being established is not learned as the GPU's new place
                 self._places[(m.name, j)].judged(m.series, zs[:, j] <= self.limits.history_hold_z)
         fired = persistence.update(m.series, beyond, zs)
+        scores = np.where(np.array([rule.z < 0 for rule in rules]), -zs, zs)
         out: list[Anomaly] = []
         for r, j in zip(*np.nonzero(fired), strict=True):
             rule = rules[j]
@@ -231,7 +263,7 @@ class PeerRules:
                     m.name,
                 )
             )
-        return out
+        return scores, out
 
     def _apart_from_mates(
         self,
@@ -297,7 +329,15 @@ class PeerRules:
         z = np.where(test.drop <= -rule.rel_floor, test.z, np.where(np.isnan(test.z), np.nan, 0.0))
         return z, median * (1.0 + test.recent), median * (1.0 + test.baseline)
 
-    def state_dict(self, name: str) -> State:
+    def state_dict(self) -> State:
+        names = {*self._persistence, *(name for name, _ in self._windows), *(name for name, _ in self._places)}
+        return flatten({name: self._state_of(name) for name in sorted(names)})
+
+    def load_state(self, state: State) -> None:
+        for name, s in per_measurement(state).items():
+            self._load(name, s)
+
+    def _state_of(self, name: str) -> State:
         p = self._persistence.get(name)
         out: State = {f"persistence.{k}": v for k, v in p.state_dict().items()} if p is not None else {}
         for (measurement, j), w in self._windows.items():
@@ -310,7 +350,7 @@ class PeerRules:
                 out.update({f"place{j}.{k}": v for k, v in h.state_dict().items()})
         return out
 
-    def load_state(self, name: str, s: State) -> None:
+    def _load(self, name: str, s: State) -> None:
         sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith("persistence.")}
         if sub:
             p = Persistence(np.asarray(sub["count"]).shape[1], self.limits.persist_ticks)

@@ -6,13 +6,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly
-from ingest.frames import Frame
+from detectors.base import Family, FloatArray, Mask, State
+from detectors.stack.summary import CohortSummary
+from detectors.stack.view import MeasurementTick
 
 
-class Maintenance:
+class Maintenance(Family):
+    """Stated alternative: a filter on the other families' findings, not a detector of anything.
+    It learns which node each entity sits on (switch ports: the node at the other end), which the
+    stack has it learn from the frame each entity first appears in, as it indexes the frame (a
+    judged frame no longer says which of its entities are new); its score is 1 where a row's node
+    is out for announced maintenance at the frame's time (its findings are held back), 0
+    elsewhere: not "more anomalous". It decides at the tick's end (`close`), holding back what the
+    others found."""
+
     def __init__(self) -> None:
         # windows out of service, each under a key so a later event can move or close it (a
         # drain is open until the node is resumed; a reservation can be cut short)
@@ -34,15 +43,26 @@ class Maintenance:
     def window(self, key: str) -> tuple[frozenset[str], float, float] | None:
         return self._windows.get(key)
 
-    def learn_nodes(self, name: str, frame: Frame, ids: NDArray[np.object_], new: NDArray[np.bool_]) -> None:
-        """Which node each new entity belongs to (switch ports: the node at the other end)."""
-        if name == "switch_port":  # its node is its peer's, which may not be known yet
-            for port, peer in zip(ids[new].tolist(), frame.tag("peer")[new].tolist(), strict=True):
+    def _drained(self, t: float) -> frozenset[str]:
+        active = [nodes for nodes, start, end in self._windows.values() if start <= t < end]
+        return frozenset().union(*active)
+
+    def score(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> FloatArray:
+        drained = self._drained(m.t)
+        held = [bool(drained) and self.node_of(str(e)) in drained for e in m.ids.tolist()]
+        return np.asarray(held, dtype=np.float64).reshape(len(m.ids), 1)
+
+    def learn(self, m: MeasurementTick, mask: Mask | None = None) -> None:
+        """Which node each row's entity belongs to; `mask` (rows, 1) False leaves a row out (the
+        stack learns each entity from the frame it first appears in)."""
+        rows = np.ones(len(m.ids), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_)[:, 0]
+        if m.name == "switch_port":  # its node is its peer's, which may not be known yet
+            for port, peer in zip(m.ids[rows].tolist(), m.frame.tag("peer")[rows].tolist(), strict=True):
                 if peer:
                     self._peer_of[str(port)] = str(peer)
             return
-        nodes = ids if name == "node" else frame.tag("node")
-        for entity, node in zip(ids[new].tolist(), nodes[new].tolist(), strict=True):
+        nodes = m.ids if m.name == "node" else m.frame.tag("node")
+        for entity, node in zip(m.ids[rows].tolist(), nodes[rows].tolist(), strict=True):
             if node:
                 self._node_of[str(entity)] = str(node)
 
@@ -52,11 +72,40 @@ class Maintenance:
             node = self._node_of.get(self._peer_of[entity])
         return node
 
+    def close(self, t: float, found: list[Anomaly]) -> list[Anomaly]:
+        return self.filter(t, found)
+
     def filter(self, t: float, anomalies: list[Anomaly]) -> list[Anomaly]:
-        active = [nodes for nodes, start, end in self._windows.values() if start <= t < end]
-        if not active or not anomalies:
+        drained = self._drained(t)
+        if not drained or not anomalies:
             return anomalies
-        drained = frozenset().union(*active)
         kept = [a for a in anomalies if self.node_of(a.entity) not in drained]
         self.suppressed += len(anomalies) - len(kept)
         return kept
+
+    def state_dict(self) -> State:
+        """The windows (nodes joined by spaces, which no id holds), who sits where, the count held back."""
+        keys = sorted(self._windows)
+        return {
+            "windows.key": np.asarray(keys, dtype=object),
+            "windows.nodes": np.asarray([" ".join(sorted(self._windows[k][0])) for k in keys], dtype=object),
+            "windows.start": np.asarray([self._windows[k][1] for k in keys], dtype=np.float64),
+            "windows.end": np.asarray([self._windows[k][2] for k in keys], dtype=np.float64),
+            "node_of.entity": np.asarray(list(self._node_of), dtype=object),
+            "node_of.node": np.asarray(list(self._node_of.values()), dtype=object),
+            "peer_of.port": np.asarray(list(self._peer_of), dtype=object),
+            "peer_of.peer": np.asarray(list(self._peer_of.values()), dtype=object),
+            "suppressed": self.suppressed,
+        }
+
+    def load_state(self, state: State) -> None:
+        def strings(key: str) -> list[str]:
+            return [str(x) for x in np.asarray(state.get(key, np.zeros(0)), dtype=object).tolist()]
+
+        starts = np.asarray(state.get("windows.start", np.zeros(0)), dtype=np.float64).tolist()
+        ends = np.asarray(state.get("windows.end", np.zeros(0)), dtype=np.float64).tolist()
+        windows = zip(strings("windows.key"), strings("windows.nodes"), starts, ends, strict=True)
+        self._windows = {key: (frozenset(nodes.split()), start, end) for key, nodes, start, end in windows}
+        self._node_of = dict(zip(strings("node_of.entity"), strings("node_of.node"), strict=True))
+        self._peer_of = dict(zip(strings("peer_of.port"), strings("peer_of.peer"), strict=True))
+        self.suppressed = int(state.get("suppressed", 0))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detectors.anomaly import PRESENCE_BACK, PRESENCE_GONE, REPORTING, Anomaly
-from detectors.base import State, grow
+from detectors.base import Family, FloatArray, Mask, State, flatten, grow, per_measurement
+from detectors.stack.summary import CohortSummary
 from detectors.stack.view import MeasurementTick
 from vocab.entities import EntityIndex
 from vocab.thresholds import PresenceThresholds
@@ -48,7 +49,12 @@ class TelemetryGap:
     gpus: int
 
 
-class Presence:
+class Presence(Family):
+    """Stated alternative: presence scores who is absent, so its rows are the measurement's known
+    entities (rows of its entity index), not the frame's: the score is the ticks since each was
+    last seen (0 for those in the frame). Judging a frame learns who reported; silence is decided
+    at the tick's end (`close`), since a measurement whose every entity went quiet sends no frame."""
+
     def __init__(self, limits: PresenceThresholds, interval: float) -> None:
         self.limits = limits
         self.interval = interval
@@ -67,14 +73,37 @@ class Presence:
         moves, self.moves = self.moves, []
         return moves
 
-    def seen(self, m: MeasurementTick, entities: EntityIndex) -> None:
-        """`entities`: the measurement's index, whose rows per-entity state follows."""
+    def follow(self, measurement: str, entities: EntityIndex) -> None:
+        """Index the measurement's entities with `entities` (the stack's own index, shared, so
+        that it is not kept twice); a presence on its own indexes the frames it learns."""
+        self._state.setdefault(measurement, _Presence()).entities = entities
+
+    def _entities(self, m: MeasurementTick, st: _Presence) -> EntityIndex:
+        """The measurement's index, holding the frame's entities (in the stack, it already does)."""
+        index = st.entities
+        if len(index) < m.n_entities:  # a frame's new entities are the rows past the index, in order
+            fresh = np.flatnonzero(m.series >= len(index))
+            index.add(m.ids[fresh[np.argsort(m.series[fresh], kind="stable")]])
+        return index
+
+    def score(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> FloatArray:
+        """(known entities, 1): ticks since each was last seen, the frame's own at 0."""
+        out = np.full((m.n_entities, 1), np.nan)
+        st = self._state.get(m.name)
+        if st is not None:
+            known = min(len(st.last_seen), m.n_entities)
+            out[:known, 0] = (m.t - st.last_seen[:known]) / self.interval
+        out[m.series, 0] = 0.0
+        return out
+
+    def learn(self, m: MeasurementTick, mask: Mask | None = None) -> None:
+        """Who reported in this frame (`mask` is not taken: a row in the frame reported)."""
         if m.t != self._tick:
             self._tick, self._nodes_reporting = m.t, set()
         if m.name != "gpu" and "node" in m.frame.tags:
             self._nodes_reporting.update(m.frame.tags["node"].tolist())
         st = self._state.setdefault(m.name, _Presence())
-        st.entities = entities
+        entities = self._entities(m, st)
         st.last_seen = grow(st.last_seen, m.n_entities, np.nan)
         if m.name in WATCHED:
             st.gone = grow(st.gone, m.n_entities, False)
@@ -97,6 +126,13 @@ class Presence:
             st.expected[m.series] = (job != "idle") & (job != "")
         elif m.name == "switch":
             st.expected[m.series] = True
+
+    def judge(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> list[Anomaly]:
+        self.learn(m)
+        return []
+
+    def close(self, t: float, found: list[Anomaly]) -> list[Anomaly]:
+        return found + self.silent(t)
 
     def silent(self, t: float) -> list[Anomaly]:
         out: list[Anomaly] = []
@@ -155,23 +191,33 @@ class Presence:
         st.silent_reported[:n] |= out[:n]
         return out
 
-    def state_dict(self, name: str) -> State:
-        st = self._state.get(name, _Presence())
-        return {
-            "last_seen": st.last_seen.copy(),
-            "expected": st.expected.copy(),
-            "silent_reported": st.silent_reported.copy(),
-            "gone": st.gone.copy(),
-        }
-
-    def load_state(self, name: str, s: State, entities: EntityIndex) -> None:
-        self._state[name] = _Presence(
-            entities,
-            np.asarray(s["last_seen"], dtype=np.float64).copy(),
-            np.asarray(s["expected"], dtype=np.bool_).copy(),
-            np.asarray(s["silent_reported"], dtype=np.bool_).copy(),
-            gone=np.asarray(s.get("gone", np.zeros(0)), dtype=np.bool_).copy(),
+    def state_dict(self) -> State:
+        return flatten(
+            {
+                name: {
+                    "ids": np.asarray(st.entities.ids, dtype=object),
+                    "last_seen": st.last_seen.copy(),
+                    "expected": st.expected.copy(),
+                    "silent_reported": st.silent_reported.copy(),
+                    "gone": st.gone.copy(),
+                }
+                for name, st in self._state.items()
+            }
         )
+
+    def load_state(self, state: State) -> None:
+        for name, s in per_measurement(state).items():
+            if "last_seen" not in s:
+                continue
+            entities = EntityIndex()
+            entities.add(np.asarray(s.get("ids", np.zeros(0)), dtype=object))
+            self._state[name] = _Presence(
+                entities,
+                np.asarray(s["last_seen"], dtype=np.float64).copy(),
+                np.asarray(s["expected"], dtype=np.bool_).copy(),
+                np.asarray(s["silent_reported"], dtype=np.bool_).copy(),
+                gone=np.asarray(s.get("gone", np.zeros(0)), dtype=np.bool_).copy(),
+            )
 
 
 def _since(st: _Presence, row: int) -> dict[str, str]:

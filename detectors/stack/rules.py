@@ -1,6 +1,11 @@
 """Hard signals, fired on the first tick: error counters increasing, pause-frame rates, and bad
 states (an XID, a failed row remap, a hardware/thermal/power throttle, a link or PSU down), said
-again now and then while they last."""
+again now and then while they last.
+
+A rule only scores: its reading of a frame (an increase or a rate over its limit, a bad state) is
+the frame's alone, so `learn` is a no-op (there is no baseline). What the rules remember (a state
+already said, runs of bad scrapes, the jobs a GPU failed, recent link recoveries) is their
+decision's memory: `judge` keeps it and `state_dict` checkpoints it."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from detectors.anomaly import Anomaly
-from detectors.base import FloatArray, State, grow
+from detectors.base import Family, FloatArray, Mask, State, flatten, grow, per_measurement
 from detectors.stack.summary import CohortSummary
 from detectors.stack.view import MeasurementTick
 from vocab import registry
@@ -19,6 +24,9 @@ from vocab.thresholds import RuleThresholds
 
 StateTest = Callable[[FloatArray], NDArray[np.bool_]]
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+PCIE_FIELDS = ("DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "DCGM_FI_DEV_GPU_UTIL")
+PCIE_WIDTH_FIELDS = ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
 
 
 APPLICATION_XIDS = np.array(sorted(c for c, x in registry.XIDS.items() if x.xid_class == "application"), dtype=float)
@@ -89,7 +97,9 @@ class _RuleState:
     fired: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # when each state last fired
 
 
-class HardRules:
+class HardRules(Family):
+    """Every rule on every frame (scores: one column per rule, `columns`)."""
+
     def __init__(self, limits: RuleThresholds) -> None:
         self.limits = limits
         self.states = bad_states(limits)
@@ -128,7 +138,14 @@ class HardRules:
             if test is below_common and metric in m.frame.fields:
                 summary.add_counts(_common_key(m.name, metric), m.frame.fields[metric].as_float())
 
-    def process(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> list[Anomaly]:
+    def score(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> FloatArray:
+        """Each rule's reading of the frame (`readings`); whether it is said is `judge`'s."""
+        return readings(self.limits, self.states, m, cohorts)
+
+    def learn(self, m: MeasurementTick, mask: Mask | None = None) -> None:
+        """Nothing: a rule has no baseline (see the module's docstring)."""
+
+    def judge(self, m: MeasurementTick, cohorts: CohortSummary | None = None) -> list[Anomaly]:
         """`cohorts`: the tick's merged summary (None: this frame is the whole fabric)."""
         out: list[Anomaly] = []
         for metric, limit in self.limits.error_counters.get(m.name, {}).items():
@@ -201,16 +218,16 @@ class HardRules:
         """A busy GPU whose PCIe link runs below the generation or width it supports, for
         `sustained_ticks` scrapes in a row (an idle GPU lowers its link on purpose)."""
         f = m.frame.fields
-        need = ("DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "DCGM_FI_DEV_GPU_UTIL")
+        need = PCIE_FIELDS
         if any(name not in f for name in need):
             return []
         gen, max_gen = f[need[0]].as_float(), f[need[1]].as_float()
         low = gen < max_gen
-        width, max_width = f.get("DCGM_FI_DEV_PCIE_LINK_WIDTH"), f.get("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
+        width, max_width = f.get(PCIE_WIDTH_FIELDS[0]), f.get(PCIE_WIDTH_FIELDS[1])
         narrow = np.zeros(len(gen), dtype=np.bool_)
         if width is not None and max_width is not None:
             narrow = width.as_float() < max_width.as_float()
-        busy = f["DCGM_FI_DEV_GPU_UTIL"].as_float() >= self.limits.pcie_busy_util_pct
+        busy = f[need[2]].as_float() >= self.limits.pcie_busy_util_pct
         self._pcie_run = grow(self._pcie_run, m.n_entities, 0)
         self._pcie_fired = grow(self._pcie_fired, m.n_entities, -np.inf)
         # width is judged busy or not (lanes stay up at idle on most parts); generation only busy
@@ -222,7 +239,7 @@ class HardRules:
         ones = np.ones(len(gen))
         if width is not None and max_width is not None:
             w, w_max = width.as_float(), max_width.as_float()
-            m.emit(out, np.flatnonzero(due & narrow), "DCGM_FI_DEV_PCIE_LINK_WIDTH", "rule:state", ones, w, w_max)
+            m.emit(out, np.flatnonzero(due & narrow), PCIE_WIDTH_FIELDS[0], "rule:state", ones, w, w_max)
         m.emit(out, np.flatnonzero(due & ~narrow), need[0], "rule:state", ones, gen, max_gen)
         return out
 
@@ -259,7 +276,7 @@ class HardRules:
 
     def _sustained_throttle(self, m: MeasurementTick) -> list[Anomaly]:
         """Software slowdowns are a fault once they last `sustained_ticks` scrapes in a row."""
-        field_name = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+        field_name = REASONS_FIELD
         if not self._sustained_bits or field_name not in m.frame.fields:
             return []
         self._sustained = grow(self._sustained, m.n_entities, 0)
@@ -353,7 +370,7 @@ class HardRules:
             m.emit(out, np.flatnonzero(entering), metric, detector, np.ones(len(m.frame)), v, np.nan, detail)
         return out
 
-    def state_dict(self, name: str) -> State:
+    def _state_of(self, name: str) -> State:
         st = self._state.get(name, _RuleState())
         out: State = {"bad_state": st.bad.copy(), "state_fired": st.fired.copy()}
         if name == "gpu":
@@ -383,11 +400,19 @@ class HardRules:
             out["link_recoveries"] = self._recoveries[name].copy()
         return out
 
-    def load_state(self, name: str, s: State) -> None:
-        st = _RuleState(bad=np.asarray(s["bad_state"]).copy())
-        if "state_fired" in s:
-            st.fired = np.asarray(s["state_fired"], dtype=np.float64).copy()
-        self._state[name] = st
+    def state_dict(self) -> State:
+        return flatten({name: self._state_of(name) for name in sorted({*self._state, *self._recoveries})})
+
+    def load_state(self, state: State) -> None:
+        for name, s in per_measurement(state).items():
+            self._load(name, s)
+
+    def _load(self, name: str, s: State) -> None:
+        if "bad_state" in s:
+            st = _RuleState(bad=np.asarray(s["bad_state"]).copy())
+            if "state_fired" in s:
+                st.fired = np.asarray(s["state_fired"], dtype=np.float64).copy()
+            self._state[name] = st
         if name == "gpu" and "sustained_run" in s:
             self._sustained = np.asarray(s["sustained_run"], dtype=np.int64).copy()
             self._sustained_fired = np.asarray(s["sustained_fired"], dtype=np.float64).copy()
@@ -414,6 +439,90 @@ class HardRules:
                 str(g): [(int(c), float(t)) for c, t in (e.split("@") for e in str(x).split(";") if e)]
                 for g, x in zip(gpus, seen, strict=True)
             }
+
+
+def rule_columns(
+    limits: RuleThresholds, states: dict[str, dict[str, StateTest]], measurement: str
+) -> list[tuple[str, str]]:
+    """The rules on a measurement's frames as (rule, metric): the columns of HardRules' scores."""
+    out = [("error_counter", x) for x in limits.error_counters.get(measurement, {})]
+    if limits.link_rate_gbps.get(measurement):
+        out.append(("ber", "symbol_error"))
+    out += [("rate", x) for x in limits.pause_rate_per_s.get(measurement, {})]
+    out += [("state", x) for x in states.get(measurement, {})]
+    if measurement in ("nic", "switch_port"):
+        out.append(("recovery", "link_error_recovery"))
+    if measurement == "gpu":
+        out += [("pcie", PCIE_FIELDS[0]), ("sustained", REASONS_FIELD)]
+        out += [("application_xid", XID_FIELD), ("repeating_xid", XID_FIELD)]
+    return out
+
+
+def readings(
+    limits: RuleThresholds,
+    states: dict[str, dict[str, StateTest]],
+    m: MeasurementTick,
+    cohorts: CohortSummary | None = None,
+) -> FloatArray:
+    """Each rule's reading of the frame, a column per rule (`rule_columns`): an increase or a rate
+    over its limit (1: at the limit), 1 for a bad state (an application or informational Xid: one
+    raised), 0 for none; NaN where the frame lacks what the rule reads."""
+    columns = rule_columns(limits, states, m.name)
+    out = np.full((len(m.frame), len(columns)), np.nan)
+    for j, (rule, metric) in enumerate(columns):
+        reading = _reading(limits, states, m, rule, metric, cohorts)
+        if reading is not None:
+            out[:, j] = reading
+    return out
+
+
+def _reading(
+    limits: RuleThresholds,
+    states: dict[str, dict[str, StateTest]],
+    m: MeasurementTick,
+    rule: str,
+    metric: str,
+    cohorts: CohortSummary | None,
+) -> FloatArray | None:
+    f = m.frame.fields
+    if rule == "error_counter":
+        inc = m.increments.get(metric)
+        return None if inc is None else inc / limits.error_counters[m.name][metric]
+    if rule in ("ber", "rate"):
+        rate = m.rates.get(metric)
+        if rate is None:
+            return None
+        if rule == "ber":
+            return rate / (limits.link_ber_limit * limits.link_rate_gbps[m.name] * 1e9)
+        return rate / limits.pause_rate_per_s[m.name][metric]
+    if rule == "recovery":
+        inc = m.increments.get(metric)
+        downed = m.increments.get("link_downed")
+        if inc is not None and downed is not None:  # a recovery that ended in a down is the link rules'
+            inc = np.where(np.nan_to_num(downed) > 0, 0.0, inc)
+        return None if inc is None else inc / limits.link_recovery_repeat[0]
+    if rule == "pcie":
+        if any(name not in f for name in PCIE_FIELDS):
+            return None
+        gen = f[PCIE_FIELDS[0]].as_float()
+        bad = (gen < f[PCIE_FIELDS[1]].as_float()) & (f[PCIE_FIELDS[2]].as_float() >= limits.pcie_busy_util_pct)
+        if all(name in f for name in PCIE_WIDTH_FIELDS):
+            bad |= f[PCIE_WIDTH_FIELDS[0]].as_float() < f[PCIE_WIDTH_FIELDS[1]].as_float()
+        return np.where(np.isnan(gen), np.nan, bad.astype(np.float64))
+    if metric not in f:
+        return None
+    v = f[metric].as_float()
+    if rule == "state":
+        test = states[m.name][metric]
+        if test is below_common and cohorts is not None:
+            bad = below_common(v, cohorts.most_common(_common_key(m.name, metric)))
+        else:
+            bad = test(v)
+    elif rule == "sustained":
+        bad = (np.nan_to_num(v).astype(np.int64) & _reasons(limits.sustained_throttle_reasons)) > 0
+    else:
+        bad = np.isin(v, APPLICATION_XIDS if rule == "application_xid" else REPEAT_CODES)
+    return np.where(np.isnan(v), np.nan, bad.astype(np.float64))
 
 
 def _xid_detail(v: FloatArray) -> Callable[[int], dict[str, str]]:

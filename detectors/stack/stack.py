@@ -1,13 +1,18 @@
 """The detector stack the service runs on every tick: frames of one tick in, anomalies out.
 
 It assembles each measurement's view (entities, counter rates) and hands it to the detector
-families in a fixed order, each in its own module with its own thresholds (vocab/thresholds.py):
+families in a fixed order, each in its own module with its own thresholds (vocab/thresholds.py),
+each a `Family` of the protocol in detectors/base.py, run through the same verbs:
 - rules.py: hard signals (XIDs, uncorrectable ECC, link/NVLink/PCIe errors, pause rates, bad
   states); unambiguous, they fire on the first tick;
 - cohorts.py: peer groups (a GPU against its job, a switch against its role), persistent;
 - history.py: slow physical signals against their own history (drift, sag);
 - presence.py: entities that should report and went silent;
 - maintenance.py: anomalies of nodes drained for announced maintenance held back.
+
+A tick: `prepare` (each measurement's view; maintenance learns where each new entity sits),
+`summarise` (each family's share of the comparisons across entities), `judge` (each family judges
+each frame it watches, then each closes the tick).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detectors.anomaly import Anomaly
-from detectors.base import FloatArray, State
+from detectors.base import Family, FloatArray, State, flatten, per_measurement
 from detectors.rates import CounterRates
 from detectors.stack.cohorts import PeerRules
 from detectors.stack.history import DriftFactory, DriftWatch, SagWatch, default_drift
@@ -75,6 +80,13 @@ class DetectorStack:
         self.peers.interval = seconds
 
     @property
+    def families(self) -> tuple[Family, ...]:
+        """In the order they judge a frame, and close the tick (maintenance last: it holds back
+        what the others found)."""
+        drift = () if self.drift is None else (self.drift,)
+        return (self.rules, self.peers, *drift, self.sag, self.presence, self.maintenance)
+
+    @property
     def suppressed(self) -> int:
         return self.maintenance.suppressed
 
@@ -98,33 +110,36 @@ class DetectorStack:
 
     def summarise(self, ticks: list[MeasurementTick], summary: CohortSummary) -> None:
         """What the comparisons across entities need from these entities (see summary.py)."""
+        families = self.families
         for m in ticks:
-            self.peers.summarise(m, summary)
-            self.rules.summarise(m, summary)
+            for family in families:
+                if family.watches(m.name):
+                    family.summarise(m, summary)
 
     def judge(self, t: float, ticks: list[MeasurementTick], cohorts: CohortSummary) -> list[Anomaly]:
         """The detector families on the tick, cohorts as the merged summary shows them."""
+        families = self.families
         out: list[Anomaly] = []
         for m in ticks:
-            out += self.rules.process(m, cohorts)
-            out += self.peers.judge(m, cohorts)
-            if self.drift is not None and self.drift.watches(m.name):
-                out += self.drift.process(m)
-            if self.sag.watches(m.name):
-                out += self.sag.process(m)
-        out += self.presence.silent(t)
+            for family in families:
+                if family.watches(m.name):
+                    out += family.judge(m, cohorts)
+        for family in families:
+            out = family.close(t, out)
         self.last_tick = t
-        return self.maintenance.filter(t, out)
+        return out
 
     def _view(self, t: float, name: str, frame: Frame) -> MeasurementTick:
-        ent = self.entities.setdefault(name, _Entities())
+        ent = self.entities.get(name)
+        if ent is None:
+            ent = self.entities[name] = _Entities()
+            self.presence.follow(name, ent.index)
         ids = frame.tag(self._id_tag[name])
         known = len(ent.index)
         series = ent.index.add(ids)
         m = MeasurementTick(t, name, frame, ids, series, len(ent.index))
-        if m.n_entities > known:
-            self.maintenance.learn_nodes(name, frame, ids, series >= known)
-        self.presence.seen(m, ent.index)
+        if m.n_entities > known:  # where each new entity sits, from the frame it first appears in
+            self.maintenance.learn(m, (series >= known)[:, None])
         m.rates, m.increments = self._rates(m, ent)
         return m
 
@@ -151,18 +166,17 @@ class DetectorStack:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, State]:
+        """Per measurement: its entities, counter references and each family's state of it
+        (maintenance's windows are no measurement's: a daemon's checkpoint, the whole loop, holds them)."""
         out: dict[str, State] = {}
         for name, ent in self.entities.items():
-            s: State = {"ids": np.asarray(ent.index.ids, dtype=object)}
-            s.update(self.rules.state_dict(name))
-            s.update(self.presence.state_dict(name))
-            s.update(self.sag.state_dict(name))
+            out[name] = {"ids": np.asarray(ent.index.ids, dtype=object)}
             if ent.rates is not None:
-                s.update({f"rates.{k}": v for k, v in ent.rates.state_dict().items()})
-            s.update(self.peers.state_dict(name))
-            if self.drift is not None:
-                s.update(self.drift.state_dict(name))
-            out[name] = s
+                out[name].update({f"rates.{k}": v for k, v in ent.rates.state_dict().items()})
+        for family in self._measured:
+            for name, s in per_measurement(family.state_dict()).items():
+                if name in out:
+                    out[name].update(s)
         return out
 
     def load_state(self, state: dict[str, State]) -> None:
@@ -170,14 +184,18 @@ class DetectorStack:
         for name, s in state.items():
             ent = _Entities()
             ent.index.add(np.asarray(s["ids"], dtype=object))
-            self.rules.load_state(name, s)
-            self.presence.load_state(name, s, ent.index)
-            self.sag.load_state(name, s)
             sub = {k.split(".", 1)[1]: v for k, v in s.items() if k.startswith("rates.")}
             if sub:
                 ent.rates = CounterRates(np.asarray(sub["last_value"]).shape[1])
                 ent.rates.load_state(sub)
-            self.peers.load_state(name, s)
-            if self.drift is not None:
-                self.drift.load_state(name, s)
             self.entities[name] = ent
+        flat = flatten(state)
+        for family in self._measured:
+            family.load_state(flat)
+        for name, ent in self.entities.items():
+            self.presence.follow(name, ent.index)
+
+    @property
+    def _measured(self) -> tuple[Family, ...]:
+        """The families whose state is kept per measurement."""
+        return tuple(family for family in self.families if family is not self.maintenance)
