@@ -12,6 +12,7 @@ import pytest
 from aiops.cli import main
 from rca.evaluate import latest_states
 from rca.influx import ANOMALY_MEASUREMENT, MEASUREMENT, anomaly_line, incident_line, prediction_line
+from vocab.incident_record import IncidentRecord
 from vocab.settings import InfluxSettings
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def test_incident_line_escapes_what_line_protocol_needs(root: str, action: str, 
         "opened": 1767225600.0,
         "updated": 1767225630.0,
     }
-    batch = decode((incident_line(state) + "\n").encode())
+    batch = decode((incident_line(IncidentRecord.from_dict(state)) + "\n").encode())
     assert not batch.rejects, batch.rejects
     frame = batch.frames[MEASUREMENT]
     assert frame.tag("incident_id").tolist() == ["inc 1,x=y"]

@@ -37,7 +37,7 @@ def test_the_report_is_served_with_the_pages_policy_and_no_listing(tmp_path: Pat
 
 
 def test_a_folder_without_a_report_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no index.html"):
+    with pytest.raises(FileNotFoundError, match=r"no index\.html"):
         serve_folder(tmp_path, "127.0.0.1", 0)
 
 

@@ -22,6 +22,7 @@ from show.report import RunFiles, TruthMismatchError, check_truth, lead_times, t
 from show.spark import metric_info, sparkline, state_legend, xid_meaning
 from show.topology_svg import MAX_PER_ROW, Picture, neighbourhood, to_svg
 from telemetry_gen.topology import build_fat_tree
+from vocab.incident_record import as_record
 from vocab.schedule import Schedule
 
 ENTITY = re.compile(r'<g class="([^"]*)" data-entity="([^"]*)"')
@@ -248,7 +249,7 @@ def test_the_list_puts_the_open_critical_incident_first() -> None:
         {**_record("b", "k", [], opened=T0 + 10), "status": "open", "severity": "minor", "incident_id": "minor"},
         {**_record("c", "k", [], opened=T0 + 5), "status": "open", "severity": "critical", "incident_id": "crit"},
     ]
-    assert [r["incident_id"] for r in list_order(rows)] == ["crit", "minor", "old"]
+    assert [as_record(r).incident_id for r in list_order(rows)] == ["crit", "minor", "old"]
     plan = {"action": "drain", "target": "n1", "decision": "awaiting_approval", "state": "held", "approved_by": None}
     html = render_list(rows, lambda i: i, plans={"crit": [plan]})
     assert re.findall(r'<tr data-id="([^"]+)"', html) == ["crit", "minor", "old"]
@@ -398,7 +399,9 @@ def test_the_page_shows_the_plans_with_decision_state_and_approver(graph: Topolo
             "event_time": T0 + 60,
         },
     ]
-    page = render_incident(record, Picture([("node", [node])], root=node), {}, PageFacts(plans=plans, audit="the audit log"))
+    page = render_incident(
+        record, Picture([("node", [node])], root=node), {}, PageFacts(plans=plans, audit="the audit log")
+    )
     card = re.search(r'<div class="card" id="plans">(.*?)</div>', page, re.S)
     assert card is not None
     header = re.findall(r"<th>([^<]+)</th>", card.group(1))
