@@ -42,7 +42,8 @@ def test_incident_states_reach_influxdb(influx_settings: InfluxSettings, tmp_pat
         for r in body["results"]  # type: ignore[attr-defined]
         for s in r.get("series", [])
     }
-    expected = {s["incident_id"]: (s["root_cause"]["entity"], s["status"], s["gpus_hit"]) for s in states}
+    # the record's own state, as every view says it (a leaf whose ports went silent: "no data")
+    expected = {s["incident_id"]: (s["root_cause"]["entity"], s["state"], s["gpus_hit"]) for s in states}
     assert stored == expected
 
     # the anomalies too, each tagged with where its entity sits, so panels can filter them
